@@ -1,0 +1,191 @@
+"""The run configuration: defaults < the file's `train { }` block < `--config YAML` < overrides.
+
+One typed schema (OmegaConf structured config) so unknown keys and wrong types are rejected
+before any model loads, with a hint.
+
+>>> cfg = resolve_config(train_block={"samples": 2}, overrides=["train.steps=5"])
+>>> (cfg.train.samples, cfg.train.steps, cfg.train.grouping)
+(2, 5, 'at')
+>>> resolve_config(overrides=["train.sampels=3"])
+Traceback (most recent call last):
+...
+masdsl.config.ConfigError: unknown config key `train.sampels` (did you mean `train.samples`?)
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from masdsl.errors import UserError
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+
+
+class ConfigError(UserError, ValueError):
+    """A user mistake in configuration; the CLI prints it without a traceback."""
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 3  # optimizer steps (each: rollout -> group -> update -> sync)
+    samples: int = 4  # K: candidates per role step (tree sampling)
+    batch: int = 4  # tasks (episodes) per step
+    lr: float = 1e-6
+    grouping: str = "at"  # at | agent | turn | trajectory
+    loss: str = "grpo"  # registered in masdsl.learner.losses
+    clip_eps: float = 0.2
+    kl_coef: float = 0.0  # > 0 keeps a frozen reference model
+    epochs: int = 1  # passes over each batch
+    max_grad_norm: float = 1.0
+    weight_decay: float = 0.0
+    micro_batch_tokens: int = 4096  # token budget per forward/backward
+    gradient_checkpointing: bool = False
+    eval_every: int = 0  # 0: only at start and end
+    eval_tasks: int = 8
+    eval_temperature: float = 0.0  # 0: greedy
+    checkpoint_every: int = 0  # 0: only at the end
+    seed: int = 0
+
+
+@dataclass
+class RuntimeConfig:
+    engine: str = "auto"  # auto | vllm | hf | replay
+    replay_file: Optional[str] = None
+    ray: bool = False  # run engines/env steps in Ray actors/tasks
+    ray_address: Optional[str] = None  # "auto" joins a running cluster
+    env_workers: int = 2
+    env_retries: int = 2
+    max_prompt_tokens: int = 2048
+    truncate_prompts: bool = False  # False: an over-long prompt is an error
+    device: str = "cpu"
+    dtype: str = "float32"
+    runs_dir: str = "runs"
+    vllm_gpu_memory_utilization: float = 0.3
+
+
+@dataclass
+class TrackingConfig:
+    enabled: bool = True
+    uri: Optional[str] = None  # default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db
+    experiment: Optional[str] = None  # default: the workflow name
+    log_weights: bool = False
+
+
+@dataclass
+class SandboxConfig:
+    timeout_s: float = 5.0
+    memory_mb: int = 1024
+    max_procs: int = 64
+    max_file_mb: int = 16
+    max_output_kb: int = 64
+    isolation: str = "auto"  # auto | bwrap | unshare | none
+
+
+@dataclass
+class PolicyOverride:
+    model: Optional[str] = None
+    lora: Optional[dict[str, Any]] = None
+    frozen: Optional[bool] = None
+
+
+@dataclass
+class Config:
+    train: TrainConfig = field(default_factory=TrainConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    policy: dict[str, PolicyOverride] = field(default_factory=dict)
+
+
+CHOICES = {
+    ("train", "grouping"): ("at", "agent", "turn", "trajectory"),
+    ("runtime", "engine"): ("auto", "vllm", "hf", "replay"),
+    ("sandbox", "isolation"): ("auto", "bwrap", "unshare", "none"),
+}
+
+
+def _all_keys(node: Any, prefix: str = "") -> list[str]:
+    keys = []
+    if isinstance(node, (DictConfig, dict)):
+        for k in node:
+            full = f"{prefix}{k}"
+            keys.append(full)
+            keys += _all_keys(node[k], full + ".")
+    return keys
+
+
+def _unknown_key_error(key: str, schema: DictConfig) -> ConfigError:
+    near = difflib.get_close_matches(key, _all_keys(schema), n=1)
+    hint = f" (did you mean `{near[0]}`?)" if near else ""
+    return ConfigError(f"unknown config key `{key}`{hint}")
+
+
+def _merge(base: DictConfig, layer: Any, what: str) -> DictConfig:
+    try:
+        return OmegaConf.merge(base, layer)
+    except ConfigKeyError as exc:
+        key = exc.full_key or str(exc.key)
+        raise _unknown_key_error(key, base) from None
+    except (ValidationError, OmegaConfBaseException) as exc:
+        raise ConfigError(f"{what}: {exc.msg if hasattr(exc, 'msg') else exc}") from None
+
+
+def resolve_config(
+    train_block: dict[str, Any] | None = None,
+    config_file: str | Path | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+) -> Config:
+    """Layer the configuration and validate it; raises ConfigError with a hint on mistakes."""
+    cfg = OmegaConf.structured(Config)
+    if train_block:
+        block = dict(train_block)
+        # top-level sections may appear as nested blocks inside `train { }`
+        nested = {k: block.pop(k) for k in ("runtime", "tracking", "sandbox", "policy") if k in block}
+        cfg = _merge(cfg, {"train": block, **nested}, "train block")
+    if config_file:
+        path = Path(config_file)
+        if not path.exists():
+            raise ConfigError(f"config file `{path}` does not exist")
+        cfg = _merge(cfg, OmegaConf.load(path), f"config file `{path}`")
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override `{item}` is not of the form key=value")
+        key = item.split("=", 1)[0]
+        try:
+            layer = OmegaConf.from_dotlist([item])
+        except Exception as exc:  # omegaconf grammar errors
+            raise ConfigError(f"override `{item}`: {exc}") from None
+        if key.startswith("policy.") and key.count(".") >= 2:
+            pass  # policy.<name>.<field>: names come from the workflow, checked by the caller
+        cfg = _merge(cfg, layer, f"override `{key}`")
+    for (section, name), allowed in CHOICES.items():
+        value = cfg[section][name]
+        if value not in allowed:
+            raise ConfigError(f"`{section}.{name}` must be one of {', '.join(allowed)}; got `{value}`")
+    for name in ("steps", "samples", "batch", "epochs"):
+        if cfg.train[name] < 1:
+            raise ConfigError(f"`train.{name}` must be at least 1; got {cfg.train[name]}")
+    return OmegaConf.to_object(cfg)
+
+
+def to_yaml(cfg: Config) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def flatten(cfg: Config) -> dict[str, Any]:
+    """Dotted key -> value, for MLflow params."""
+    out: dict[str, Any] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{prefix}{k}.")
+        else:
+            out[prefix[:-1]] = node
+
+    walk(OmegaConf.to_container(OmegaConf.structured(cfg)), "")
+    return out

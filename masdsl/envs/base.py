@@ -1,0 +1,31 @@
+"""The environment contract shared by the runtime and every bundled environment.
+
+An `Env` instance lives for a whole run and holds configuration (sandbox limits, board size).
+Episode state is a separate, immutable-by-convention object: `apply` returns a *new* state and
+never mutates its input, so tree sampling can give each of K candidates its own copy cheaply
+(unchanged parts are shared, only what changes is copied).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Env(Protocol):
+    def reset(self, task: Mapping[str, Any]) -> Any:
+        """The initial state of an episode for one task (a data row or a seeded puzzle)."""
+
+    def apply(self, state: Any, role: str, fields: Mapping[str, Any]) -> Any:
+        """The state after `role` acted with parsed `fields` (its `parse` results).
+
+        Must not mutate `state`. A malformed action (a failed parse: fields hold the parser's
+        empty value and `fields["ok"]` is False) is applied as a no-op or a penalised move,
+        never an exception.
+        """
+
+    def view(self, state: Any) -> Mapping[str, Any]:
+        """Values readable as `env.NAME` in expressions and `{{ env.NAME }}` in prompts."""
+
+    def success(self, state: Any) -> bool:
+        """The env's own success metric, used when a workflow has no `success` line."""

