@@ -45,6 +45,20 @@ class FunctionSpec:
     doc: str = ""
     # value a parse field takes when the parser fails (returns None or raises)
     empty: Any = None
+    # every env an env-bound function serves (the games share `step_reward`, `solved`, ...);
+    # `env` is the first of them. Checkers should ask `allowed_in(env_name)`.
+    envs: tuple[str, ...] = ()
+
+    def allowed_in(self, env_name: str | None) -> bool:
+        """Whether a workflow using env `env_name` may call this function.
+
+        >>> spec = FunctionSpec("f", len, 0, 0, env="sudoku", envs=("sudoku", "sokoban"))
+        >>> spec.allowed_in("sokoban"), spec.allowed_in("code")
+        (True, False)
+        >>> FunctionSpec("g", len, 1, 1).allowed_in("code")
+        True
+        """
+        return self.env is None or env_name in (self.envs or (self.env,))
 
 
 @dataclass(frozen=True)
@@ -112,13 +126,19 @@ def _arity(fn: Callable[..., Any], skip: int) -> tuple[int, int | None]:
     return sum(p.default is p.empty for p in positional), len(positional)
 
 
-def function(name: str, *, returns: ValueType = "any", env: str | None = None):
-    """Register a function for expressions. With `env=...` it receives the state first."""
+def function(name: str, *, returns: ValueType = "any", env: str | tuple[str, ...] | None = None):
+    """Register a function for expressions. With `env=...` it receives the state first.
+
+    `env` may be a tuple of env names when one function serves several envs (it then
+    dispatches on the state it receives); `FunctionSpec.envs` lists them all.
+    """
+    envs = (env,) if isinstance(env, str) else tuple(env or ())
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        lo, hi = _arity(fn, skip=1 if env else 0)
+        lo, hi = _arity(fn, skip=1 if envs else 0)
         REGISTRY.functions[name] = FunctionSpec(
-            name, fn, lo, hi, returns, "function", env, inspect.getdoc(fn) or ""
+            name, fn, lo, hi, returns, "function", envs[0] if envs else None,
+            inspect.getdoc(fn) or "", None, envs,
         )
         return fn
 
