@@ -1,0 +1,91 @@
+"""Policy-gradient losses over token log-probs: `LOSSES = {"grpo": grpo_loss}` (DESIGN.md §5).
+
+Every loss takes per-token tensors of shape [B, T] (B sequences of a micro-batch, T response
+positions, `mask` 1 on real response tokens) and per-sequence advantages [B], and returns a
+`LossOut` whose three numbers are *sums over this micro-batch divided by `n_tokens`*, the token
+count of the whole batch of that policy: adding the micro-batches' outputs (and gradients)
+gives exactly the token mean over the batch, whatever the micro-batching.
+
+`old_logp` are the sampling log-probs stored in the step records (strictly on-policy, one
+epoch by default: the ratio starts at 1 and PPO's clip only matters for later epochs or a
+sampler whose numerics differ from the trainer's). torch is imported inside the functions so
+that importing this module (for `LOSSES`' names, by the config check) stays cheap.
+
+>>> import torch
+>>> logp = torch.tensor([[-1.0, -2.0], [-0.5, 0.0]], requires_grad=True)
+>>> out = grpo_loss(logp, logp.detach(), torch.tensor([1.0, -1.0]), torch.tensor([[1.0, 1.0], [1.0, 0.0]]))
+>>> round(out.loss.item(), 4), out.clip_frac.item(), out.kl.item()
+(-0.3333, 0.0, 0.0)
+>>> out.loss.backward(); [[round(g, 4) for g in row] for row in logp.grad.tolist()]  # -A / n_tokens
+[[-0.3333, -0.3333], [0.3333, 0.0]]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+@dataclass
+class LossOut:
+    loss: Any  # scalar tensor with grad: the contribution of this micro-batch
+    clip_frac: Any  # scalar tensor: clipped tokens / n_tokens
+    kl: Any  # scalar tensor: summed k3 KL to the reference / n_tokens (0 when off)
+
+
+def k3_kl(logp: Any, ref_logp: Any) -> Any:
+    """Per-token k3 estimator of KL(pi || ref): `exp(ref - logp) - (ref - logp) - 1` (>= 0).
+
+    Unbiased for samples drawn from pi, low variance (http://joschu.net/blog/kl-approx.html).
+
+    >>> import torch
+    >>> [round(x, 4) for x in k3_kl(torch.tensor([-1.0, -1.0]), torch.tensor([-1.0, -2.0])).tolist()]
+    [0.0, 0.3679]
+    """
+    d = ref_logp - logp
+    return d.exp() - d - 1.0
+
+
+def grpo_loss(
+    logp: Any,
+    old_logp: Any,
+    adv: Any,
+    mask: Any,
+    *,
+    clip_eps: float = 0.2,
+    ref_logp: Any = None,
+    kl_coef: float = 0.0,
+    n_tokens: float | None = None,
+) -> LossOut:
+    """Token-level PPO-clip with token-mean aggregation, plus `kl_coef * k3` when a reference is given.
+
+    A clipped token (ratio outside [1-eps, 1+eps] on the side the advantage pushes it) gets no
+    gradient; `clip_frac` counts those.
+
+    >>> import torch
+    >>> lp = torch.log(torch.tensor([[0.5, 0.9]]))
+    >>> out = grpo_loss(lp, torch.log(torch.tensor([[0.25, 0.9]])), torch.tensor([1.0]), torch.ones(1, 2))
+    >>> out.clip_frac.item(), round(out.loss.item(), 4)    # token 0: ratio 2 > 1.2, clipped at 1.2
+    (0.5, -1.1)
+    """
+    import torch
+
+    mask = mask.to(logp.dtype)
+    n = float(n_tokens) if n_tokens is not None else float(mask.sum().clamp(min=1.0))
+    a = adv.to(logp.dtype).unsqueeze(-1)  # [B, 1]: one advantage per sequence, every token
+    ratio = torch.exp(logp - old_logp)
+    unclipped = ratio * a
+    clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * a
+    per_token = -torch.minimum(unclipped, clipped)
+    is_clipped = ((ratio < 1.0 - clip_eps) & (a < 0)) | ((ratio > 1.0 + clip_eps) & (a > 0))
+    kl = torch.zeros((), dtype=logp.dtype)
+    if ref_logp is not None and kl_coef > 0:
+        kl_tok = k3_kl(logp, ref_logp)
+        per_token = per_token + kl_coef * kl_tok
+        kl = (kl_tok * mask).sum().detach() / n
+    loss = (per_token * mask).sum() / n
+    clip_frac = (is_clipped.to(logp.dtype) * mask).sum().detach() / n
+    return LossOut(loss, clip_frac, kl)
+
+
+LOSSES: dict[str, Callable[..., LossOut]] = {"grpo": grpo_loss}
