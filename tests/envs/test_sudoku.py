@@ -1,0 +1,186 @@
+"""Sudoku: generator uniqueness, solver, rules, shaped rewards, immutability, data source."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+
+import pytest
+
+from masdsl.envs import games_common as gc
+from masdsl.envs import sudoku as sd
+from masdsl.envs.registry import REGISTRY
+from masdsl.errors import DataError, UserError
+
+SOLUTION = ((1, 2, 3, 4), (3, 4, 1, 2), (2, 1, 4, 3), (4, 3, 2, 1))
+# 6 empty cells; unique solution SOLUTION (checked in test_hand_puzzle_is_unique)
+PUZZLE = ((1, 2, 3, 4), (3, 0, 1, 0), (0, 1, 0, 3), (4, 0, 2, 0))
+
+
+def is_solution(puzzle, grid) -> bool:
+    """An independent checker: every row, column and box is a permutation, givens kept."""
+    n = len(puzzle)
+    b = sd.BOX[n]
+    want = set(range(1, n + 1))
+    rows = [set(r) for r in grid]
+    cols = [{grid[r][c] for r in range(n)} for c in range(n)]
+    boxes = [{grid[br + i][bc + j] for i in range(b) for j in range(b)}
+             for br in range(0, n, b) for bc in range(0, n, b)]
+    kept = all(not puzzle[r][c] or puzzle[r][c] == grid[r][c] for r in range(n) for c in range(n))
+    return kept and all(s == want for s in rows + cols + boxes)
+
+
+def brute_force_count(puzzle) -> int:
+    """Count 4x4 solutions by trying every combination of row permutations."""
+    perms = [p for p in itertools.permutations(range(1, 5))]
+    options = [[p for p in perms if all(not g or g == v for g, v in zip(row, p))] for row in puzzle]
+    return sum(is_solution(puzzle, grid) for grid in itertools.product(*options))
+
+
+def state(puzzle=PUZZLE):
+    return sd.SudokuEnv().reset({"id": "t", "puzzle": [list(r) for r in puzzle]})
+
+
+def test_hand_puzzle_is_unique():
+    assert sd.count_solutions(PUZZLE) == 1 == brute_force_count(PUZZLE)
+    assert sd.solve(PUZZLE) == SOLUTION
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_solver_counts_agree_with_brute_force(seed):
+    # random partial grids, including ambiguous and contradictory ones
+    import random
+
+    rng = random.Random(seed)
+    full = sd.solve(((0,) * 4,) * 4)
+    grid = [list(r) for r in full]
+    for r, c in rng.sample([(r, c) for r in range(4) for c in range(4)], rng.randint(6, 14)):
+        grid[r][c] = 0
+    if seed % 3 == 0:  # make it contradictory or different
+        grid[0][0] = grid[0][1] or 1
+    puzzle = tuple(tuple(r) for r in grid)
+    assert sd.count_solutions(puzzle, limit=1000) == brute_force_count(puzzle)
+
+
+@pytest.mark.parametrize("size,split", [(4, "train"), (4, "eval"), (9, "train"), (9, "eval")])
+def test_every_generated_puzzle_has_one_solution(size, split):
+    rows = sd.sudoku(split, size=size, n=200)
+    assert len(rows) == 200
+    assert len({r["id"] for r in rows}) == 200
+    for row in rows:
+        puzzle = tuple(tuple(r) for r in row["puzzle"])
+        assert len(puzzle) == size and all(len(r) == size for r in puzzle)
+        assert sum(v == 0 for r in puzzle for v in r) == sd.EMPTY_CELLS[size]
+        assert sd.count_solutions(puzzle, limit=2) == 1
+        assert is_solution(puzzle, sd.solve(puzzle))
+        assert sd.generate(row["seed"], size) == puzzle  # the seed reproduces the row
+
+
+def test_data_source_is_deterministic_and_prefix_stable():
+    assert sd.sudoku("train", n=20) == sd.sudoku("train", n=20)
+    assert sd.sudoku("train", n=30)[:20] == sd.sudoku("train", n=20)
+    assert sd.sudoku("eval", n=0) == []
+
+
+@pytest.mark.parametrize("args", [("test",), ("train", 5), ("train", 4, -1), ("train", 4, "3")])
+def test_data_source_rejects_bad_arguments(args):
+    with pytest.raises(UserError):
+        sd.sudoku(*args)
+
+
+def test_submitting_the_solution_scores_progress_plus_bonus():
+    s0 = state()
+    s1 = sd.SudokuEnv().apply(s0, "planner", {"grid": [list(r) for r in SOLUTION], "ok": True})
+    assert s1.last_valid and s1.solved() and s1.progress() == 1.0
+    assert s1.last_reward == pytest.approx(1.0 + 2.0)  # progress 0 -> 1, plus solved bonus
+    assert s1.moves == 1
+    again = sd.SudokuEnv().apply(s1, "planner", {"grid": [list(r) for r in SOLUTION], "ok": True})
+    assert again.last_reward == 0.0  # no progress, not newly solved
+
+
+def test_partial_and_wrong_fills_score_only_correct_cells():
+    env = sd.SudokuEnv()
+    # fill 3 of the 6 empty cells correctly: (1,1)=4, (1,3)=2, (2,0)=2
+    partial = [[1, 2, 3, 4], [3, 4, 1, 2], [2, 1, 0, 3], [4, 0, 2, 0]]
+    s1 = env.apply(state(), "planner", {"grid": partial, "ok": True})
+    assert s1.last_valid and s1.last_reward == pytest.approx(3 / 6)
+    assert s1.progress() == pytest.approx(0.5)
+    # now a legal grid (no duplicates) that undoes one correct cell: progress 3/6 -> 2/6
+    undo = [[1, 2, 3, 4], [3, 4, 1, 0], [2, 1, 0, 3], [4, 0, 2, 0]]
+    s2 = env.apply(s1, "planner", {"grid": undo, "ok": True})
+    assert s2.last_valid and s2.last_reward == pytest.approx(-1 / 6)
+    assert not s2.solved()
+
+
+@pytest.mark.parametrize("grid,why", [
+    ([], "no grid"),
+    ([[1, 2, 3, 4]], "wrong shape"),
+    ([[1, 2, 3, 4], [3, 4, 1, 2], [2, 1, 4, 3], [4, 3, 2, 1, 1]], "wrong shape"),
+    ([[2, 1, 3, 4], [3, 4, 1, 2], [1, 2, 4, 3], [4, 3, 2, 1]], "overwrites the given"),
+    ([[1, 2, 3, 4], [3, 3, 1, 0], [0, 1, 0, 3], [4, 0, 2, 0]], "twice in row 2"),
+    ([[1, 2, 3, 4], [3, 0, 1, 0], [0, 1, 0, 3], [4, 1, 2, 0]], "twice in column 2"),
+    ([[1, 2, 3, 4], [3, 0, 1, 4], [0, 1, 0, 3], [4, 0, 2, 0]], "twice in column 4"),
+    ([[1, 2, 3, 4], [3, 0, 1, 0], [0, 1, 0, 3], [4, 0, 2, 7]], "out of range"),
+    ([[1, 2, 3, 4], [3, "4", 1, 0], [0, 1, 0, 3], [4, 0, 2, 0]], "out of range"),
+    ("1234", "wrong shape"),
+])
+def test_invalid_grids_are_penalised_and_leave_the_board(grid, why):
+    s0 = state()
+    s1 = sd.SudokuEnv().apply(s0, "planner", {"grid": grid, "ok": bool(grid)})
+    assert s1.last_reward == gc.INVALID_PENALTY == -0.5
+    assert not s1.last_valid and why in s1.feedback
+    assert s1.grid == s0.grid and s1.moves == 0
+
+
+def test_box_duplicate_is_invalid():
+    puzzle = ((0,) * 4,) * 4
+    problem = sd.grid_problem(puzzle, [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]])
+    assert problem == "value 1 twice in box 1"
+    problem = sd.grid_problem(puzzle, [[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 3], [0, 0, 3, 0]])
+    assert problem == "value 3 twice in box 4"
+
+
+def test_moves_field_is_invalid_for_sudoku_and_no_field_is_a_noop():
+    env = sd.SudokuEnv()
+    s = env.apply(state(), "planner", {"moves": ["U"], "ok": True})
+    assert not s.last_valid and s.last_reward == -0.5
+    s = env.apply(state(), "critic", {"output": "hmm", "ok": True})
+    assert s.last_valid and s.last_reward == 0.0 and s.grid == PUZZLE
+
+
+def test_apply_never_mutates_its_input():
+    env = sd.SudokuEnv()
+    s0 = state()
+    before = copy.deepcopy(s0)
+    fields = {"grid": [list(r) for r in SOLUTION], "ok": True}
+    s1 = env.apply(s0, "planner", fields)
+    assert s0 == before and s0.grid == PUZZLE
+    fields["grid"][3][3] = 9  # the caller's list changing later must not reach the state
+    assert s1.grid == SOLUTION
+    env.apply(s1, "planner", {"grid": [], "ok": False})
+    assert s1.grid == SOLUTION and s1.last_valid
+
+
+def test_env_bound_functions_dispatch_on_the_state():
+    fns = {n: REGISTRY.functions[n] for n in ("step_reward", "solved", "progress", "valid")}
+    for spec in fns.values():
+        assert spec.envs == gc.GAMES and spec.allowed_in("sudoku") and not spec.allowed_in("code")
+        assert (spec.min_args, spec.max_args) == (0, 0)  # called as `step_reward()` in a .mas
+    s1 = sd.SudokuEnv().apply(state(), "planner", {"grid": [list(r) for r in SOLUTION], "ok": True})
+    assert fns["step_reward"].fn(s1) == pytest.approx(3.0)
+    assert fns["solved"].fn(s1) is True and fns["valid"].fn(s1) is True
+    assert fns["progress"].fn(state()) == 0.0
+    with pytest.raises(UserError):
+        fns["solved"].fn({"not": "a game state"})
+
+
+def test_view_and_reset():
+    env = sd.SudokuEnv()
+    s = state()
+    v = env.view(s)
+    assert v["board"] == "1 2 3 4\n3 0 1 0\n0 1 0 3\n4 0 2 0"
+    assert v["moves"] == 0 and v["tool_output"] == ""
+    assert not env.success(s)
+    for bad in ({"id": "x"}, {"id": "x", "puzzle": [[1, 2]]}, {"id": "x", "puzzle": [[1, 1, 0, 0]] + [[0] * 4] * 3}):
+        with pytest.raises(DataError, match="'x'"):
+            env.reset(bad)
