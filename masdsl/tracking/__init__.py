@@ -1,0 +1,75 @@
+"""MLflow experiment tracking for `masdsl run` and `masdsl eval`.
+
+    tracker = start_run(workflow, cfg, kind="run", run_dir=Path("runs/x"))
+    tracker.log_metrics({"success/train": 0.5, "loss/shared": 0.1}, step=0)
+    tracker.log_text(transcript, "transcripts/eval_step0/episode0.md")
+    tracker.finish()                      # or use it as a context manager
+
+One parent run per command in the experiment named after the workflow, one child run per policy;
+see docs/tracking.md. mlflow is imported only when tracking is on.
+
+>>> from masdsl.config import resolve_config
+>>> t = start_run(None, resolve_config(overrides=["tracking.enabled=false"]), kind="run", run_dir=Path("."))
+>>> t.run_id, t.ui_command()
+(None, '')
+>>> t.log_metrics({"loss/p": 1.0}, step=0); t.finish()
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from masdsl.tracking.store import TrackingError, resolve_uri, ui_command
+from masdsl.tracking.tracker import Tracker
+
+__all__ = ["start_run", "Tracker", "NullTracker", "TrackingError", "resolve_uri", "ui_command"]
+
+KINDS = ("run", "eval")
+
+
+class NullTracker(Tracker):
+    """What `start_run` returns when `tracking.enabled` is false: every call does nothing."""
+
+    def __init__(self) -> None:  # noqa: D107 - deliberately skips Tracker.__init__
+        self.run_id = None
+        self.child_ids = {}
+        self.experiment_id = None
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        pass
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        pass
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        pass
+
+    def finish(self, status: str = "FINISHED") -> None:
+        pass
+
+    def ui_command(self) -> str:
+        return ""
+
+
+def start_run(workflow: Any, cfg: Any, *, kind: Literal["run", "eval"], run_dir: Path) -> Tracker:
+    """Open the MLflow runs for one command; never raises once the settings are valid.
+
+    Raises TrackingError (a UserError) for a malformed `tracking.uri` or a missing mlflow.
+    An unreachable server is not an error: calls are buffered until it answers.
+    """
+    if not cfg.tracking.enabled:
+        return NullTracker()
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
+    uri = resolve_uri(cfg.tracking.uri)
+    try:
+        import mlflow  # noqa: F401
+    except ImportError:
+        raise TrackingError(
+            "tracking needs mlflow: install `masdsl[train]`, or set `tracking.enabled=false`"
+        ) from None
+    from masdsl.tracking.store import apply_http_defaults
+
+    apply_http_defaults()
+    return Tracker(workflow, cfg, kind=kind, run_dir=Path(run_dir), uri=uri)

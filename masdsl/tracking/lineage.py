@@ -1,0 +1,135 @@
+"""What a run records about where it came from: params, tags, metric routing, start artifacts.
+
+Pure functions of the `Workflow` and the resolved `Config`, so they are cheap to test; the
+tracker only ships what they return.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+PARAM_VALUE_LIMIT = 6000  # MLflow rejects longer param values
+POLICY_METRICS = ("loss", "clip_frac", "kl", "grad_norm")  # `<name>/<policy>`
+ROLE_METRICS = ("reward",)  # `<name>/<role>/...`
+
+
+def params_of(flat: dict[str, Any]) -> dict[str, str]:
+    """MLflow params from a flattened config: strings, None as "None", long values cut.
+
+    >>> params_of({"train.lr": 1e-06, "tracking.uri": None, "x": "a" * 7000})["train.lr"]
+    '1e-06'
+    >>> len(params_of({"x": "a" * 7000})["x"])
+    6000
+    """
+    return {k: str(v)[:PARAM_VALUE_LIMIT] for k, v in flat.items()}
+
+
+def route(key: str, policies: set[str], role_policy: dict[str, str]) -> str | None:
+    """The policy whose child run also receives metric `key`, or None (parent only).
+
+    >>> pol, roles = {"shared", "critic"}, {"coder": "shared", "tester": "shared"}
+    >>> route("loss/shared", pol, roles), route("grad_norm/critic", pol, roles)
+    ('shared', 'critic')
+    >>> route("reward/tester/turn1", pol, roles), route("success/train", pol, roles)
+    ('shared', None)
+    >>> route("loss/unknown", pol, roles) is None
+    True
+    """
+    parts = key.split("/")
+    if len(parts) < 2:
+        return None
+    if parts[0] in POLICY_METRICS and parts[1] in policies:
+        return parts[1]
+    if parts[0] in ROLE_METRICS:
+        return role_policy.get(parts[1])
+    return None
+
+
+def git_commit(folder: Path | None) -> str | None:
+    """HEAD of the git repository holding `folder`, or None outside one (or without git)."""
+    if shutil.which("git") is None:
+        return None
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(folder or Path.cwd()), "rev-parse", "HEAD"],
+            capture_output=True, text=True, timeout=5, check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    sha = out.stdout.strip()
+    return sha if out.returncode == 0 and len(sha) == 40 else None
+
+
+def parent_tags(workflow: Any, cfg: Any, kind: str) -> dict[str, str]:
+    """Tags of the parent run: the workflow's identity and which roles train which policy."""
+    tags = {
+        "masdsl.kind": kind,
+        "masdsl.workflow": workflow.name,
+        "masdsl.env": workflow.env,
+        "masdsl.file_hash": workflow.file_hash or "",
+        "masdsl.grouping": cfg.train.grouping,
+        "masdsl.policies": ",".join(workflow.policies),
+    }
+    for policy in workflow.policies:
+        tags[f"masdsl.roles.{policy}"] = ",".join(workflow.roles_of_policy(policy))
+    if workflow.description:
+        tags["mlflow.note.content"] = workflow.description
+    if workflow.path is not None:
+        tags["mlflow.source.name"] = str(workflow.path)
+    commit = git_commit(Path(workflow.path).resolve().parent if workflow.path else None)
+    if commit:
+        tags["masdsl.git_commit"] = commit
+        tags["mlflow.source.git.commit"] = commit
+    return tags
+
+
+def child_tags(workflow: Any, policy: str, kind: str) -> dict[str, str]:
+    spec = workflow.policies[policy]
+    return {
+        "masdsl.kind": kind,
+        "masdsl.workflow": workflow.name,
+        "masdsl.policy": policy,
+        "masdsl.roles": ",".join(workflow.roles_of_policy(policy)),
+        "masdsl.model": str(spec.model),
+        "masdsl.frozen": str(bool(spec.frozen)).lower(),
+    }
+
+
+def child_params(workflow: Any, policy: str) -> dict[str, str]:
+    spec = workflow.policies[policy]
+    raw = {"policy": policy, "model": spec.model, "lora": spec.lora, "frozen": spec.frozen}
+    raw |= {f"options.{k}": v for k, v in dict(spec.options).items()}
+    raw["roles"] = ",".join(workflow.roles_of_policy(policy))
+    return params_of(raw)
+
+
+def graph_texts(workflow: Any) -> dict[str, str]:
+    """The compiled graph as artifact files: mermaid, dot and (with graphviz) svg.
+
+    Uses the language's renderers (`masdsl.lang.graph`); returns {} while they are missing.
+    """
+    try:
+        from masdsl.lang.graph import to_dot, to_mermaid
+    except ImportError:
+        return {}
+    out = {"workflow.mmd": to_mermaid(workflow), "workflow.dot": to_dot(workflow)}
+    svg = dot_to_svg(out["workflow.dot"])
+    if svg:
+        out["workflow.svg"] = svg
+    return out
+
+
+def dot_to_svg(dot_text: str, timeout_s: float = 20.0) -> str | None:
+    """Render Graphviz text to SVG with the `dot` program; None when it is missing or fails."""
+    exe = shutil.which("dot")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "-Tsvg"], input=dot_text, capture_output=True, text=True,
+                             timeout=timeout_s, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout if out.returncode == 0 and "<svg" in out.stdout else None
