@@ -1,0 +1,176 @@
+"""Where environment steps and engines run: in-process, in threads, or in Ray. Thin wrappers.
+
+A pool maps `fn(env, item)` over items and returns `(True, result)` or `(False, reason)` per
+item, retrying a failed item `cfg.runtime.env_retries` times; the executor scores a final
+failure as reward 0. `RemoteEngine` holds an engine inside a Ray actor and forwards calls.
+
+Ray rules learnt on these machines: fractional CPUs for every task and actor (whole CPUs let
+two actors take both cores, and later tasks hang with no error), and a timeout on every
+`ray.get`.
+
+>>> pool = LocalPool(env=10, workers=1, retries=1)
+>>> pool.map(lambda env, x: env // x, [2, 0])
+[(True, 5), (False, 'ZeroDivisionError: integer division or modulo by zero')]
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Sequence
+
+TASK_CPUS = 0.25  # Ray CPUs per env task
+ACTOR_CPUS = 0.25  # Ray CPUs per engine actor
+ENGINE_START_TIMEOUT_S = 900.0
+ENGINE_CALL_TIMEOUT_S = 3600.0
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".strip()
+
+
+class LocalPool:
+    """Env steps in this process; threads when `workers > 1` (sandboxed code runs in
+    subprocesses, so threads overlap them)."""
+
+    def __init__(self, env: Any, workers: int = 1, retries: int = 0):
+        self.env, self.retries = env, retries
+        self._threads = ThreadPoolExecutor(workers) if workers > 1 else None
+
+    def _one(self, fn: Callable[[Any, Any], Any], item: Any) -> tuple[bool, Any]:
+        reason = ""
+        for _ in range(self.retries + 1):
+            try:
+                return True, fn(self.env, item)
+            except Exception as exc:  # noqa: BLE001 - an env failure is scored, never a crash
+                reason = _reason(exc)
+        return False, reason
+
+    def map(self, fn: Callable[[Any, Any], Any], items: Sequence[Any]) -> list[tuple[bool, Any]]:
+        if self._threads is None or len(items) < 2:
+            return [self._one(fn, it) for it in items]
+        return list(self._threads.map(lambda it: self._one(fn, it), items))
+
+    def close(self) -> None:
+        if self._threads is not None:
+            self._threads.shutdown(wait=True)
+
+
+def init_ray(cfg: Any) -> None:
+    """Join `cfg.runtime.ray_address`, or start Ray locally sized to this machine (idempotent)."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = getattr(cfg.runtime, "ray_address", None)
+    if address:
+        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+    else:
+        ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+
+
+def _cancel(ray: Any, ref: Any) -> None:
+    try:
+        ray.cancel(ref, force=True)
+    except Exception:  # noqa: BLE001 - already finished or gone
+        pass
+
+
+def _call(fn: Callable[[Any, Any], Any], env: Any, item: Any) -> Any:
+    return fn(env, item)
+
+
+class RayPool:
+    """Env steps as Ray tasks (fractional CPUs); the env is put in the object store once."""
+
+    def __init__(self, env: Any, retries: int = 0, timeout_s: float = 300.0):
+        import ray
+
+        self._ray = ray
+        self.env_ref = ray.put(env)
+        self.retries, self.timeout_s = retries, timeout_s
+        self._task = ray.remote(num_cpus=TASK_CPUS, max_retries=0)(_call)
+
+    def map(self, fn: Callable[[Any, Any], Any], items: Sequence[Any]) -> list[tuple[bool, Any]]:
+        ray = self._ray
+        results: list[tuple[bool, Any]] = [(False, "not run")] * len(items)
+        todo = list(range(len(items)))
+        for _ in range(self.retries + 1):
+            refs = {i: self._task.remote(fn, self.env_ref, items[i]) for i in todo}
+            failed = []
+            for i, ref in refs.items():
+                try:
+                    results[i] = (True, ray.get(ref, timeout=self.timeout_s))
+                except Exception as exc:  # noqa: BLE001 - RayTaskError, GetTimeoutError, worker death
+                    if isinstance(exc, ray.exceptions.GetTimeoutError):
+                        _cancel(ray, ref)
+                    results[i] = (False, _reason(getattr(exc, "cause", None) or exc))
+                    failed.append(i)
+            if not failed:
+                break
+            todo = failed
+        return results
+
+    def close(self) -> None:
+        """The Ray instance outlives the pool (one per process)."""
+
+
+def make_pool(env: Any, cfg: Any, k: int = 1) -> LocalPool | RayPool:
+    """The pool `cfg.runtime` asks for: Ray tasks when `runtime.ray`, else local threads."""
+    retries = int(cfg.runtime.env_retries)
+    if cfg.runtime.ray:
+        init_ray(cfg)
+        timeout = 60.0 + 4.0 * float(cfg.sandbox.timeout_s) * max(1, k)
+        return RayPool(env, retries=retries, timeout_s=timeout)
+    return LocalPool(env, workers=int(cfg.runtime.env_workers), retries=retries)
+
+
+class _EngineHost:
+    """The actor body: builds the engine where it runs and forwards calls to it."""
+
+    def __init__(self, factory: Callable[[], Any]):
+        self.engine = factory()
+
+    def tokenizer(self) -> Any:
+        return getattr(self.engine, "tokenizer", None)
+
+    def generate(self, requests: list) -> list:
+        return self.engine.generate(requests)
+
+    def update_weights(self, state_dict: dict) -> None:
+        self.engine.update_weights(state_dict)
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+class RemoteEngine:
+    """An `Engine` living in a Ray actor. `submit`/`collect` let the executor overlap policies."""
+
+    def __init__(self, factory: Callable[[], Any], *, num_cpus: float = ACTOR_CPUS, num_gpus: float = 0.0,
+                 call_timeout_s: float = ENGINE_CALL_TIMEOUT_S):
+        import ray
+
+        self._ray = ray
+        self.call_timeout_s = call_timeout_s
+        host = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus)(_EngineHost)
+        self.actor = host.remote(factory)
+        self.tokenizer = ray.get(self.actor.tokenizer.remote(), timeout=ENGINE_START_TIMEOUT_S)
+
+    def submit(self, requests: list) -> Any:
+        return self.actor.generate.remote(requests)
+
+    def collect(self, handle: Any) -> list:
+        return self._ray.get(handle, timeout=self.call_timeout_s)
+
+    def generate(self, requests: list) -> list:
+        return self.collect(self.submit(requests))
+
+    def update_weights(self, state_dict: dict) -> None:
+        self._ray.get(self.actor.update_weights.remote(state_dict), timeout=self.call_timeout_s)
+
+    def close(self) -> None:
+        try:
+            self._ray.get(self.actor.close.remote(), timeout=60)
+        finally:
+            self._ray.kill(self.actor)
