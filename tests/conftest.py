@@ -15,3 +15,14 @@ def tiny_model_dir(tmp_path_factory):
     from masdsl.testing import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+
+
+@pytest.fixture(scope="session")
+def hf_engine(tiny_model_dir):
+    from masdsl.runtime.backends.hf import HFEngine
+    from masdsl.runtime.models import load_model
+
+    model, tokenizer = load_model(tiny_model_dir)
+    engine = HFEngine(model, tokenizer, seed=0)
+    yield engine
+    engine.close()
