@@ -35,7 +35,19 @@ from masdsl.runtime.backends.base import Candidate, GenRequest
 
 
 def _group_key(r: GenRequest) -> tuple:
-    return (float(r.temperature), float(r.top_p), int(r.max_tokens), tuple(r.stop), r.seed)
+    # no seed in the key: requests with different seeds still share one batch (see _mix_seeds)
+    return (float(r.temperature), float(r.top_p), int(r.max_tokens), tuple(r.stop))
+
+
+def _mix_seeds(seeds: list[int]) -> int:
+    """One batch seed from the rows' request seeds: the same requests give the same samples.
+
+    >>> _mix_seeds([1, 2]) == _mix_seeds([1, 2]) != _mix_seeds([2, 1])
+    True
+    """
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(repr(list(seeds)).encode()).digest()[:4], "big") & 0x7FFFFFFF
 
 
 def first_stop(text: str, stops: list[str] | tuple[str, ...]) -> int:
@@ -100,7 +112,8 @@ class HFEngine:
         for key, rows in groups.items():
             for start in range(0, len(rows), self.max_batch_rows):
                 chunk = rows[start : start + self.max_batch_rows]
-                seed = self._rng.randrange(2**31) if key[-1] is None else key[-1] + start
+                seeds = [requests[row.req].seed for row in chunk]
+                seed = self._rng.randrange(2**31) if None in seeds else _mix_seeds(seeds)
                 for row, cand in zip(chunk, self._generate_rows(chunk, key, seed)):
                     out[row.req].append(cand)
         return out
@@ -133,7 +146,7 @@ class HFEngine:
         import torch
         from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
-        temperature, top_p, max_tokens, stops, _ = key
+        temperature, top_p, max_tokens, stops = key
         model = self.model
         device = next(model.parameters()).device
         width = max(len(r.prompt) for r in rows)
