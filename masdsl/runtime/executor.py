@@ -324,7 +324,9 @@ def _score(steps: Sequence[_RoleStep], run: _Run) -> None:
     results = run.pool.map(run_env_job, jobs)
     run.env_s += time.perf_counter() - t0
     for s, job, (ok, value) in zip(steps, jobs, results):
-        s.outcomes = value if ok else failed_outcomes(job, f"env step of `{s.role.name}` failed: {value}")
+        if not ok:
+            run.error(f"env step of `{s.role.name}` failed after {run.cfg.runtime.env_retries} retries (scored 0): {value}")
+        s.outcomes = value if ok else failed_outcomes(job)
         for o in s.outcomes:
             for e in o.errors:
                 run.error(e)

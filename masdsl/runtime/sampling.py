@@ -153,9 +153,9 @@ def run_env_job(env: Any, job: EnvJob) -> list[Outcome]:
     return outcomes
 
 
-def failed_outcomes(job: EnvJob, error: str) -> list[Outcome]:
+def failed_outcomes(job: EnvJob) -> list[Outcome]:
     """What a job that failed after all retries scores: reward 0, state unchanged."""
-    return [Outcome(job.state, 0.0, None if job.team is None else 0.0, 0.0, [error], 0.0, True) for _ in job.candidates]
+    return [Outcome(job.state, 0.0, None if job.team is None else 0.0, 0.0, [], 0.0, True) for _ in job.candidates]
 
 
 def run_apply_chain(env: Any, state: Any, moves: Sequence[tuple[str, Mapping[str, Any]]]) -> Any:
