@@ -1,0 +1,62 @@
+"""Checks of the training configuration against a workflow, run before any model loads.
+
+`masdsl.config.TrainConfig` holds the knobs (OmegaConf cannot type them as `Literal`, so the
+allowed values live in `masdsl.config.CHOICES`, which must equal the registries here: a test
+keeps them in step). `validate` adds the cross-field checks that need the workflow.
+
+>>> from masdsl.config import resolve_config
+>>> problems(resolve_config(overrides=["train.clip_eps=1.5"]).train)
+['`train.clip_eps` must be in (0, 1); got 1.5']
+>>> problems(resolve_config().train)
+[]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from masdsl.config import ConfigError
+from masdsl.learner.grouping import GROUPINGS
+from masdsl.learner.losses import LOSSES
+
+Grouping = Literal["at", "agent", "turn", "trajectory"]  # == tuple(GROUPINGS), tested
+Loss = Literal["grpo"]  # == tuple(LOSSES), tested
+
+
+def problems(tc: Any) -> list[str]:
+    """Every problem with the `train` section alone (empty when it is valid)."""
+    out = []
+    if tc.grouping not in GROUPINGS:
+        out.append(f"`train.grouping` must be one of {', '.join(GROUPINGS)}; got `{tc.grouping}`")
+    if tc.loss not in LOSSES:
+        out.append(f"`train.loss` must be one of {', '.join(LOSSES)}; got `{tc.loss}`")
+    if not 0 < tc.clip_eps < 1:
+        out.append(f"`train.clip_eps` must be in (0, 1); got {tc.clip_eps}")
+    if tc.lr <= 0:
+        out.append(f"`train.lr` must be positive; got {tc.lr}")
+    for name in ("kl_coef", "weight_decay", "eval_every", "checkpoint_every", "eval_tasks"):
+        if getattr(tc, name) < 0:
+            out.append(f"`train.{name}` must be >= 0; got {getattr(tc, name)}")
+    if tc.max_grad_norm <= 0:
+        out.append(f"`train.max_grad_norm` must be positive; got {tc.max_grad_norm}")
+    if tc.micro_batch_tokens < 1:
+        out.append(f"`train.micro_batch_tokens` must be at least 1; got {tc.micro_batch_tokens}")
+    if tc.grouping == "trajectory" and tc.samples < 2:
+        out.append("`train.grouping=trajectory` needs `train.samples` >= 2 episodes per task to compare")
+    return out
+
+
+def validate(workflow: Any, cfg: Any) -> None:
+    """Raise one ConfigError listing every problem of `cfg` for `workflow` (no models loaded)."""
+    from masdsl.learner.policies import effective_policies
+
+    errors = problems(cfg.train)
+    specs = effective_policies(workflow, cfg.policy)  # raises on unknown policy names / lora keys
+    if all(s.frozen or not workflow.roles_of_policy(n) for n, s in specs.items()):
+        errors.append("every policy is frozen (or has no role): `masdsl run` would train nothing; use `masdsl eval`")
+    for name in ("train", "eval"):
+        if name not in workflow.data:
+            errors.append(f"workflow `{workflow.name}` has no `data {name} ...` line; training needs both splits")
+    if errors:
+        raise ConfigError("\n".join(errors) if len(errors) == 1 else "invalid configuration:\n  - " + "\n  - ".join(errors))
+
