@@ -1,0 +1,91 @@
+"""The `.mas` language: text -> AST -> diagnostics -> `Workflow`.
+
+Public API: `load(path)`, `loads(text, name=..., base_dir=None)` (both raise `MasError` with
+every error found), `analyze(text, path)` (diagnostics without raising: what `masdsl check`
+uses), `Diagnostic`, `MasError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from masdsl.lang.errors import Diagnostic, MasError
+from masdsl.lang.workflow import Workflow
+
+__all__ = ["load", "loads", "analyze", "Analysis", "Diagnostic", "MasError", "Workflow"]
+
+
+@dataclass
+class Analysis:
+    """The outcome of checking one file: a workflow when there are no errors."""
+
+    path: str
+    workflow: Workflow | None
+    diagnostics: list[Diagnostic]
+    sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.is_error]
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if not d.is_error]
+
+
+def analyze(text: str, path: str = "<string>", base_dir: str | Path | None = None, registry=None,
+            name: str | None = None) -> Analysis:
+    """Parse, check and (when clean) compile; never raises for a user mistake."""
+    from masdsl.lang.check import run_checks
+    from masdsl.lang.compile import compile_workflow
+    from masdsl.lang.parse import parse_text
+
+    module, diags = parse_text(text, path)
+    sources = {path: text}
+    if module is None:
+        return Analysis(path, None, diags, sources)
+    c = run_checks(module, text, Path(base_dir) if base_dir is not None else None, registry)
+    sources.update(c.sources)
+    if any(d.is_error for d in c.diags):
+        return Analysis(path, None, c.diags, sources)
+    stem = name or Path(path).stem
+    wf = compile_workflow(c, stem, Path(path) if base_dir is not None and path != "<string>" else None)
+    return Analysis(path, wf, c.diags, sources)
+
+
+def loads(text: str, name: str = "<string>", base_dir: str | Path | None = None) -> Workflow:
+    """Compile `.mas` text; `name` is the file name shown in errors; relative paths (data,
+    prompt files, imports) resolve against `base_dir` (default: the current directory)."""
+    a = analyze(text, name, base_dir if base_dir is not None else Path.cwd(),
+                name=Path(name).stem if name != "<string>" else "workflow")
+    if a.workflow is None:
+        raise MasError(a.diagnostics, a.sources)
+    if name == "<string>":
+        a.workflow.path = None
+    return a.workflow
+
+
+def load(path: str | Path) -> Workflow:
+    """Compile a `.mas` file; paths inside it resolve relative to the file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        from masdsl.errors import UserError
+
+        raise _FileError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _FileError(f"{path}: cannot read: {exc}") from None
+    a = analyze(text, str(path), p.parent)
+    if a.workflow is None:
+        raise MasError(a.diagnostics, a.sources)
+    a.workflow.path = p
+    return a.workflow
+
+
+from masdsl.errors import UserError as _UserError  # noqa: E402
+
+
+class _FileError(_UserError):
+    """A `.mas` file that cannot be read."""
