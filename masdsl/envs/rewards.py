@@ -1,0 +1,222 @@
+"""Functions `.mas` expressions call: rewards, guards, `team` and `success`.
+
+Code is judged only in the sandbox (`masdsl.envs.sandbox`); math answers are compared with
+`math-verify` (sympy only if math-verify itself fails). Missing values (an empty parse, a
+None) score 0 / False rather than raising, so one bad candidate never stops a run.
+
+>>> pass_rate("def f(x):\\n    return 2 * x", ["assert f(2) == 4", "assert f(3) == 5"])
+0.5
+>>> passes("print(input()[::-1])", [{"input": "abc", "output": "cba"}])
+True
+>>> correct("\\\\frac{1}{2}", "0.5"), agree("2", "3")
+(1.0, False)
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import threading
+from typing import Any, Sequence
+
+from masdsl.envs.registry import function
+
+
+def _tests(tests: Any) -> list | None:
+    """`tests` as a non-empty list of assert strings or io pairs, else None."""
+    if isinstance(tests, str):
+        from masdsl.envs.parsers import asserts
+
+        tests = asserts(tests)
+    if not isinstance(tests, (list, tuple)) or not tests:
+        return None
+    return list(tests)
+
+
+def test_report(code: Any, tests: Any):
+    """The sandbox's `TestReport` of `code` on `tests`, or None when either is missing/invalid."""
+    from masdsl.envs.sandbox import run_tests
+    from masdsl.errors import UserError
+
+    tests = _tests(tests)
+    if not isinstance(code, str) or not code.strip() or tests is None:
+        return None
+    try:
+        return run_tests(code, tests)
+    except UserError:  # a malformed test list: nothing to run
+        return None
+
+
+test_report.__test__ = False  # a function named test_*: not a pytest test
+
+
+@function("pass_rate", returns="number")
+def pass_rate(code: Any, tests: Any) -> float:
+    """Fraction of `tests` (assert strings or {input, output} pairs) that `code` passes; 0.0
+    when the code or the tests are empty (a tester with no tests earns nothing).
+
+    >>> pass_rate("", ["assert True"]), pass_rate("x = 1", []), pass_rate(None, None)
+    (0.0, 0.0, 0.0)
+    """
+    report = test_report(code, tests)
+    return float(report.pass_rate) if report is not None else 0.0
+
+
+@function("passes", returns="bool")
+def passes(code: Any, tests: Any) -> bool:
+    """True when there is at least one test and `code` passes all of them.
+
+    >>> passes("x = 1", ["assert x == 1"]), passes("x = 1", [])
+    (True, False)
+    """
+    report = test_report(code, tests)
+    return report is not None and all(report.passed)
+
+
+
+def _math_verify_equal(answer: str, reference: str) -> bool:
+    from math_verify import parse, verify
+
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    # math-verify's timeouts use SIGALRM, which only the main thread may set
+    limit = 5 if threading.current_thread() is threading.main_thread() else None
+    gold = parse(_as_boxed(reference), parsing_timeout=limit)
+    pred = parse(_as_boxed(answer), parsing_timeout=limit)
+    if not gold or not pred:
+        return False
+    return bool(verify(gold, pred, timeout_seconds=limit))
+
+
+def _as_boxed(text: str) -> str:
+    return text if "\\boxed" in text else "\\boxed{" + text + "}"
+
+
+def _sympy_equal(answer: str, reference: str) -> bool:
+    """The fallback when math-verify errors: sympy's simplify of the difference."""
+    import sympy
+    from sympy.parsing.sympy_parser import parse_expr
+
+    if answer.strip() == reference.strip():
+        return True
+    try:
+        return sympy.simplify(parse_expr(answer) - parse_expr(reference)) == 0
+    except Exception:  # noqa: BLE001 - an unparsable answer is simply not equal
+        return False
+
+
+def _clean(value: Any) -> str | None:
+    if value is None or isinstance(value, bool):
+        return None
+    text = str(value).strip().strip("$").strip()
+    return text or None
+
+
+def equivalent(answer: Any, reference: Any) -> bool:
+    """Whether two final answers are mathematically equal (both non-empty).
+
+    >>> equivalent("2\\\\sqrt{2}", "\\\\sqrt{8}"), equivalent("10,000", 10000), equivalent("", "")
+    (True, True, False)
+    """
+    a, b = _clean(answer), _clean(reference)
+    if a is None or b is None:
+        return False
+    try:
+        return _math_verify_equal(a, b)
+    except Exception:  # noqa: BLE001 - math-verify failed on this input: fall back to sympy
+        return _sympy_equal(a, b)
+
+
+@function("correct", returns="number")
+def correct(answer: Any, reference: Any) -> float:
+    """1.0 when `answer` equals `reference` mathematically (math-verify), else 0.0.
+
+    >>> correct("x = 3", "3"), correct("0.75", "\\\\frac{3}{4}"), correct("4", "3"), correct(None, "3")
+    (1.0, 1.0, 0.0, 0.0)
+    """
+    return 1.0 if equivalent(answer, reference) else 0.0
+
+
+@function("agree", returns="bool")
+def agree(a: Any, b: Any) -> bool:
+    """True when two agents' answers are equivalent (neither empty).
+
+    >>> agree("1/2", "0.5"), agree("", "")
+    (True, False)
+    """
+    return equivalent(a, b)
+
+
+@function("run_answer", returns="str")
+def run_answer(code: Any) -> str:
+    """Run `code` in the sandbox; its last non-empty stdout line ("" if it failed or printed nothing).
+
+    >>> run_answer("print('work')\\nprint(6 * 7)"), run_answer("1/0")
+    ('42', '')
+    """
+    from masdsl.envs.sandbox import run_python
+
+    if not isinstance(code, str) or not code.strip():
+        return ""
+    result = run_python(code)
+    if not result.ok:
+        return ""
+    lines = [ln.strip() for ln in result.stdout.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+@function("len", returns="number")
+def length(x: Any) -> int:
+    """Length of a list or string; 0 for None (an empty parse).
+
+    >>> length([1, 2]), length(None), length("abc")
+    (2, 0, 3)
+    """
+    if x is None:
+        return 0
+    try:
+        return builtins.len(x)
+    except TypeError:
+        return 0
+
+
+@function("min", returns="number")
+def minimum(a: Any, b: Any) -> Any:
+    """The smaller of two values.
+
+    >>> minimum(0.5, 1)
+    0.5
+    """
+    return builtins.min(a, b)
+
+
+@function("max", returns="number")
+def maximum(a: Any, b: Any) -> Any:
+    """The larger of two values.
+
+    >>> maximum(0.5, 1)
+    1
+    """
+    return builtins.max(a, b)
+
+
+@function("abs", returns="number")
+def absolute(x: Any) -> Any:
+    """Absolute value.
+
+    >>> absolute(-2.5)
+    2.5
+    """
+    return builtins.abs(x)
+
+
+def tester_reward(solution: Any, tests: Sequence[Any] | None) -> float:
+    """The tester's reward in `coder_tester`: the reference solution's pass rate on the tests it
+    wrote (`pass_rate(task.solution, tests)`); wrong tests fail a correct solution.
+
+    >>> tester_reward("def f(x):\\n    return x", ["assert f(1) == 1", "assert f(1) == 2"])
+    0.5
+    """
+    return pass_rate(solution, tests)
+
+
+tester_reward.__test__ = False  # named test*: not a pytest test
