@@ -1,0 +1,230 @@
+"""The Tracker against a real `mlflow server` (fixture in conftest.py) and the default SQLite store."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from masdsl.config import flatten, resolve_config, to_yaml
+from masdsl.errors import UserError
+from masdsl.tracking import NullTracker, Tracker, TrackingError, start_run
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+def step_metrics(step: int) -> dict[str, float]:
+    """What the trainer logs per step (issue 6 names), with values that depend on the step."""
+    return {
+        "success/train": step / 10,
+        "reward/coder/turn0": 1.0 + step,
+        "reward/coder/turn0/std": 0.5,
+        "reward/tester/turn0": 2.0 - step,
+        "groups/count": 8.0,
+        "groups/zero_variance_frac": 0.25,
+        "loss/writer": 0.1 * step,
+        "loss/checker": 0.2 * step,
+        "clip_frac/writer": 0.01,
+        "clip_frac/checker": 0.02,
+        "kl/writer": 0.001 * step,
+        "kl/checker": 0.002 * step,
+        "grad_norm/writer": 1.5,
+        "grad_norm/checker": 2.5,
+        "tokens/generated": 100.0 * (step + 1),
+        "time/rollout_s": 1.25,
+    }
+
+
+def history(client, run_id: str, key: str) -> list[tuple[int, float]]:
+    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
+
+
+def children(client, run) -> dict[str, object]:
+    found = client.search_runs([run.info.experiment_id], f"tags.mlflow.parentRunId = '{run.info.run_id}'")
+    return {r.info.run_name: r for r in found}
+
+
+def artifact_paths(client, run_id: str, path: str | None = None) -> set[str]:
+    out = set()
+    for item in client.list_artifacts(run_id, path):
+        out |= artifact_paths(client, run_id, item.path) if item.is_dir else {item.path}
+    return out
+
+
+def test_run_records_parent_children_params_tags_metrics_artifacts(mlflow_server, make_workflow, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    wf = make_workflow(unique("wf"))
+    cfg = resolve_config(train_block={"samples": 2, "grouping": "agent"},
+                         overrides=[f"tracking.uri={mlflow_server.uri}"])
+    tracker = start_run(wf, cfg, kind="run", run_dir=tmp_path / "run")
+    assert isinstance(tracker, Tracker) and tracker.run_id
+    for step in range(3):
+        tracker.log_metrics(step_metrics(step), step=step)
+    tracker.log_metrics({"success/eval": 0.5}, step=2)
+    tracker.log_text("## episode 0\ncoder: print(1)\n", "transcripts/eval_step2/episode0.md")
+    extra = tmp_path / "weights.txt"
+    extra.write_text("adapter")
+    tracker.log_artifact(extra, "weights")
+    tracker.finish()
+    assert tracker.ui_command().endswith(f"/#/experiments/{tracker.experiment_id}/runs/{tracker.run_id}")
+
+    client = MlflowClient(mlflow_server.uri)
+    exp = client.get_experiment_by_name(wf.name)  # experiment named after the workflow
+    assert exp is not None
+    run = client.get_run(tracker.run_id)
+    assert run.info.experiment_id == exp.experiment_id and run.info.status == "FINISHED"
+
+    # params: the whole resolved config, flattened
+    assert run.data.params == {k: str(v) for k, v in flatten(cfg).items()}
+    assert run.data.params["train.samples"] == "2"
+    # tags: workflow, hash, grouping, roles per policy
+    tags = run.data.tags
+    assert tags["masdsl.workflow"] == wf.name and tags["masdsl.file_hash"] == wf.file_hash
+    assert tags["masdsl.grouping"] == "agent" and tags["masdsl.kind"] == "run"
+    assert tags["masdsl.roles.writer"] == "coder" and tags["masdsl.roles.checker"] == "tester"
+
+    # metrics on the parent, with their steps
+    assert history(client, run.info.run_id, "success/train") == [(0, 0.0), (1, 0.1), (2, 0.2)]
+    assert history(client, run.info.run_id, "loss/checker") == [(0, 0.0), (1, 0.2), (2, 0.4)]
+    assert set(step_metrics(0)) | {"success/eval"} == set(run.data.metrics)
+
+    # one child run per policy, with its own policy metrics (and its roles' rewards)
+    kids = children(client, run)
+    assert set(kids) == {"writer", "checker"}
+    for policy, role in (("writer", "coder"), ("checker", "tester")):
+        kid = kids[policy]
+        assert kid.info.status == "FINISHED"
+        assert kid.data.tags["masdsl.policy"] == policy and kid.data.tags["masdsl.roles"] == role
+        assert {f"{m}/{policy}" for m in ("loss", "clip_frac", "kl", "grad_norm")} <= set(kid.data.metrics)
+        assert f"reward/{role}/turn0" in kid.data.metrics
+        other = "checker" if policy == "writer" else "writer"
+        assert f"loss/{other}" not in kid.data.metrics and "success/train" not in kid.data.metrics
+    assert history(client, kids["writer"].info.run_id, "loss/writer") == [(0, 0.0), (1, 0.1), (2, 0.2)]
+
+    # artifacts: source, resolved config, transcript, extra file, progress plot
+    paths = artifact_paths(client, run.info.run_id)
+    assert {f"source/{wf.name}.mas", "config/resolved.yaml", "plots/progress.png",
+            "transcripts/eval_step2/episode0.md", "weights/weights.txt"} <= paths
+    got = Path(client.download_artifacts(run.info.run_id, "config/resolved.yaml", str(tmp_path)))
+    assert got.read_text() == to_yaml(cfg)
+    got = Path(client.download_artifacts(run.info.run_id, "plots/progress.png", str(tmp_path)))
+    assert got.read_bytes()[:8] == PNG_MAGIC and got.stat().st_size > 5000
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()  # nothing had to be buffered
+
+
+def test_server_outage_mid_run_buffers_and_flushes(mlflow_server, make_workflow, tmp_path, capsys):
+    from mlflow.tracking import MlflowClient
+
+    wf = make_workflow(unique("outage"))
+    cfg = resolve_config(overrides=[f"tracking.uri={mlflow_server.uri}"])
+    tracker = start_run(wf, cfg, kind="run", run_dir=tmp_path / "run")
+    tracker.outbox.retry_every_s = 0.5  # retry sooner than the default so the test is short
+    tracker.log_metrics(step_metrics(0), step=0)
+    mlflow_server.stop()
+    try:
+        t0 = time.monotonic()
+        for step in (1, 2, 3):
+            tracker.log_metrics(step_metrics(step), step=step)  # must neither raise nor stall
+        tracker.log_text("transcript during outage", "transcripts/outage.md")
+        outage_s = time.monotonic() - t0
+        assert tracker.outbox.down and len(tracker.outbox) == 4
+    finally:
+        mlflow_server.start()
+    # MLflow's defaults (7 retries, exponential backoff) would stall each call for minutes
+    assert outage_s < 30, f"logging during the outage took {outage_s:.1f} s"
+    err = capsys.readouterr().err
+    assert err.count("tracking server unreachable") == 1, err
+
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert rows[2]["metrics"]["loss/writer"] == pytest.approx(0.3)
+
+    time.sleep(0.6)
+    tracker.log_metrics(step_metrics(4), step=4)  # the server is back: everything is sent now
+    assert not tracker.outbox.down and len(tracker.outbox) == 0
+    assert "tracking server is back" in capsys.readouterr().err
+
+    client = MlflowClient(mlflow_server.uri)
+    assert [s for s, _ in history(client, tracker.run_id, "success/train")] == [0, 1, 2, 3, 4]
+    assert history(client, tracker.run_id, "loss/writer")[3] == (3, pytest.approx(0.3))
+    writer = children(client, client.get_run(tracker.run_id))["writer"]
+    assert [s for s, _ in history(client, writer.info.run_id, "loss/writer")] == [0, 1, 2, 3, 4]
+    tracker.finish()
+    assert client.get_run(tracker.run_id).info.status == "FINISHED"
+    assert "transcripts/outage.md" in artifact_paths(client, tracker.run_id)
+
+
+def test_unreachable_from_the_start_never_raises(make_workflow, tmp_path, capsys):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    wf = make_workflow(unique("down"))
+    cfg = resolve_config(overrides=[f"tracking.uri=http://127.0.0.1:{port}"])
+    t0 = time.monotonic()
+    tracker = start_run(wf, cfg, kind="eval", run_dir=tmp_path / "run")
+    for step in range(5):
+        tracker.log_metrics(step_metrics(step), step=step)
+    tracker.log_text("t", "transcripts/x.md")
+    tracker.finish_wait_s = 1.0
+    tracker.finish()
+    assert time.monotonic() - t0 < 30
+    assert tracker.run_id is None and len(tracker.outbox) > 0
+    err = capsys.readouterr().err
+    assert err.count("tracking server unreachable") == 1, err
+    assert "could not be sent before the end of the run" in err
+    rows = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(r)["step"] for r in rows] == [0, 1, 2, 3, 4]
+    assert (tmp_path / "run" / "progress.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_default_store_is_sqlite_in_the_working_directory(make_workflow, tmp_path, monkeypatch, capsys):
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    wf = make_workflow(unique("local"))
+    with start_run(wf, resolve_config(), kind="eval", run_dir=Path("runs/e1")) as tracker:
+        tracker.log_metrics({"success/eval": 0.75, "reward/coder/turn0": 1.0}, step=0)
+    db = tmp_path / "mlflow.db"
+    assert db.exists()
+    command = f"mlflow ui --backend-store-uri sqlite:///{db}"
+    assert tracker.ui_command() == command
+    assert command in capsys.readouterr().err
+    run = MlflowClient(f"sqlite:///{db}").get_run(tracker.run_id)
+    assert run.data.metrics == {"success/eval": 0.75, "reward/coder/turn0": 1.0}
+    assert run.data.tags["masdsl.kind"] == "eval" and run.info.status == "FINISHED"
+
+
+def test_failed_run_is_marked_failed(mlflow_server, make_workflow, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    uri = mlflow_server.uri
+    cfg = resolve_config(overrides=[f"tracking.uri={uri}", "tracking.experiment=custom_name"])
+    with pytest.raises(RuntimeError):
+        with start_run(make_workflow(unique("fail")), cfg, kind="run", run_dir=tmp_path / "r") as tracker:
+            raise RuntimeError("training crashed")
+    client = MlflowClient(uri)
+    run = client.get_run(tracker.run_id)
+    assert run.info.status == "FAILED"
+    assert client.get_experiment(run.info.experiment_id).name == "custom_name"  # overrides the workflow name
+    assert {r.info.status for r in children(client, run).values()} == {"FAILED"}
+
+
+def test_disabled_and_bad_uri(make_workflow, tmp_path):
+    off = start_run(make_workflow("w"), resolve_config(overrides=["tracking.enabled=false"]),
+                    kind="run", run_dir=tmp_path)
+    assert isinstance(off, NullTracker) and off.run_id is None
+    with pytest.raises(TrackingError) as err:
+        start_run(make_workflow("w"), resolve_config(overrides=["tracking.uri=htp://x:1"]),
+                  kind="run", run_dir=tmp_path)
+    assert isinstance(err.value, UserError) and "unknown scheme `htp`" in str(err.value)
