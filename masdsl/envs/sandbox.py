@@ -81,6 +81,30 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
+def limits_from_config(cfg: Any) -> Limits:
+    """`Limits` from a config's `sandbox` block (a dataclass, a mapping or an OmegaConf node).
+
+    >>> limits_from_config({"timeout_s": 2, "max_procs": 8}).max_procs
+    8
+    """
+    if cfg is None:
+        return DEFAULT_LIMITS
+    if isinstance(cfg, Limits):
+        return cfg
+    get = cfg.get if hasattr(cfg, "get") else (lambda k, d=None: getattr(cfg, k, d))
+    names = ("timeout_s", "memory_mb", "max_procs", "max_file_mb", "max_output_kb", "max_open_files", "isolation")
+    values = {k: get(k, None) for k in names}
+    return Limits(**{k: (type(getattr(DEFAULT_LIMITS, k))(v) if k != "isolation" else str(v))
+                     for k, v in values.items() if v is not None})
+
+
+def set_default_limits(limits: Limits) -> None:
+    """Make `limits` the default of every later run that is not given its own (the runtime
+    calls this once with the run's `sandbox` config, so `pass_rate` etc. obey it)."""
+    global DEFAULT_LIMITS
+    DEFAULT_LIMITS = limits
+
+
 @dataclass(frozen=True)
 class SandboxResult:
     """The outcome of `run_python`. `ok`: exit status 0, within every limit."""
@@ -240,7 +264,7 @@ def _mode(isolation: Isolation) -> _Mode:
             return _MODES[isolation]
         for candidate in _candidate_modes(isolation):
             _MODES[isolation] = candidate
-            probe = _run_job({"mode": "run", "code": "print('ok')"}, "", DEFAULT_LIMITS, candidate)
+            probe = _run_job({"mode": "run", "code": "print('ok')"}, "", Limits(), candidate)
             if probe["rc"] == 0 and probe["stdout"] == b"ok\n":
                 return candidate
             del _MODES[isolation]
@@ -364,6 +388,10 @@ def _run_job(job: dict[str, Any], stdin: str, limits: Limits, mode: _Mode | None
             out = _collect(proc, limits, nonce.encode())
         if uid is not None and mode.name == "none":
             _kill_uid(uid)
+        if mode.name == "bwrap" and 128 < out["rc"] < 128 + 65:  # bwrap: 128 + signal number
+            out["rc"] = 128 - out["rc"]
+        if out["rc"] == -signal.SIGXCPU:  # the CPU-time limit: a timeout too
+            out["timed_out"] = True
         return out
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -642,5 +670,5 @@ def run_python_many(jobs: Iterable[tuple[str, str]], *, limits: Limits | None = 
 
 __all__ = [
     "CACHE", "DEFAULT_LIMITS", "Limits", "SandboxResult", "TestReport", "TestResult", "isolation_summary",
-    "normalize_output", "pool_size", "run_python", "run_python_many", "run_tests", "run_tests_many",
+    "limits_from_config", "normalize_output", "pool_size", "set_default_limits", "run_python", "run_python_many", "run_tests", "run_tests_many",
 ]
