@@ -113,9 +113,11 @@ def _call(c, node: A.Call, scope: Scope) -> str:
         c.error("unknown-function", f"unknown function `{name}`", node.func.span, label="not a registered function",
                 help=did_you_mean(name, c.registry.functions))
         return ANY
-    if spec.env is not None and spec.env != c.env_name and c.env_name is not None:
-        c.error("wrong-env", f"`{name}` belongs to environment `{spec.env}`, but this workflow uses `{c.env_name}`",
-                node.func.span, label=f"needs `env {spec.env}`")
+    envs = tuple(getattr(spec, "envs", ()) or ()) or ((spec.env,) if spec.env else ())
+    if envs and c.env_name is not None and c.env_name not in envs:
+        which = " or ".join(f"`{e}`" for e in envs)
+        c.error("wrong-env", f"`{name}` reads the state of environment {which}, but this workflow uses `{c.env_name}`",
+                node.func.span, label=f"needs `env {envs[0]}`" + (" (or another listed env)" if len(envs) > 1 else ""))
     from masdsl.lang.check import _bind
 
     why = _bind(spec.fn, len(node.args), [k.name.name for k in node.kwargs], skip=1 if spec.env else 0)

@@ -1,7 +1,7 @@
 """Prompt templates: Jinja2 in a sandbox, checked against the variables a workflow provides.
 
 Templates render in an `ImmutableSandboxedEnvironment` with `StrictUndefined` (a missing value
-is an error, never an empty string), `trim_blocks` and `lstrip_blocks` on. Variables: `task`,
+is an error, never an empty string), the same settings as `masdsl.runtime.prompts`. Variables: `task`,
 `env`, `turn`, `role` (the role's own name), `history` (list of prior outputs), and every role
 name as a mapping of that role's latest fields (`{{ coder.code }}`).
 
@@ -35,8 +35,7 @@ BASE_VARIABLES = ("task", "env", "turn", "role", "history")
 
 @functools.lru_cache(maxsize=1)
 def environment() -> ImmutableSandboxedEnvironment:
-    return ImmutableSandboxedEnvironment(undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                                         keep_trailing_newline=False, autoescape=False)
+    return ImmutableSandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=False, autoescape=False)
 
 
 @functools.lru_cache(maxsize=512)

@@ -100,7 +100,7 @@ class RoleSpec:
 class DataSpec:
     split: str  # "train" | "eval"
     source: str | None = None  # registered data source name, or None for a file
-    args: tuple[Any, ...] = ()
+    args: tuple[Any, ...] = ()  # the call's arguments as written, split included: humaneval("train") -> ("train",)
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     path: Path | None = None  # JSONL file, resolved relative to the .mas file
     span: Span | None = None
