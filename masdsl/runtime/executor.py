@@ -142,10 +142,8 @@ def parser_empty(expr: Expr) -> Any:
     """The registered `empty` value of the parser called by a `parse` expression (else None)."""
     from masdsl.envs.registry import REGISTRY
 
-    name = getattr(expr, "name", None) or getattr(expr, "func", None)
-    if not isinstance(name, str):
-        m = _CALL_NAME.match(getattr(expr, "source", "") or "")
-        name = m.group(1) if m else None
+    m = _CALL_NAME.match(getattr(expr, "source", "") or "")
+    name = m.group(1) if m else None
     spec = REGISTRY.functions.get(name) if name else None
     return copy.deepcopy(spec.empty) if spec is not None else None
 
@@ -466,3 +464,28 @@ def rollout(
         pool.close()
     return Rollout(records, [r for r in results if r is not None], run.tokens, time.perf_counter() - t0,
                    run.gen_s, run.env_s, run.truncated_prompts, dict(run.errors))
+
+
+def metrics(ro: Rollout, split: str = "eval") -> dict[str, float]:
+    """Flat metrics of a rollout, named as the tracker and `masdsl eval` use them.
+
+    `success/<split>`, `reward/<role>/turn<t>` (mean reward of the selected candidates),
+    `episodes`, `tokens_generated`, `tokens_per_s` (over wall time), `wall_s`, `gen_s`, `env_s`,
+    `truncated_episodes`, `truncated_prompts`, `expression_errors`.
+    """
+    n = len(ro.episodes)
+    by_key: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for e in ro.episodes:
+        for key, value in e.rewards_by_role_turn.items():
+            by_key[key].append(value)
+    out = {f"success/{split}": sum(e.success for e in ro.episodes) / n if n else 0.0}
+    for (role, turn), values in sorted(by_key.items()):
+        out[f"reward/{role}/turn{turn}"] = sum(values) / len(values)
+    out.update(
+        episodes=float(n), tokens_generated=float(ro.tokens_generated),
+        tokens_per_s=ro.tokens_generated / ro.wall_s if ro.wall_s > 0 else 0.0,
+        wall_s=ro.wall_s, gen_s=ro.gen_s, env_s=ro.env_s,
+        truncated_episodes=float(sum(e.truncated for e in ro.episodes)),
+        truncated_prompts=float(ro.truncated_prompts), expression_errors=float(sum(ro.errors.values())),
+    )
+    return out

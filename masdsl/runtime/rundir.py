@@ -1,0 +1,104 @@
+"""The run folder: `runs/<workflow>/<timestamp>/` with the records and what produced them.
+
+    records.jsonl   one StepRecord per line, appended as episodes finish (never held whole)
+    graph.mmd       the compiled flow as mermaid text
+    config.yaml     the resolved configuration (`masdsl.config.to_yaml`)
+    workflow.mas    the source text of the workflow
+    summary.json    the metrics of the run (written at the end by the command)
+
+>>> import tempfile
+>>> from masdsl.runtime.records import StepRecord
+>>> rd = RunDir(Path(tempfile.mkdtemp()))
+>>> rd.write_records([StepRecord(0, 0, "t", "a", 0, "a", 0, True, "p", [1], [2], [0.0], 1.0, 0.0, 1.0, "stop", True)])
+>>> [r.task_id for r in rd.records()]
+['t']
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from masdsl.errors import UserError
+from masdsl.runtime.records import StepRecord, read_records, write_records
+
+RECORDS = "records.jsonl"
+GRAPH = "graph.mmd"
+CONFIG = "config.yaml"
+SOURCE = "workflow.mas"
+SUMMARY = "summary.json"
+
+
+def mermaid(workflow: Any) -> str:
+    """The flow as mermaid text (the language's renderer when present, else a plain one)."""
+    try:
+        from masdsl.lang.graph import to_mermaid
+
+        return to_mermaid(workflow)
+    except ImportError:
+        pass
+    ids = {n: f"n{i}" for i, n in enumerate(workflow.graph.nodes)}
+    lines = ["flowchart TD"]
+    lines += [f'  {ids[n]}["{n}"]' for n in workflow.graph.nodes]
+    for u, v, d in sorted(workflow.graph.edges(data=True), key=lambda e: (str(e[0]), e[2].get("order", 0))):
+        guard = d.get("guard")
+        label = f'|"{getattr(guard, "source", "")}"|' if guard is not None else ""
+        lines.append(f"  {ids[u]} -->{label} {ids[v]}")
+    return "\n".join(lines) + "\n"
+
+
+class RunDir:
+    """One run's folder; `write_records` doubles as the executor's `on_records` callback."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.n_records = 0
+
+    @classmethod
+    def create(cls, workflow: Any, cfg: Any, root: str | Path | None = None) -> "RunDir":
+        """A fresh `root/<workflow>/<UTC timestamp>` folder holding graph, config and source."""
+        from masdsl.config import to_yaml
+
+        base = Path(root if root is not None else cfg.runtime.runs_dir) / workflow.name
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        path, i = base / stamp, 1
+        while path.exists():
+            i += 1
+            path = base / f"{stamp}-{i}"
+        rd = cls(path)
+        (path / GRAPH).write_text(mermaid(workflow), encoding="utf-8")
+        (path / CONFIG).write_text(to_yaml(cfg), encoding="utf-8")
+        (path / SOURCE).write_text(workflow.source or "", encoding="utf-8")
+        return rd
+
+    @property
+    def records_path(self) -> Path:
+        return self.path / RECORDS
+
+    def write_records(self, records: Iterable[StepRecord]) -> None:
+        self.n_records += write_records(self.records_path, records)
+
+    __call__ = write_records
+
+    def records(self) -> Iterator[StepRecord]:
+        return read_records(self.records_path) if self.records_path.exists() else iter(())
+
+    def write_summary(self, summary: dict[str, Any]) -> Path:
+        out = self.path / SUMMARY
+        out.write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
+        return out
+
+
+def open_run(path: str | Path) -> RunDir:
+    """An existing run folder (a UserError if it holds no records)."""
+    p = Path(path)
+    if (p / RECORDS).is_file():
+        return RunDir(p)
+    if p.is_dir():  # runs/<workflow>: take the newest run inside
+        runs = sorted((c for c in p.iterdir() if (c / RECORDS).is_file()), key=lambda c: c.name)
+        if runs:
+            return RunDir(runs[-1])
+    raise UserError(f"`{p}` is not a run folder (no {RECORDS} in it)")

@@ -1,0 +1,192 @@
+"""Set up what a rollout needs from a `Workflow` and a `Config`: the env, the tasks, the engines.
+
+    env, splits = prepare(workflow, cfg)          # env from the registry, {"train": [...], "eval": [...]}
+    engines = build_engines(workflow, cfg)        # {policy: Engine}; one engine per distinct model
+
+Engines: `runtime.engine=replay` serves every policy from `runtime.replay_file`; otherwise
+`masdsl.runtime.backends.build_engine` (the engines' own factory) when it exists, else the
+`hf` engine (or `vllm` when asked for / `auto` with vLLM importable). With `runtime.ray`
+each engine lives in a Ray actor (`actors.RemoteEngine`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib.util
+import inspect
+import json
+from functools import partial
+from pathlib import Path
+from typing import Any, Mapping
+
+from masdsl.config import ConfigError
+from masdsl.errors import DataError, UserError
+from masdsl.lang.workflow import DataSpec, PolicySpec, Workflow
+
+
+def sandbox_limits(cfg: Any) -> Any:
+    """`cfg.sandbox` as the sandbox's `Limits` (the fields both know)."""
+    from masdsl.envs.sandbox import Limits
+
+    names = {f.name for f in dataclasses.fields(Limits)}
+    return Limits(**{k: v for k, v in dataclasses.asdict(cfg.sandbox).items() if k in names})
+
+
+def make_env(workflow: Workflow, cfg: Any) -> Any:
+    """Instantiate the workflow's env from the registry with `workflow.env_args` (and the
+    sandbox limits when its constructor takes `limits`)."""
+    from masdsl.envs.registry import load_builtins
+
+    registry = load_builtins()
+    spec = registry.envs.get(workflow.env)
+    if spec is None:
+        near = difflib.get_close_matches(workflow.env, list(registry.envs), n=1)
+        hint = f" (did you mean `{near[0]}`?)" if near else ""
+        raise UserError(f"unknown env `{workflow.env}`{hint}")
+    kwargs = dict(workflow.env_args)
+    try:
+        params = inspect.signature(spec.factory).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if "limits" in params and "limits" not in kwargs:
+        kwargs["limits"] = sandbox_limits(cfg)
+    try:
+        return spec.factory(**kwargs)
+    except TypeError as exc:
+        raise UserError(f"env `{workflow.env}`: bad arguments {kwargs}: {exc}") from None
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """Rows of a JSONL file (`masdsl.envs.datasets.load_jsonl` when present)."""
+    try:
+        from masdsl.envs.datasets import load_jsonl
+    except ImportError:
+        load_jsonl = None
+    if load_jsonl is not None:
+        return list(load_jsonl(path))
+    if not path.is_file():
+        raise DataError(f"data file `{path}` does not exist")
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise DataError(f"{path}:{lineno}: not valid JSON: {exc.msg}") from None
+    return rows
+
+
+def load_split(spec: DataSpec) -> list[dict]:
+    """The rows of one `data` line, checked: dicts with a unique `id` (made a string)."""
+    from masdsl.envs.registry import load_builtins
+
+    where = f"{spec.span}: " if spec.span is not None else ""
+    if spec.source is not None:
+        source = load_builtins().data_sources.get(spec.source)
+        if source is None:
+            raise UserError(f"{where}unknown data source `{spec.source}`")
+        rows = list(source.fn(*spec.args, **dict(spec.kwargs)))
+    elif spec.path is not None:
+        rows = read_jsonl(Path(spec.path))
+    else:
+        raise DataError(f"{where}`data {spec.split}` names neither a source nor a file")
+    seen: set[str] = set()
+    out = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping) or "id" not in row:
+            raise DataError(f"{where}row {i} of `data {spec.split}` has no `id`")
+        row = {**row, "id": str(row["id"])}
+        if row["id"] in seen:
+            raise DataError(f"{where}`data {spec.split}` has the id `{row['id']}` twice")
+        seen.add(row["id"])
+        out.append(row)
+    return out
+
+
+def prepare(workflow: Workflow, cfg: Any) -> tuple[Any, dict[str, list[dict]]]:
+    """The env and every data split of the workflow."""
+    return make_env(workflow, cfg), {split: load_split(spec) for split, spec in workflow.data.items()}
+
+
+def effective_policies(workflow: Workflow, cfg: Any) -> dict[str, PolicySpec]:
+    """The workflow's policies with `policy.<name>.*` overrides applied (unknown names: error)."""
+    overrides = dict(cfg.policy or {})
+    for name in overrides:
+        if name not in workflow.policies:
+            near = difflib.get_close_matches(name, list(workflow.policies), n=1)
+            hint = f" (did you mean `policy.{near[0]}`?)" if near else f" (policies: {', '.join(workflow.policies)})"
+            raise ConfigError(f"unknown policy `{name}` in `policy.{name}`{hint}")
+    out = {}
+    for name, spec in workflow.policies.items():
+        o = overrides.get(name)
+        changes = {k: getattr(o, k) for k in ("model", "lora", "frozen") if o is not None and getattr(o, k) is not None}
+        out[name] = dataclasses.replace(spec, **changes) if changes else spec
+    return out
+
+
+def engine_kind(cfg: Any) -> str:
+    """`runtime.engine`, with `auto` meaning vllm when importable, else hf."""
+    kind = cfg.runtime.engine
+    if kind == "auto":
+        return "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
+    return kind
+
+
+def _build_one(spec: PolicySpec, cfg: Any, kind: str) -> Any:
+    """One engine for a policy's model (the engines' `build_engine` when they provide it)."""
+    try:
+        from masdsl.runtime.backends import build_engine
+    except ImportError:
+        build_engine = None
+    if build_engine is not None:
+        return build_engine(spec, cfg)
+    from masdsl.runtime.models import load_model, resolve_model
+
+    seed = int(cfg.train.seed)
+    if kind == "vllm":
+        from masdsl.runtime.backends.vllm import VLLMEngine
+
+        return VLLMEngine(resolve_model(spec.model), seed=seed, dtype=cfg.runtime.dtype,
+                          gpu_memory_utilization=cfg.runtime.vllm_gpu_memory_utilization)
+    from masdsl.runtime.backends.hf import HFEngine
+
+    model, tokenizer = load_model(spec.model, dtype=cfg.runtime.dtype, device=cfg.runtime.device)
+    return HFEngine(model, tokenizer, seed=seed)
+
+
+def build_engines(workflow: Workflow, cfg: Any) -> dict[str, Any]:
+    """{policy: Engine} for a rollout; policies on the same model share one engine."""
+    kind = engine_kind(cfg)
+    if kind == "replay":
+        from masdsl.runtime.backends.replay import ReplayEngine
+
+        if not cfg.runtime.replay_file:
+            raise ConfigError("`runtime.engine=replay` needs `runtime.replay_file=PATH`")
+        engine = ReplayEngine(cfg.runtime.replay_file)
+        return {name: engine for name in workflow.policies}
+    specs = effective_policies(workflow, cfg)
+    by_model: dict[str, Any] = {}
+    engines = {}
+    for name, spec in specs.items():
+        if spec.model not in by_model:
+            if cfg.runtime.ray:
+                from masdsl.runtime.actors import RemoteEngine, init_ray
+
+                init_ray(cfg)
+                gpus = 1.0 / len({s.model for s in specs.values()}) if str(cfg.runtime.device).startswith("cuda") else 0.0
+                by_model[spec.model] = RemoteEngine(partial(_build_one, spec, cfg, kind), num_gpus=gpus)
+            else:
+                by_model[spec.model] = _build_one(spec, cfg, kind)
+        engines[name] = by_model[spec.model]
+    return engines
+
+
+def close_engines(engines: Mapping[str, Any]) -> None:
+    """Close each distinct engine once."""
+    seen = set()
+    for engine in engines.values():
+        if id(engine) not in seen:
+            seen.add(id(engine))
+            engine.close()
