@@ -495,7 +495,7 @@ def check_templates(c: Ctx) -> None:
     fields: dict[str, set[str] | None] = {"task": c.task_fields, "env": c.env_fields, "turn": None,
                                           "role": None, "history": None}
     for name, f in c.role_fields.items():
-        fields[name] = set(f)
+        fields.setdefault(name, set(f))  # a role named like a variable is already an error
     for name, r in c.roles.items():
         for item, what in [(i, "prompt") for i in r.of(A.RolePrompt)] + [(i, "system") for i in r.of(A.RoleSystem)]:
             lit = item.text

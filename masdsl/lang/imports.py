@@ -57,7 +57,7 @@ def import_file(path: str | Path) -> ModuleType:
             raise
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == resolved]
         line = getattr(exc, "lineno", None) if isinstance(exc, SyntaxError) else (frames[-1].lineno if frames else None)
-        details = "".join(traceback.format_list(frames)) if frames else ""
+        details = "".join(f"  {path}, line {f.lineno}: {(f.line or '').strip()}\n" for f in frames)
         summary = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()[-1]
         raise ImportFileError(str(path), summary, details, line) from None
     _LOADED[resolved] = module

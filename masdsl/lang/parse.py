@@ -304,7 +304,7 @@ TOP_KEYWORDS = ("workflow", "env", "data", "policy", "role", "flow", "team", "al
 # `match_examples`: a malformed snippet -> the mistake it shows (Lark's error-by-example).
 SYNTAX_EXAMPLES: dict[str, tuple[list[str], str, str]] = {
     "missing-arrow": (
-        ["flow { a b }", "flow { a -> b c d }", "flow { a & b c }", "flow { start -> a\n a b }"],
+        ["flow { a b }", "flow { max_turns 2 a b }", "flow { a -> b c d }", "flow { a & b c }", "flow { start -> a\n a b }"],
         "missing `->` between two nodes of a flow edge",
         "an edge is written `from -> to`, for example `coder -> tester`",
     ),
@@ -402,6 +402,36 @@ def _token_text(tok: Token) -> str:
     return "end of file" if tok.type == "$END" else f"`{tok}`"
 
 
+@functools.lru_cache(maxsize=1)
+def _example_states() -> list[tuple[int, frozenset, str]]:
+    out = []
+    for key, (snippets, _, _) in SYNTAX_EXAMPLES.items():
+        for snippet in snippets:
+            try:
+                parser().parse(snippet)
+            except (UnexpectedToken, UnexpectedEOF) as ut:
+                out.append((ut.state.position if ut.state else -1, frozenset(ut.accepts or ut.expected or ()), key))
+            except UnexpectedInput:
+                continue
+    return out
+
+
+def match_example(exc: UnexpectedInput) -> str | None:
+    """The `SYNTAX_EXAMPLES` key whose snippet fails in the same parser state as `exc`.
+
+    Like lark's `match_examples`, but compares only the state on top of the stack, so an
+    example written as a short snippet also matches the same slip deep inside a long file.
+    """
+    state = getattr(exc, "state", None)
+    if state is None:
+        return None
+    accepts = frozenset(getattr(exc, "accepts", None) or getattr(exc, "expected", None) or ())
+    for position, ex_accepts, key in _example_states():
+        if position == state.position and ex_accepts == accepts:
+            return key
+    return None
+
+
 def syntax_diagnostic(exc: UnexpectedInput, src: SourceFile) -> Diagnostic:
     """Turn a lark parse error into one named, located `Diagnostic`."""
     text = src.text
@@ -424,6 +454,11 @@ def syntax_diagnostic(exc: UnexpectedInput, src: SourceFile) -> Diagnostic:
     if text.startswith("=>", pos):
         return Diagnostic("syntax", "`=>` is not an arrow; flow edges use `->`", src.span(pos, pos + 2),
                           label="expected `->`", help="write the edge as `from -> to`")
+    dangling = re.search(r"\bwhen[ \t]*(?:#[^\n]*)?\n[^\n]*$", text[:pos])
+    if dangling and tok is not None and tok.type in ("AMPERSAND", "ARROW", "$END", "RBRACE", "NAME"):
+        at = dangling.start()
+        return Diagnostic("syntax", "missing expression after `when`", src.span(at, at + 4),
+                          label="nothing follows `when` on this line", help=SYNTAX_EXAMPLES["missing-when-expr"][2])
     word, wpos = _word_before(text, pos)
     if open_braces:
         at_eof = tok is None or tok.type == "$END"
@@ -432,12 +467,7 @@ def syntax_diagnostic(exc: UnexpectedInput, src: SourceFile) -> Diagnostic:
         stop = pos if at_eof or kw_here else wpos
         if (at_eof or kw_here or kw_before) and src.line_col(open_braces[-1])[0] < src.line_col(stop)[0] or at_eof:
             return _missing_brace(src, stop, open_braces[-1])
-    label_key = None
-    try:
-        label_key = exc.match_examples(parser().parse, {k: v[0] for k, v in SYNTAX_EXAMPLES.items()},
-                                       use_accepts=True)
-    except Exception:  # noqa: BLE001 - a failed lookup only loses the nicer message
-        label_key = None
+    label_key = match_example(exc)
     span = src.point(pos) if tok is None or tok.type == "$END" else src.span(tok.start_pos, tok.end_pos)
     expected = _expected(accepts)
     if label_key:
