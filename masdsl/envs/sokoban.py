@@ -35,6 +35,9 @@ STEP_PENALTY = -0.01
 BOX_REWARD = 1.0
 WIN_BONUS = 10.0
 MAX_SEARCH_STATES = 200_000
+# `env.legend`: how to read `env.board`, for prompts
+LEGEND = ("# wall, _ floor, . goal, $ box, * box on a goal, @ you, + you on a goal; "
+          "U/D/L/R move you one cell (U is up) and push a box in front of you")
 
 
 @dataclass(frozen=True)
@@ -279,7 +282,7 @@ def move(state: SokobanState, role: str, moves: Any) -> SokobanState:
                    last_valid=legal, last_reward=reward, feedback=note)
 
 
-@env("sokoban", fields=("board", "tool_output", "moves", "feedback"))
+@env("sokoban", fields=("board", "tool_output", "moves", "feedback", "legend"))
 class SokobanEnv:
     """Sokoban (6x6). Planner field `moves` (U/D/L/R), tool field `code` (stdin: the board
     text). Success: every box on a goal."""
@@ -309,7 +312,7 @@ class SokobanEnv:
 
     def view(self, state: SokobanState) -> Mapping[str, Any]:
         return {"board": render(state.level), "tool_output": state.tool_output,
-                "moves": state.moves, "feedback": state.feedback}
+                "moves": state.moves, "feedback": state.feedback, "legend": LEGEND}
 
     def success(self, state: SokobanState) -> bool:
         return state.solved()

@@ -29,6 +29,8 @@ from masdsl.errors import DataError, UserError
 BOX = {4: 2, 9: 3}  # supported sizes -> side of a box
 EMPTY_CELLS = {4: 10, 9: 50}  # the generator empties up to this many cells, keeping uniqueness
 SOLVED_BONUS = 2.0
+# `env.legend`: how to read `env.board`, for prompts
+LEGEND = "one row per line, values separated by spaces, 0 marks an empty cell"
 
 Grid = tuple[tuple[int, ...], ...]
 
@@ -256,7 +258,10 @@ def submit(state: SudokuState, role: str, grid: Any) -> SudokuState:
         return gc.invalid(state, role, problem)
     after = tuple(tuple(row) for row in grid)
     reward = grid_reward(state.puzzle, state.solution, state.grid, after)
-    note = "solved" if after == state.solution else f"{progress_of(state.puzzle, state.solution, after):.0%} of the empty cells correct"
+    if after == state.solution:
+        note = "solved"
+    else:
+        note = f"{progress_of(state.puzzle, state.solution, after):.0%} of the empty cells correct"
     return replace(state, grid=after, moves=state.moves + 1, last_role=role, last_valid=True,
                    last_reward=reward, feedback=note)
 
@@ -274,7 +279,7 @@ def puzzle_from_task(task: Mapping[str, Any]) -> Grid:
     return tuple(tuple(row) for row in raw)
 
 
-@env("sudoku", fields=("board", "tool_output", "moves", "feedback"))
+@env("sudoku", fields=("board", "tool_output", "moves", "feedback", "legend"))
 class SudokuEnv:
     """Sudoku 4x4/9x9. Planner field `grid` (a filled grid), tool field `code` (stdin: the
     puzzle as board text). Success: the grid equals the puzzle's unique solution."""
@@ -303,7 +308,7 @@ class SudokuEnv:
 
     def view(self, state: SudokuState) -> Mapping[str, Any]:
         return {"board": render(state.grid), "tool_output": state.tool_output,
-                "moves": state.moves, "feedback": state.feedback}
+                "moves": state.moves, "feedback": state.feedback, "legend": LEGEND}
 
     def success(self, state: SudokuState) -> bool:
         return state.solved()

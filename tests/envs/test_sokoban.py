@@ -149,3 +149,24 @@ def test_view_and_env_functions():
     assert REGISTRY.functions["solved"].fn(s) is False
     assert REGISTRY.functions["progress"].fn(s) == 0.0
     assert REGISTRY.functions["step_reward"].allowed_in("sokoban")
+
+
+def test_tool_program_gets_the_board_on_stdin_and_its_plan_is_scored():
+    env = sk.SokobanEnv()
+    s0 = state(CORRIDOR)
+    echo = env.apply(s0, "tool", {"code": "import sys\nprint(sys.stdin.read())", "ok": True})
+    assert echo.tool_output.strip() == CORRIDOR
+    assert not echo.last_valid and echo.last_reward == -0.5  # a board is not a list of moves
+    plan = "import json, sys\nrow = sys.stdin.read().splitlines()[1]\nprint(json.dumps(['R'] * (row.index('.') - row.index('@') - 1)))"
+    s1 = env.apply(s0, "tool", {"code": plan, "ok": True})
+    assert s1.tool_output.strip() == '["R", "R", "R"]'
+    assert s1.last_valid and s1.last_reward == pytest.approx(1 + 10 - 0.03)
+    assert s1.level == s0.level and s1.moves == 0 and not s1.solved()  # the board did not move
+    # the planner then plays the tool's advice
+    s2 = act(s1, ["R", "R", "R"])
+    assert s2.solved() and s2.tool_output == s1.tool_output
+
+
+def test_failing_tool_program_is_penalised():
+    s = sk.SokobanEnv().apply(state(CORRIDOR), "tool", {"code": "import os\nos._exit(3)", "ok": True})
+    assert not s.last_valid and s.last_reward == -0.5 and "status 3" in s.tool_output

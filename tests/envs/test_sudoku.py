@@ -62,11 +62,12 @@ def test_solver_counts_agree_with_brute_force(seed):
     assert sd.count_solutions(puzzle, limit=1000) == brute_force_count(puzzle)
 
 
-@pytest.mark.parametrize("size,split", [(4, "train"), (4, "eval"), (9, "train"), (9, "eval")])
-def test_every_generated_puzzle_has_one_solution(size, split):
-    rows = sd.sudoku(split, size=size, n=200)
-    assert len(rows) == 200
-    assert len({r["id"] for r in rows}) == 200
+# 200 4x4 puzzles per split; 9x9 ones are slower to generate, so 100 per split (200 in all)
+@pytest.mark.parametrize("size,split,n", [(4, "train", 200), (4, "eval", 200), (9, "train", 100), (9, "eval", 100)])
+def test_every_generated_puzzle_has_one_solution(size, split, n):
+    rows = sd.sudoku(split, size=size, n=n)
+    assert len(rows) == n
+    assert len({r["id"] for r in rows}) == n
     for i, row in enumerate(rows):
         puzzle = tuple(tuple(r) for r in row["puzzle"])
         assert len(puzzle) == size and all(len(r) == size for r in puzzle)
@@ -185,3 +186,67 @@ def test_view_and_reset():
     for bad in ({"id": "x"}, {"id": "x", "puzzle": [[1, 2]]}, {"id": "x", "puzzle": [[1, 1, 0, 0]] + [[0] * 4] * 3}):
         with pytest.raises(DataError, match="'x'"):
             env.reset(bad)
+
+
+# ---- the tool role: a program run in the sandbox on the puzzle ---------------------------
+
+SOLVER = '''
+import sys
+rows = [[int(v) for v in line.split()] for line in sys.stdin if line.strip()]
+n = len(rows); b = int(n ** 0.5)
+def ok(r, c, v):
+    if v in rows[r] or any(rows[i][c] == v for i in range(n)):
+        return False
+    br, bc = r - r % b, c - c % b
+    return all(rows[br + i][bc + j] != v for i in range(b) for j in range(b))
+def fill():
+    for r in range(n):
+        for c in range(n):
+            if rows[r][c] == 0:
+                for v in range(1, n + 1):
+                    if ok(r, c, v):
+                        rows[r][c] = v
+                        if fill():
+                            return True
+                        rows[r][c] = 0
+                return False
+    return True
+fill()
+print("\\n".join(" ".join(map(str, row)) for row in rows))
+'''
+
+
+def tool(s, code, ok=True, limits=None):
+    return sd.SudokuEnv(limits=limits).apply(s, "tool", {"code": code, "ok": ok})
+
+
+def test_tool_program_runs_on_the_puzzle_and_is_scored_as_a_submission():
+    s0 = state()
+    s1 = tool(s0, SOLVER)
+    assert s1.tool_output.split() == [str(v) for row in SOLUTION for v in row]
+    assert s1.last_valid and s1.last_reward == pytest.approx(3.0)  # as if the planner sent it
+    assert s1.grid == s0.grid and s1.moves == 0  # the board itself is the planner's
+    assert s1.tool_code == SOLVER and s1.last_role == "tool"
+    assert sd.SudokuEnv().view(s1)["tool_output"] == s1.tool_output
+
+
+def test_tool_program_reads_stdin_and_bad_output_is_penalised():
+    s1 = tool(state(), "import sys\nprint(sys.stdin.read().replace('0', '9'))")
+    assert "9" in s1.tool_output and "3 9 1 9" in s1.tool_output  # it saw the puzzle
+    assert not s1.last_valid and s1.last_reward == -0.5  # 9 is out of range on a 4x4
+    s2 = tool(state(), "print('I could not solve it')")
+    assert s2.tool_output.strip() == "I could not solve it"
+    assert not s2.last_valid and s2.last_reward == -0.5
+
+
+def test_failing_tool_programs_are_contained_and_penalised():
+    from masdsl.envs.sandbox import Limits
+
+    crash = tool(state(), "print('partial')\nraise SystemExit('boom')")
+    assert not crash.last_valid and crash.last_reward == -0.5
+    assert "partial" in crash.tool_output and "exited with status 1" in crash.tool_output
+    assert "boom" in crash.tool_output
+    loop = tool(state(), "while True:\n    pass", limits=Limits(timeout_s=1))
+    assert not loop.last_valid and "timed out" in loop.tool_output
+    empty = tool(state(), "", ok=False)
+    assert not empty.last_valid and empty.last_reward == -0.5 and empty.tool_output == ""

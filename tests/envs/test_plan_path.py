@@ -1,0 +1,179 @@
+"""plan_path: distances, generator connectivity, shaped rewards by hand, immutability, data source."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from masdsl.envs import games_common as gc
+from masdsl.envs import plan_path as pp
+from masdsl.envs.registry import REGISTRY
+from masdsl.errors import DataError, UserError
+
+# goal (0,2); distances to it: (0,0)=4, (1,0)=3, (1,1)=2, (1,2)=1, (0,2)=0; max_dist = 4
+HOOK = {"id": "hook", "grid": ".#.\n...", "start": [0, 0], "goal": [0, 2]}
+
+
+def state(task=HOOK):
+    return pp.PlanPathEnv().reset(task)
+
+
+def act(s, moves, ok=True):
+    return pp.PlanPathEnv().apply(s, "planner", {"moves": moves, "ok": ok})
+
+
+def shaped(d_before, d_after, max_dist, goal=False):
+    """The module's reward for one move, written out by hand."""
+    phi_before, phi_after = -d_before / max_dist, -d_after / max_dist
+    return -0.01 + 0.99 * phi_after - phi_before + (1.0 if goal else 0.0)
+
+
+def test_hand_computed_rewards_on_the_hook():
+    s = state()
+    assert s.maze.max_dist == 4 and s.progress() == 0.0
+    s1 = act(s, ["D"])  # 4 -> 3: -0.01 + 0.99 * -0.75 + 1 = 0.2475
+    assert s1.last_reward == pytest.approx(0.2475) == pytest.approx(shaped(4, 3, 4))
+    assert s1.progress() == pytest.approx(0.25) and s1.last_valid
+    s2 = act(s1, ["R", "R", "U"])  # 3 -> 2 -> 1 -> 0 (goal)
+    want = shaped(3, 2, 4) + shaped(2, 1, 4) + shaped(1, 0, 4, goal=True)
+    assert s2.last_reward == pytest.approx(want) == pytest.approx(0.245 + 0.2425 + 1.24)
+    assert s2.solved() and s2.progress() == 1.0 and s2.moves == 4
+    assert pp.PlanPathEnv().view(s2)["position"] == [0, 2]
+
+
+def test_moving_away_is_negative_and_moves_after_the_goal_are_ignored():
+    s1 = act(state(), ["D", "R"])
+    back = act(s1, ["L"])  # 2 -> 3
+    assert back.last_reward == pytest.approx(shaped(2, 3, 4)) and back.last_reward < 0
+    done = act(state(), ["D", "R", "R", "U", "D", "D"])
+    assert done.solved() and done.moves == 4 and done.last_valid
+
+
+@pytest.mark.parametrize("moves,executed,where", [
+    (["U"], 0, (0, 0)),            # off the grid
+    (["R"], 0, (0, 0)),            # into the blocked cell
+    (["D", "R", "U"], 2, (1, 1)),  # third move into the blocked cell; prefix stays
+])
+def test_blocked_moves_keep_the_prefix_and_are_penalised(moves, executed, where):
+    s = act(state(), moves)
+    assert not s.last_valid and s.moves == executed and s.position == where
+    prefix = [shaped(4, 3, 4), shaped(3, 2, 4)][:executed]
+    assert s.last_reward == pytest.approx(sum(prefix) - 0.5)
+
+
+@pytest.mark.parametrize("moves", [[], ["D", "north"], "DR", [["D"]], None])
+def test_malformed_moves_play_nothing(moves):
+    s0 = state()
+    s = act(s0, moves, ok=bool(moves))
+    assert not s.last_valid and s.last_reward == gc.INVALID_PENALTY
+    assert s.position == s0.position and s.moves == 0
+
+
+def test_apply_never_mutates_its_input():
+    s0 = state()
+    before = copy.deepcopy(s0)
+    s1 = act(s0, ["D", "R"])
+    assert s0 == before and s1.position == (1, 1)
+    assert s1.maze is s0.maze  # the grid and distances are shared, not copied
+
+
+def test_every_generated_grid_is_connected_and_sized():
+    env = pp.PlanPathEnv()
+    rows = pp.plan_path("train", n=200) + pp.plan_path("eval", n=200)
+    assert len({r["id"] for r in rows}) == 400
+    for row in rows:
+        grid = row["grid"].splitlines()
+        assert len(grid) == 10 and all(len(r) == 10 for r in grid)
+        assert sum(r.count("#") for r in grid) == 22
+        s = env.reset(row)
+        plan = pp.shortest_path(s.maze, s.start)
+        assert plan is not None and len(plan) >= pp.MIN_DISTANCE
+        # the plan, played through the env, reaches the goal; shaping telescopes (gamma < 1
+        # leaves a small remainder, so compare against the per-move sum)
+        end = env.apply(s, "planner", {"moves": plan, "ok": True})
+        assert end.solved() and end.last_valid and end.moves == len(plan)
+        d = len(plan)
+        want = sum(shaped(k, k - 1, s.maze.max_dist, goal=k == 1) for k in range(d, 0, -1))
+        assert end.last_reward == pytest.approx(want)
+
+
+def test_distances_match_a_hand_maze():
+    assert pp.distances(3, 3, frozenset({(1, 1)}), (0, 0)) == ((0, 1, 2), (1, -1, 3), (2, 3, 4))
+
+
+@pytest.mark.parametrize("task,why", [
+    ({"id": "r1", "start": [0, 0], "goal": [0, 2]}, "no field `grid`"),
+    ({**HOOK, "id": "r1", "grid": ".#.\n.."}, "equal-length rows"),
+    ({**HOOK, "id": "r1", "grid": ".x.\n..."}, "equal-length rows"),
+    ({**HOOK, "id": "r1", "start": [0, 1]}, "blocked"),
+    ({**HOOK, "id": "r1", "goal": [5, 5]}, "off the grid"),
+    ({**HOOK, "id": "r1", "start": "0,0"}, "must be \\[row, column\\]"),
+    ({"id": "r1", "grid": ".#.\n.#.", "start": [0, 0], "goal": [0, 2]}, "cannot be reached"),
+])
+def test_reset_rejects_bad_tasks(task, why):
+    with pytest.raises(DataError, match=why) as info:
+        pp.PlanPathEnv().reset(task)
+    assert "r1" in str(info.value)
+
+
+def test_data_source_is_deterministic_and_checked():
+    assert pp.plan_path("train", n=15) == pp.plan_path("train", n=15)
+    assert pp.plan_path("train", n=20)[:15] == pp.plan_path("train", n=15)
+    row = pp.plan_path("eval", n=1)[0]
+    rows, start, goal = pp.generate(row["seed"])
+    assert ("\n".join(rows), list(start), list(goal)) == (row["grid"], row["start"], row["goal"])
+    for args in [("validation",), ("eval", -1), ("eval", 2.5)]:
+        with pytest.raises(UserError):
+            pp.plan_path(*args)
+
+
+def test_view_and_env_functions():
+    env = pp.PlanPathEnv()
+    s = act(state(), ["D"])
+    v = env.view(s)
+    assert v["board"] == ".#G\nA.." and v["position"] == [1, 0] and v["moves"] == 1
+    assert REGISTRY.functions["progress"].fn(s) == pytest.approx(0.25)
+    assert REGISTRY.functions["step_reward"].fn(s) == pytest.approx(0.2475)
+    assert REGISTRY.functions["solved"].fn(s) is False and REGISTRY.functions["valid"].fn(s) is True
+    assert not env.success(s)
+
+
+BFS_TOOL = '''
+import json, sys
+from collections import deque
+rows = [line for line in sys.stdin.read().splitlines() if line]
+find = lambda ch: next((r, row.index(ch)) for r, row in enumerate(rows) if ch in row)
+start, goal = find("A"), find("G")
+prev = {start: None}
+queue = deque([start])
+while queue:
+    r, c = queue.popleft()
+    for m, (dr, dc) in {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}.items():
+        n = (r + dr, c + dc)
+        if 0 <= n[0] < len(rows) and 0 <= n[1] < len(rows[0]) and rows[n[0]][n[1]] != "#" and n not in prev:
+            prev[n] = ((r, c), m)
+            queue.append(n)
+path, cell = [], goal
+while prev[cell]:
+    cell, m = prev[cell]
+    path.append(m)
+print(json.dumps(path[::-1]))
+'''
+
+
+def test_tool_program_plans_from_the_board_and_is_scored_without_moving():
+    env = pp.PlanPathEnv()
+    row = pp.plan_path("eval", n=1)[0]
+    s0 = env.reset(row)
+    s1 = env.apply(s0, "tool", {"code": BFS_TOOL, "ok": True})
+    plan = pp.shortest_path(s0.maze, s0.start)
+    assert s1.tool_output.strip() == json.dumps(plan)
+    d = len(plan)
+    want = sum(shaped(k, k - 1, s0.maze.max_dist, goal=k == 1) for k in range(d, 0, -1))
+    assert s1.last_valid and s1.last_reward == pytest.approx(want)
+    assert s1.position == s0.position and s1.moves == 0
+    # a program printing a plan that runs into a wall earns the invalid-move penalty
+    s2 = env.apply(state(), "tool", {"code": "print('[\"R\"]')", "ok": True})
+    assert not s2.last_valid and s2.last_reward == pytest.approx(-0.5)
