@@ -13,6 +13,10 @@ the tool program's stdin) is one row per line, values separated by spaces.
   puzzle and the board was not solved before.
 
 Zeros are allowed in a submission (a partly filled grid is valid and scores its progress).
+Only legal grids reach the board, so a board without zeros is a solution: `solved()` is "no
+empty cell left", and a full board has progress 1. Generated puzzles have one solution; for a
+user's puzzle with several, progress counts against the first one the solver finds, and any
+legal completion still counts as solved.
 """
 
 from __future__ import annotations
@@ -193,8 +197,14 @@ def grid_problem(puzzle: Grid, grid: Any) -> str | None:
     return None
 
 
+def is_full(grid: Grid) -> bool:
+    """Whether no cell is empty (for a legal grid: whether it is a solution)."""
+    return all(v for row in grid for v in row)
+
+
 def progress_of(puzzle: Grid, solution: Grid, grid: Grid) -> float:
-    """Fraction of the originally empty cells that hold their solution value.
+    """Fraction of the originally empty cells of a legal `grid` that hold their solution value
+    (1 for a full grid: a legal full grid is a solution).
 
     >>> S = ((1, 2, 3, 4), (3, 4, 1, 2), (2, 1, 4, 3), (4, 3, 2, 1))
     >>> P = ((1, 2, 3, 4), (3, 4, 1, 2), (2, 1, 0, 0), (0, 0, 0, 0))
@@ -202,7 +212,7 @@ def progress_of(puzzle: Grid, solution: Grid, grid: Grid) -> float:
     0.3333333333333333
     """
     empty = [(r, c) for r, row in enumerate(puzzle) for c, v in enumerate(row) if not v]
-    if not empty:
+    if not empty or is_full(grid):
         return 1.0
     return sum(grid[r][c] == solution[r][c] for r, c in empty) / len(empty)
 
@@ -218,7 +228,7 @@ def grid_reward(puzzle: Grid, solution: Grid, before: Grid, after: Grid) -> floa
     0.3333
     """
     gain = progress_of(puzzle, solution, after) - progress_of(puzzle, solution, before)
-    newly_solved = after == solution and before != solution
+    newly_solved = is_full(after) and not is_full(before)
     return gain + (SOLVED_BONUS if newly_solved else 0.0)
 
 
@@ -243,7 +253,7 @@ class SudokuState(gc.GameState):
     grid: Grid
 
     def solved(self) -> bool:
-        return self.grid == self.solution
+        return is_full(self.grid)  # only legal grids reach the board
 
     def progress(self) -> float:
         return progress_of(self.puzzle, self.solution, self.grid)
@@ -258,7 +268,7 @@ def submit(state: SudokuState, role: str, grid: Any) -> SudokuState:
         return gc.invalid(state, role, problem)
     after = tuple(tuple(row) for row in grid)
     reward = grid_reward(state.puzzle, state.solution, state.grid, after)
-    if after == state.solution:
+    if is_full(after):
         note = "solved"
     else:
         note = f"{progress_of(state.puzzle, state.solution, after):.0%} of the empty cells correct"
@@ -282,7 +292,7 @@ def puzzle_from_task(task: Mapping[str, Any]) -> Grid:
 @env("sudoku", fields=("board", "tool_output", "moves", "feedback", "legend"))
 class SudokuEnv:
     """Sudoku 4x4/9x9. Planner field `grid` (a filled grid), tool field `code` (stdin: the
-    puzzle as board text). Success: the grid equals the puzzle's unique solution."""
+    puzzle as board text). Success: the board is full (every grid on it is legal)."""
 
     def __init__(self, *, limits: Any = None):
         self.limits = limits

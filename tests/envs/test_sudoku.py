@@ -250,3 +250,17 @@ def test_failing_tool_programs_are_contained_and_penalised():
     assert not loop.last_valid and "timed out" in loop.tool_output
     empty = tool(state(), "", ok=False)
     assert not empty.last_valid and empty.last_reward == -0.5 and empty.tool_output == ""
+
+
+def test_any_legal_completion_of_an_ambiguous_user_puzzle_counts_as_solved():
+    from itertools import islice
+
+    # blank two rows of SOLUTION: several completions exist
+    puzzle = SOLUTION[:2] + ((0,) * 4,) * 2
+    first, second = (sd._grid(g, 4) for g in islice(sd._solutions(sd._flat(puzzle), 4), 2))
+    assert first != second
+    s0 = state(puzzle)
+    assert s0.solution == first
+    s1 = sd.SudokuEnv().apply(s0, "planner", {"grid": [list(r) for r in second], "ok": True})
+    assert s1.solved() and s1.progress() == 1.0 and s1.last_valid
+    assert s1.last_reward == pytest.approx(1.0 + 2.0)
