@@ -288,7 +288,7 @@ def isolation_summary(limits: Limits | None = None) -> str:
     elif mode.name == "unshare":
         parts = ["unshare: new pid/net namespaces; the file system is NOT read-only"]
     else:
-        parts = ["no namespaces (neither bwrap nor unshare works here): the network is NOT isolated"]
+        parts = ["no namespaces: the network is NOT isolated and the file system is NOT read-only"]
     if mode.switch_uid:
         parts.append("runs as its own uid")
     elif os.geteuid() == 0:
