@@ -73,3 +73,40 @@ def test_games_are_registered_under_the_shared_names():
     for name in ("step_reward", "solved", "progress", "valid"):
         spec = reg.functions[name]
         assert all(spec.allowed_in(g) for g in gc.GAMES) and not spec.allowed_in("math")
+
+
+# ---- the action protocol: any parsed value is applied or penalised, never raised ----------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+JUNK = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 12) | st.text(max_size=6)
+    | st.sampled_from(["U", "D", "L", "R", "up", "left"]),
+    lambda inner: st.lists(inner, max_size=10),
+    max_leaves=40,
+)
+ENVS = {
+    "sudoku": (sd.SudokuEnv, {"id": "f", "puzzle": [[1, 2, 3, 4], [3, 0, 1, 0], [0, 1, 0, 3], [4, 0, 2, 0]]}),
+    "sokoban": (sk.SokobanEnv, {"id": "f", "level": "######\n#@$_.#\n#____#\n######"}),
+    "plan_path": (pp.PlanPathEnv, {"id": "f", "grid": "...\n.#.\n...", "start": [0, 0], "goal": [2, 2]}),
+}
+
+
+@pytest.mark.parametrize("game", ENVS)
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(["grid", "moves", "other"]), value=JUNK, ok=st.booleans())
+def test_any_parsed_value_is_applied_or_penalised(game, name, value, ok):
+    cls, task = ENVS[game]
+    env = cls()
+    s0 = env.reset(task)
+    s1 = env.apply(s0, "planner", {name: value, "ok": ok, "output": ""})
+    assert s0 == env.reset(task)  # the input state is untouched
+    assert isinstance(s1.last_reward, float) and isinstance(s1.last_valid, bool)
+    if not s1.last_valid and s1.moves == 0:
+        assert s1.last_reward == gc.INVALID_PENALTY
+    if name == "other":
+        assert s1.last_valid and s1.last_reward == 0.0
+    view = env.view(s1)
+    assert isinstance(view["board"], str) and view["moves"] == s1.moves
+    json.dumps(dict(view))  # prompts and records can carry it
