@@ -111,41 +111,4 @@ def global_registry():
     REGISTRY.functions.clear(); REGISTRY.functions.update(saved[2])  # noqa: E702
 
 
-VALID = '''\
-workflow demo "A coder and a tester."
-env code
-data train humaneval("train")
-data eval  humaneval("eval")
-policy shared { model: "smollm2-135m-instruct" }
-
-role coder {
-  policy shared
-  prompt """
-    Write the function.
-    {{ task.prompt }}
-    {% if turn > 0 %}Failures: {{ env.failures }}{% endif %}
-  """
-  sample { temperature: 1.0, max_tokens: 64 }
-  parse code = code_block(output, "python")
-  reward pass_rate(code, task.tests)
-}
-
-role tester {
-  policy shared
-  prompt "Write asserts for {{ task.prompt }}"
-  parse tests = asserts(output)
-  reward pass_rate(task.solution, tests)
-}
-
-flow {
-  max_turns 3
-  start -> coder & tester
-  coder & tester -> end when passes(coder.code, tester.tests)
-  coder & tester -> coder & tester
-}
-
-team pass_rate(coder.code, task.tests)
-alpha 1.0
-success passes(coder.code, task.tests)
-train { samples: 4, batch: 4, steps: 3, lr: 1e-6 }
-'''
+VALID = (HERE / "valid.mas").read_text()  # the base of the golden error files
