@@ -22,6 +22,8 @@ METRICS_PER_BATCH = 1000  # MLflow's log_batch limits
 PARAMS_PER_BATCH = 100
 TAGS_PER_BATCH = 100
 PLOT_FILE = "progress.png"
+# MLflow 3's UI opens experiments it cannot classify in its GenAI layout; this is model training.
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 
 
 def say(message: str) -> None:
@@ -90,7 +92,7 @@ class Tracker:
         if found is not None:
             return found.experiment_id
         try:
-            return self._client.create_experiment(self.experiment_name)
+            return self._client.create_experiment(self.experiment_name, tags=EXPERIMENT_TAGS)
         except Exception:  # created meanwhile by another process
             found = self._client.get_experiment_by_name(self.experiment_name)
             if found is None:
@@ -162,8 +164,14 @@ class Tracker:
         """Upload a file or folder (sent later if the server is down; it must still exist)."""
         with self._lock:
             path = Path(path)
-            self._put(f"upload {path.name}",
-                      lambda: self._client.log_artifact(self.run_id, str(path), artifact_path))
+            self._put(f"upload {path.name}", lambda: self._upload(path, artifact_path))
+
+    def _upload(self, path: Path, artifact_path: str | None) -> None:
+        if path.is_dir():  # a folder keeps its name: log_artifact(Path("ckpt/step3")) -> step3/...
+            dest = f"{artifact_path}/{path.name}" if artifact_path else path.name
+            self._client.log_artifacts(self.run_id, str(path), dest)
+        else:
+            self._client.log_artifact(self.run_id, str(path), artifact_path)
 
     def log_text(self, text: str, artifact_file: str) -> None:
         """Store `text` as the artifact `artifact_file` (e.g. an eval transcript)."""

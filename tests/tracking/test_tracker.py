@@ -73,12 +73,15 @@ def test_run_records_parent_children_params_tags_metrics_artifacts(mlflow_server
     extra = tmp_path / "weights.txt"
     extra.write_text("adapter")
     tracker.log_artifact(extra, "weights")
+    (tmp_path / "adapter" / "sub").mkdir(parents=True)
+    (tmp_path / "adapter" / "sub" / "a.json").write_text("{}")
+    tracker.log_artifact(tmp_path / "adapter", "weights")
     tracker.finish()
     assert tracker.ui_command().endswith(f"/#/experiments/{tracker.experiment_id}/runs/{tracker.run_id}")
 
     client = MlflowClient(mlflow_server.uri)
     exp = client.get_experiment_by_name(wf.name)  # experiment named after the workflow
-    assert exp is not None
+    assert exp is not None and exp.tags["mlflow.experimentKind"] == "custom_model_development"
     run = client.get_run(tracker.run_id)
     assert run.info.experiment_id == exp.experiment_id and run.info.status == "FINISHED"
 
@@ -112,7 +115,7 @@ def test_run_records_parent_children_params_tags_metrics_artifacts(mlflow_server
     # artifacts: source, resolved config, transcript, extra file, progress plot
     paths = artifact_paths(client, run.info.run_id)
     assert {f"source/{wf.name}.mas", "config/resolved.yaml", "plots/progress.png",
-            "transcripts/eval_step2/episode0.md", "weights/weights.txt"} <= paths
+            "transcripts/eval_step2/episode0.md", "weights/weights.txt", "weights/adapter/sub/a.json"} <= paths
     got = Path(client.download_artifacts(run.info.run_id, "config/resolved.yaml", str(tmp_path)))
     assert got.read_text() == to_yaml(cfg)
     got = Path(client.download_artifacts(run.info.run_id, "plots/progress.png", str(tmp_path)))
