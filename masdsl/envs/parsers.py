@@ -183,7 +183,9 @@ def asserts(output: str) -> list[str] | None:
     found: list[str] = []
     i = 0
     while i < len(lines):
-        if lines[i].lstrip().startswith("assert"):
+        at = re.search(r"(?:^|[\s:>`])assert\b", lines[i])
+        if at is not None:
+            lines[i] = lines[i][at.end() - len("assert"):]  # drop a prose lead-in ("Also: assert ...")
             hit = _statement_at(lines, i)
             if hit is not None:
                 stmt, i = hit
@@ -195,7 +197,7 @@ def asserts(output: str) -> list[str] | None:
 
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_ANSWER_LINE = re.compile(r"(?i)(?:final answer|answer)\s*(?:is|:|=)\s*(.+)")
+_ANSWER_LINE = re.compile(r"(?i)(?:final answer|answer)\W{0,3}\s*(?:is\s*:?|:|=)\s*(.+)")
 
 
 def _balanced(text: str, start: int) -> str | None:

@@ -582,7 +582,7 @@ def run_tests(code: str, tests: Sequence[Any], *, limits: Limits | None = None) 
 
 def _run_tests_uncached(code, kind, payload, expected, limits) -> TestReport:
     results: dict[int, TestResult] = {}
-    start, stderr_tail, setup_error, t0 = 0, "", "", time.monotonic()
+    start, stderr_tail, setup_error, setup_kind, t0 = 0, "", "", "", time.monotonic()
     job = {"mode": kind, "code": code, "tests": payload, "out_cap": limits.max_output_kb * 1024}
     while start < len(payload):
         raw = _run_job({**job, "start": start}, "", limits, n_tests=len(payload) - start)
@@ -595,13 +595,13 @@ def _run_tests_uncached(code, kind, payload, expected, limits) -> TestReport:
             elif "loaded" in event:
                 loaded = event["loaded"]
                 if not loaded:
-                    setup_error = event["err"]
+                    setup_error, setup_kind = event["err"], event["kind"]
             elif "i" in event:
                 results[event["i"]] = _judge(event, expected)
         if not loaded:  # the code did not even load: every test fails the same way
             if not setup_error:
-                setup_error = _death(raw, stderr)[1] or "the program did not start"
-            status = "timeout" if raw["timed_out"] else "error"
+                setup_kind, setup_error = _death(raw, stderr)
+            status = setup_kind if setup_kind in ("timeout", "memory") else "error"
             return TestReport([TestResult(False, status, setup_error)] * len(payload), setup_error,
                               stderr_tail, time.monotonic() - t0)
         if current is None or current in results:  # finished normally
