@@ -26,3 +26,14 @@ def hf_engine(tiny_model_dir):
     engine = HFEngine(model, tokenizer, seed=0)
     yield engine
     engine.close()
+
+
+@pytest.fixture(scope="session")
+def vllm_engine_session(tiny_model_dir):
+    """A `VLLMEngine` over the tiny model for the whole session (about a minute to start):
+    test areas share it instead of starting their own."""
+    from masdsl.runtime.backends.vllm import VLLMEngine
+
+    engine = VLLMEngine(tiny_model_dir, seed=0, max_model_len=512)
+    yield engine
+    engine.close()
