@@ -64,12 +64,11 @@ class ToAst(Transformer):
 
     def __init__(self, src: SourceFile):
         super().__init__()
-        self.src = src
+        self.src, self.path = src, src.path
 
     def _s(self, item) -> Span:
-        if isinstance(item, Token):
-            return self.src.span(item.start_pos, item.end_pos)
-        return self.src.span(item.start_pos, item.end_pos)  # a lark Meta
+        """The span of a token or a lark `Meta` (lark already counts lines and columns)."""
+        return Span(self.path, item.line, item.column, item.end_line, item.end_column, item.start_pos, item.end_pos)
 
     def _id(self, tok: Token) -> A.Ident:
         return A.Ident(str(tok), self._s(tok))
