@@ -99,3 +99,16 @@ def test_factory(tiny_model_dir, monkeypatch, tmp_path, capsys):
     f.write_text(json.dumps({"task_id": "t", "role": "r", "turn": 0, "output": "x"}) + "\n")
     rep = backends.build_engine("replay", f)
     assert rep.generate([GenRequest([1], key=("t", "r", 0))])[0][0].text == "x"
+
+
+def test_factory_policy_spec_form(tiny_model_dir, monkeypatch):
+    # the runtime session calls build_engine(policy_spec, cfg)
+    from types import SimpleNamespace
+
+    from masdsl.config import resolve_config
+
+    cfg = resolve_config(overrides=["runtime.engine=hf", "train.seed=5"])
+    eng = backends.build_engine(SimpleNamespace(model=str(tiny_model_dir)), cfg)
+    assert isinstance(eng, HFEngine) and eng.seed == 5
+    out = eng.generate([GenRequest([1, 2, 3], n=2, max_tokens=3)])
+    assert [len(c) for c in out] == [2]

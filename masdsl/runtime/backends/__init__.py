@@ -59,8 +59,12 @@ def _say(msg: str) -> None:
     print(f"masdsl: {msg}", file=sys.stderr, flush=True)
 
 
-def build_engine(kind: str, model_path_or_obj: Any, **kw: Any):
+def build_engine(kind: Any, model_path_or_obj: Any = None, **kw: Any):
     """Build an engine.
+
+    Also callable as `build_engine(policy_spec, cfg)` (the runtime session's form): the kind is
+    `cfg.runtime.engine`, the model `policy_spec.model`, and seed, dtype, device and vLLM
+    memory come from `cfg` (see `engine_kwargs`).
 
     `model_path_or_obj`: a model name or folder (resolved with `resolve_model`), or for `hf` a
     loaded model object (pass `tokenizer=`) or a `(model, tokenizer)` pair — the learner's own
@@ -68,6 +72,11 @@ def build_engine(kind: str, model_path_or_obj: Any, **kw: Any):
     the engine (`seed`, `dtype`, and vllm's `max_model_len`, `lora`, ... or hf's
     `max_batch_rows`); the ones meant only for the other engine are dropped under `auto`.
     """
+    if not isinstance(kind, str) and hasattr(kind, "model"):
+        spec, cfg = kind, model_path_or_obj
+        if cfg.runtime.engine == "replay":
+            return build_engine("replay", cfg.runtime.replay_file)
+        return build_engine(cfg.runtime.engine, spec.model, **engine_kwargs(cfg))
     if kind not in KINDS:
         raise UserError(f"unknown engine `{kind}` (choose auto, hf, vllm or replay)")
     if kind == "replay":
@@ -93,6 +102,17 @@ def build_engine(kind: str, model_path_or_obj: Any, **kw: Any):
             raise UserError(f"engine `vllm` requested but {why}; use engine `hf` or `auto`")
         return _build_vllm(model_path_or_obj, kw, why)
     return _build_hf(model_path_or_obj, kw)
+
+
+def engine_kwargs(cfg: Any) -> dict[str, Any]:
+    """Engine keyword arguments from a resolved `masdsl.config.Config`."""
+    rt = cfg.runtime
+    return {
+        "seed": int(cfg.train.seed),
+        "dtype": str(rt.dtype),
+        "device": str(rt.device),
+        "gpu_memory_utilization": float(rt.vllm_gpu_memory_utilization),
+    }
 
 
 def _is_model_object(x: Any) -> bool:

@@ -88,6 +88,15 @@ def unpack_tensor(packed: tuple[str, str, list[int], bytes]) -> tuple[str, Any]:
     return name, flat.view(getattr(torch, dtype)).reshape(shape)
 
 
+def default_max_model_len(model_path: str | os.PathLike, cap: int = 4096) -> int:
+    """min(cap, the model's max_position_embeddings): a KV budget that fits small machines."""
+    try:
+        cfg = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return cap
+    return min(cap, int(cfg.get("max_position_embeddings") or cap))
+
+
 def on_gpu() -> bool:
     try:
         import torch
@@ -132,7 +141,7 @@ class VLLMEngine:
         model_path: str | os.PathLike,
         *,
         seed: int = 0,
-        max_model_len: int = 4096,
+        max_model_len: int | None = None,
         enable_prefix_caching: bool = True,
         gpu_memory_utilization: float = 0.3,
         dtype: str | None = None,
@@ -154,7 +163,7 @@ class VLLMEngine:
         kwargs: dict[str, Any] = dict(
             model=self.model_path,
             seed=seed,
-            max_model_len=max_model_len,
+            max_model_len=max_model_len or default_max_model_len(self.model_path),
             enable_prefix_caching=enable_prefix_caching,
             dtype=dtype or ("auto" if gpu else "float32"),
             logprobs_mode="raw_logprobs",
