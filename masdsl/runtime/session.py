@@ -4,16 +4,15 @@
     engines = build_engines(workflow, cfg)        # {policy: Engine}; one engine per distinct model
 
 Engines: `runtime.engine=replay` serves every policy from `runtime.replay_file`; otherwise
-`masdsl.runtime.backends.build_engine` (the engines' own factory) when it exists, else the
-`hf` engine (or `vllm` when asked for / `auto` with vLLM importable). With `runtime.ray`
-each engine lives in a Ray actor (`actors.RemoteEngine`).
+`masdsl.runtime.backends.build_engine(runtime.engine, model)` (`auto`: vllm when usable, else
+hf). Policies on the same model share one engine (they act with the same weights in an
+evaluation). With `runtime.ray` each engine lives in a Ray actor (`actors.RemoteEngine`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib.util
 import inspect
 import json
 from functools import partial
@@ -23,6 +22,7 @@ from typing import Any, Mapping
 from masdsl.config import ConfigError
 from masdsl.errors import DataError, UserError
 from masdsl.lang.workflow import DataSpec, PolicySpec, Workflow
+from masdsl.runtime.executor import DEFAULT_MAX_TOKENS
 
 
 def sandbox_limits(cfg: Any) -> Any:
@@ -126,40 +126,23 @@ def effective_policies(workflow: Workflow, cfg: Any) -> dict[str, PolicySpec]:
     return out
 
 
-def engine_kind(cfg: Any) -> str:
-    """`runtime.engine`, with `auto` meaning vllm when importable, else hf."""
-    kind = cfg.runtime.engine
-    if kind == "auto":
-        return "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
-    return kind
+def _build_one(spec: PolicySpec, cfg: Any, max_model_len: int) -> Any:
+    """One engine for a policy's model through the engines' factory (`runtime.engine`)."""
+    from masdsl.runtime.backends import build_engine
 
-
-def _build_one(spec: PolicySpec, cfg: Any, kind: str) -> Any:
-    """One engine for a policy's model (the engines' `build_engine` when they provide it)."""
-    try:
-        from masdsl.runtime.backends import build_engine
-    except ImportError:
-        build_engine = None
-    if build_engine is not None:
-        return build_engine(spec, cfg)
-    from masdsl.runtime.models import load_model, resolve_model
-
-    seed = int(cfg.train.seed)
-    if kind == "vllm":
-        from masdsl.runtime.backends.vllm import VLLMEngine
-
-        return VLLMEngine(resolve_model(spec.model), seed=seed, dtype=cfg.runtime.dtype,
-                          gpu_memory_utilization=cfg.runtime.vllm_gpu_memory_utilization)
-    from masdsl.runtime.backends.hf import HFEngine
-
-    model, tokenizer = load_model(spec.model, dtype=cfg.runtime.dtype, device=cfg.runtime.device)
-    return HFEngine(model, tokenizer, seed=seed)
+    kw: dict[str, Any] = dict(seed=int(cfg.train.seed), dtype=cfg.runtime.dtype, device=cfg.runtime.device,
+                              gpu_memory_utilization=cfg.runtime.vllm_gpu_memory_utilization,
+                              max_model_len=max_model_len)
+    if cfg.runtime.engine == "hf":
+        kw = {k: v for k, v in kw.items() if k not in ("gpu_memory_utilization", "max_model_len")}
+    elif cfg.runtime.engine == "vllm":
+        kw.pop("device")
+    return build_engine(cfg.runtime.engine, spec.model, **kw)
 
 
 def build_engines(workflow: Workflow, cfg: Any) -> dict[str, Any]:
     """{policy: Engine} for a rollout; policies on the same model share one engine."""
-    kind = engine_kind(cfg)
-    if kind == "replay":
+    if cfg.runtime.engine == "replay":
         from masdsl.runtime.backends.replay import ReplayEngine
 
         if not cfg.runtime.replay_file:
@@ -167,6 +150,9 @@ def build_engines(workflow: Workflow, cfg: Any) -> dict[str, Any]:
         engine = ReplayEngine(cfg.runtime.replay_file)
         return {name: engine for name in workflow.policies}
     specs = effective_policies(workflow, cfg)
+    longest = max((int((r.sample or {}).get("max_tokens", DEFAULT_MAX_TOKENS)) for r in workflow.roles.values()),
+                  default=DEFAULT_MAX_TOKENS)
+    max_model_len = int(cfg.runtime.max_prompt_tokens) + longest
     by_model: dict[str, Any] = {}
     engines = {}
     for name, spec in specs.items():
@@ -176,9 +162,9 @@ def build_engines(workflow: Workflow, cfg: Any) -> dict[str, Any]:
 
                 init_ray(cfg)
                 gpus = 1.0 / len({s.model for s in specs.values()}) if str(cfg.runtime.device).startswith("cuda") else 0.0
-                by_model[spec.model] = RemoteEngine(partial(_build_one, spec, cfg, kind), num_gpus=gpus)
+                by_model[spec.model] = RemoteEngine(partial(_build_one, spec, cfg, max_model_len), num_gpus=gpus)
             else:
-                by_model[spec.model] = _build_one(spec, cfg, kind)
+                by_model[spec.model] = _build_one(spec, cfg, max_model_len)
         engines[name] = by_model[spec.model]
     return engines
 

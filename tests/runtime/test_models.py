@@ -73,3 +73,17 @@ def test_same_seed_same_rollout(hf_engine):
     assert [r.reward for r in a.records] == [r.reward for r in b.records]
     ev = _run(hf_engine, wf, mode="eval")
     assert all(r.candidate == 0 and r.selected for r in ev.records)
+
+
+def test_masdsl_eval_with_the_hf_engine_on_the_tiny_model(tiny_model_dir, tmp_path, capsys):
+    from masdsl.cli import main
+
+    assert main(["eval", str(DATA / "toy.mas"), "runtime.engine=hf", f"policy.shared.model={tiny_model_dir}",
+                 f"runtime.runs_dir={tmp_path}", "tracking.enabled=false", "--tasks", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "success rate" in out and "tokens/s" in out and "mean reward · a · turn 0" in out
+    (run,) = (tmp_path / "toy").iterdir()
+    from masdsl.runtime.records import read_records
+
+    recs = list(read_records(run / "records.jsonl"))
+    assert recs and {r.task_id for r in recs} == {"eval0"} and all(r.response_ids for r in recs)
