@@ -14,7 +14,6 @@ Other test areas can use it by listing this module in a conftest:
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -115,34 +114,48 @@ def mlflow_server(tmp_path_factory):
         server.stop()
 
 
-def have_dot() -> bool:
-    return shutil.which("dot") is not None
+SMALL_MAS = """workflow {name} "Coder and tester, one policy each."
+env code
+data train humaneval("train")
+data eval  humaneval("eval")
+policy writer  {{ model: "smollm2-135m-instruct" }}
+policy checker {{ model: "smollm2-135m-instruct" }}
+
+role coder {{
+  policy writer
+  prompt "Write the function. {{{{ task.prompt }}}}"
+  parse code = code_block(output, "python")
+  reward pass_rate(code, task.tests)
+}}
+
+role tester {{
+  policy checker
+  prompt "Write asserts for {{{{ task.prompt }}}}"
+  parse tests = asserts(output)
+  reward pass_rate(task.solution, tests)
+}}
+
+flow {{
+  max_turns 2
+  start -> coder & tester
+  coder & tester -> end when passes(coder.code, tester.tests)
+  coder & tester -> coder & tester
+}}
+
+team pass_rate(coder.code, task.tests)
+success passes(coder.code, task.tests)
+train {{ samples: 2, batch: 2, steps: 2 }}
+"""
 
 
-def hand_built_workflow(name: str):
-    """A two-role, two-policy workflow built directly (no parser): coder -> tester -> end."""
-    import networkx as nx
+def small_workflow(name: str):
+    """A compiled two-role workflow: roles coder/tester on policies writer/checker."""
+    import masdsl
 
-    from masdsl.lang.workflow import PolicySpec, RoleSpec, Workflow
-
-    g = nx.DiGraph()
-    g.add_node("start", kind="start", roles=(), span=None)
-    g.add_node("end", kind="end", roles=(), span=None)
-    for role in ("coder", "tester"):
-        g.add_node(role, kind="role", roles=(role,), span=None)
-    for order, (a, b) in enumerate([("start", "coder"), ("coder", "tester"), ("tester", "end")]):
-        g.add_edge(a, b, order=0, guard=None, span=None)
-    source = f"workflow {name} {{ }}\n"
-    return Workflow(
-        name=name, description="coder and tester, one policy each", env="code", graph=g,
-        roles={"coder": RoleSpec("coder", "writer", "write code"),
-               "tester": RoleSpec("tester", "checker", "write tests")},
-        policies={"writer": PolicySpec("writer", "tiny"), "checker": PolicySpec("checker", "tiny")},
-        data={}, source=source, file_hash="0" * 64,
-    )
+    return masdsl.loads(SMALL_MAS.format(name=name), name=f"{name}.mas")
 
 
 @pytest.fixture
 def make_workflow():
     """make_workflow(name) -> Workflow with roles coder/tester and policies writer/checker."""
-    return hand_built_workflow
+    return small_workflow

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import time
 import uuid
 from pathlib import Path
@@ -14,6 +15,10 @@ from masdsl.errors import UserError
 from masdsl.tracking import NullTracker, Tracker, TrackingError, start_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def have_dot() -> bool:
+    return shutil.which("dot") is not None
 
 
 def unique(prefix: str) -> str:
@@ -91,6 +96,7 @@ def test_run_records_parent_children_params_tags_metrics_artifacts(mlflow_server
     # tags: workflow, hash, grouping, roles per policy
     tags = run.data.tags
     assert tags["masdsl.workflow"] == wf.name and tags["masdsl.file_hash"] == wf.file_hash
+    assert len(wf.file_hash) == 64 and tags["mlflow.note.content"] == wf.description
     assert tags["masdsl.grouping"] == "agent" and tags["masdsl.kind"] == "run"
     assert tags["masdsl.roles.writer"] == "coder" and tags["masdsl.roles.checker"] == "tester"
 
@@ -116,6 +122,14 @@ def test_run_records_parent_children_params_tags_metrics_artifacts(mlflow_server
     paths = artifact_paths(client, run.info.run_id)
     assert {f"source/{wf.name}.mas", "config/resolved.yaml", "plots/progress.png",
             "transcripts/eval_step2/episode0.md", "weights/weights.txt", "weights/adapter/sub/a.json"} <= paths
+    from masdsl.lang.graph import to_mermaid
+
+    assert {"graph/workflow.mmd", "graph/workflow.dot"} <= paths
+    assert ("graph/workflow.svg" in paths) == have_dot()
+    got = Path(client.download_artifacts(run.info.run_id, "graph/workflow.mmd", str(tmp_path)))
+    assert got.read_text() == to_mermaid(wf) and "coder & tester" in got.read_text()
+    got = Path(client.download_artifacts(run.info.run_id, f"source/{wf.name}.mas", str(tmp_path)))
+    assert got.read_text() == wf.source
     got = Path(client.download_artifacts(run.info.run_id, "config/resolved.yaml", str(tmp_path)))
     assert got.read_text() == to_yaml(cfg)
     got = Path(client.download_artifacts(run.info.run_id, "plots/progress.png", str(tmp_path)))
