@@ -24,7 +24,8 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 def vllm_engine(tiny_model_dir):
     from masdsl.runtime.backends.vllm import VLLMEngine
 
-    engine = VLLMEngine(tiny_model_dir, seed=0, max_model_len=512)
+    # LoRA on, so one engine serves the base-model cases and the adapter case
+    engine = VLLMEngine(tiny_model_dir, seed=0, max_model_len=512, lora={"max_lora_rank": 8})
     yield engine
     engine.close()
 
@@ -94,3 +95,33 @@ def test_on_policy_weight_update_in_running_engine(vllm_engine, ref):
     assert out[1][0].token_ids == [300] * 10  # the cached prompt KV was not reused
     vllm_engine.update_weights(original)  # back to the original weights
     assert vllm_engine.generate([greedy])[0][0].token_ids == before
+
+
+def test_lora_adapter_versions_match_peft(vllm_engine, ref):
+    import torch
+    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
+
+    model, tok = ref
+    cfg = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0,
+                     target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    peft_model = get_peft_model(copy.deepcopy(model), cfg).eval()
+    p = chat_ids(tok, "Name the hidden digit.")
+    greedy = GenRequest(prompt_ids=p, max_tokens=10, temperature=0.0)
+    base = vllm_engine.generate([greedy])[0][0].token_ids
+    adapter = vllm_engine.adapter("coder", cfg)
+    assert adapter.generate([greedy])[0][0].token_ids == base  # no adapter weights yet
+    gen = torch.Generator().manual_seed(0)
+    for version in (1, 2):  # each update is a new adapter version (new LoRARequest)
+        with torch.no_grad():
+            for name, prm in peft_model.named_parameters():
+                if "lora_B" in name:
+                    prm.copy_(torch.randn(prm.shape, generator=gen) * 0.5)
+        adapter.update_weights(get_peft_model_state_dict(peft_model))
+        assert adapter.version == version
+        out = adapter.generate([greedy, GenRequest(prompt_ids=p, n=2, max_tokens=8)])
+        want = HFEngine(peft_model, tok, seed=0).generate([greedy])[0][0].token_ids
+        assert out[0][0].token_ids == want != base
+        for c in out[1]:
+            ref_lp = teacher_forced_logprobs(peft_model, p, c.token_ids)
+            assert max(abs(a - b) for a, b in zip(ref_lp, c.logprobs)) < 1e-2
+    assert vllm_engine.generate([greedy])[0][0].token_ids == base  # the base is untouched
