@@ -13,7 +13,7 @@ from typing import Any
 
 PARAM_VALUE_LIMIT = 6000  # MLflow rejects longer param values
 POLICY_METRICS = ("loss", "clip_frac", "kl", "grad_norm")  # `<name>/<policy>`
-ROLE_METRICS = ("reward",)  # `<name>/<role>/...`
+ROLE_METRICS = ("reward", "eval_reward")  # `<name>/<role>/...`
 
 
 def params_of(flat: dict[str, Any]) -> dict[str, str]:
@@ -34,6 +34,8 @@ def route(key: str, policies: set[str], role_policy: dict[str, str]) -> str | No
     >>> route("loss/shared", pol, roles), route("grad_norm/critic", pol, roles)
     ('shared', 'critic')
     >>> route("reward/tester/turn1", pol, roles), route("success/train", pol, roles)
+    ('shared', None)
+    >>> route("eval_reward/coder/turn0", pol, roles), route("reward/eval", pol, roles)
     ('shared', None)
     >>> route("loss/unknown", pol, roles) is None
     True

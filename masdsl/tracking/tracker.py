@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from masdsl.tracking import lineage, plot, store
-from masdsl.tracking.outbox import Op, Outbox
+from masdsl.tracking.outbox import Op, Outbox, short
 
 METRICS_PER_BATCH = 1000  # MLflow's log_batch limits
 PARAMS_PER_BATCH = 100
@@ -53,7 +53,10 @@ class Tracker:
         self.finished = False
         self._lock = threading.RLock()
         self._role_policy = {r.name: r.policy for r in workflow.roles.values()}
-        self._client = MlflowClient(tracking_uri=uri)
+        try:
+            self._client = MlflowClient(tracking_uri=uri)
+        except Exception as exc:  # e.g. postgresql:// without its driver installed
+            raise store.TrackingError(f"cannot open the tracking store `{uri}`: {short(exc)}") from None
         self.outbox = Outbox(
             lambda: store.reachable(uri), say=say, retry_every_s=retry_every_s,
             where=f"; metrics are also kept in {self.metrics_file}",
