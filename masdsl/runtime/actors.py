@@ -69,6 +69,19 @@ def init_ray(cfg: Any) -> None:
         ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
 
 
+# Custom resources a multi-node cluster advertises (runtime/start_head.sh, start_worker.sh,
+# runtime/cluster.yaml): env tasks take one `masdsl_env` slot, an engine actor its GPU share of
+# `masdsl_infer` slots. Asked for only when the cluster has them, so one machine needs nothing.
+ENV_SLOT, INFER_SLOT = "masdsl_env", "masdsl_infer"
+
+
+def slot_resources(name: str, amount: float) -> dict[str, float]:
+    """`{name: amount}` when the connected Ray cluster advertises `name`, else `{}`."""
+    import ray
+
+    return {name: amount} if ray.cluster_resources().get(name, 0) > 0 else {}
+
+
 def _cancel(ray: Any, ref: Any) -> None:
     try:
         ray.cancel(ref, force=True)
@@ -89,7 +102,7 @@ class RayPool:
         self._ray = ray
         self.env_ref = ray.put(env)
         self.retries, self.timeout_s = retries, timeout_s
-        self._task = ray.remote(num_cpus=TASK_CPUS, max_retries=0)(_call)
+        self._task = ray.remote(num_cpus=TASK_CPUS, max_retries=0, resources=slot_resources(ENV_SLOT, 1.0))(_call)
 
     def map(self, fn: Callable[[Any, Any], Any], items: Sequence[Any]) -> list[tuple[bool, Any]]:
         ray = self._ray
@@ -153,7 +166,8 @@ class RemoteEngine:
 
         self._ray = ray
         self.call_timeout_s = call_timeout_s
-        host = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus)(_EngineHost)
+        slots = slot_resources(INFER_SLOT, min(1.0, num_gpus) if num_gpus > 0 else 0.01)
+        host = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, resources=slots)(_EngineHost)
         self.actor = host.remote(factory)
         self.tokenizer = ray.get(self.actor.tokenizer.remote(), timeout=ENGINE_START_TIMEOUT_S)
 
