@@ -109,6 +109,49 @@ def where() -> dict[str, Any]:
     return {"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
 
 
+class WhereEnv:
+    """Wraps an env; every `apply` first appends where it runs (node, pid, task, role) to a
+    JSONL file, then delegates. The file is how a test sees, from inside Ray env tasks, which
+    node and which worker process ran each env step (and which pid to kill mid-step).
+
+    >>> import json, tempfile, pathlib
+    >>> class Add:
+    ...     def reset(self, task): return 0
+    ...     def apply(self, state, role, fields): return state + fields["n"]
+    >>> log = pathlib.Path(tempfile.mkdtemp()) / "where.jsonl"
+    >>> env = WhereEnv(Add(), str(log))
+    >>> env.apply(env.reset({}), "a", {"n": 2})
+    2
+    >>> sorted(json.loads(log.read_text()))
+    ['node', 'pid', 'role', 'task', 'time']
+    """
+
+    def __init__(self, inner: Any, log_path: str):
+        self.inner, self.log_path = inner, log_path
+
+    def apply(self, state: Any, role: str, fields: Mapping[str, Any]) -> Any:
+        import json
+        import time
+
+        try:
+            import ray
+
+            node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+        except ImportError:
+            node = None
+        row = {"node": node, "pid": os.getpid(), "task": getattr(state, "task_id", None), "role": role,
+               "time": time.time()}
+        with open(self.log_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+        return self.inner.apply(state, role, fields)
+
+    def __getattr__(self, name: str) -> Any:  # reset, view, success, ...
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
 def placement_summary(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """How many rows ran on each node (rows as returned by `where`)."""
     return dict(Counter(r["node"] for r in rows))

@@ -1,0 +1,123 @@
+"""A workflow on a two-node Ray cluster: the inference actor on one node, the sandboxed env
+tasks on the other, and an env worker SIGKILLed mid-rollout is retried with no episode lost.
+
+The cluster (conftest `two_node_cluster`): the head offers `masdsl_infer` slots, the worker
+`masdsl_env` slots, like `runtime/start_head.sh` / `start_worker.sh` on real machines. The
+workflow file is the one a laptop run uses; only `runtime.*` overrides differ.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+WORKFLOW = DATA / "coder.mas"
+
+
+def _setup(cluster, *overrides):
+    import masdsl
+    from masdsl.config import resolve_config
+    from masdsl.runtime.session import load_split, make_env
+
+    wf = masdsl.load(str(WORKFLOW))
+    cfg = resolve_config(wf.train, None, ["runtime.ray=true", f"runtime.ray_address={cluster.address}",
+                                          "tracking.enabled=false", *overrides])
+    return wf, cfg, make_env(wf, cfg), load_split(wf.data["train"])
+
+
+def _log(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.mark.slow
+def test_env_tasks_and_inference_actor_on_different_nodes(two_node_cluster, tiny_model_dir, tmp_path):
+    import ray
+
+    from masdsl.runtime.actors import RemoteEngine
+    from masdsl.runtime.executor import rollout
+    from masdsl.runtime.session import build_engines, close_engines
+    from masdsl.testing.cluster import WhereEnv, where
+
+    wf, cfg, env, tasks = _setup(two_node_cluster, "runtime.engine=hf", f"policy.shared.model={tiny_model_dir}")
+    log = tmp_path / "where.jsonl"
+    engines = build_engines(wf, cfg)
+    try:
+        engine = engines["shared"]
+        assert isinstance(engine, RemoteEngine)
+        actor_at = ray.get(engine.actor.__ray_call__.remote(lambda self: where()), timeout=120)
+        ro = rollout(wf, WhereEnv(env, str(log)), tasks[:4], engines, mode="train", samples=2, step=0,
+                     seed=0, cfg=cfg)
+    finally:
+        close_engines(engines)
+    head, worker = two_node_cluster.node_ids
+    env_rows = _log(log)
+    driver = ray.get_runtime_context().get_node_id()
+    # the run completed: every episode ended and every role step has its K=2 scored candidates
+    assert len(ro.episodes) == 4 and {e.task_id for e in ro.episodes} == {t["id"] for t in tasks[:4]}
+    assert len(ro.records) >= 2 * 4 and len(env_rows) == len(ro.records)  # one apply per candidate
+    assert not [m for m in ro.errors if "env step" in m], ro.errors
+    # placement, recorded from inside the actor and the env tasks
+    assert actor_at["node"] == head and driver == head
+    assert env_rows and {r["node"] for r in env_rows} == {worker}
+    assert actor_at["pid"] not in {r["pid"] for r in env_rows}
+
+
+@pytest.mark.slow
+def test_env_worker_killed_mid_rollout_is_retried(two_node_cluster, tmp_path):
+    """SIGKILL the Ray worker process running an env step (its pid, logged from inside the
+    step) while it is in the sandbox; the step is retried on another worker and every episode
+    is scored with its real reward."""
+    import ray
+
+    from masdsl.runtime.backends.replay import ReplayEngine
+    from masdsl.runtime.executor import rollout
+    from masdsl.testing.cluster import WhereEnv
+
+    replay = tmp_path / "replay.jsonl"
+    wf, cfg, env, tasks = _setup(two_node_cluster, "runtime.engine=replay", f"runtime.replay_file={replay}",
+                                 "runtime.env_retries=2")
+    tasks = tasks[:4]
+    with replay.open("w") as f:  # correct code that takes 1.5 s in the sandbox (time to kill it)
+        for t in tasks:
+            body = t["solution"].replace("):\n", "):\n    import time\n    time.sleep(0.5)\n", 1)
+            outs = [f"```python\nimport time\ntime.sleep(1.0)\n# candidate {k}\n{body}```" for k in range(2)]
+            f.write(json.dumps({"task_id": t["id"], "role": "coder", "turn": 0, "outputs": outs}) + "\n")
+    log = tmp_path / "where.jsonl"
+    killed: dict = {}
+
+    def killer():
+        deadline = time.time() + 120
+        while time.time() < deadline and not killed:
+            rows = _log(log)
+            if rows:
+                victim = rows[0]
+                time.sleep(0.5)  # it is now inside the sandbox run of the reward
+                os.kill(victim["pid"], 9)
+                killed.update(victim)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    ro = rollout(wf, WhereEnv(env, str(log)), tasks, {"shared": ReplayEngine(replay)}, mode="train",
+                 samples=2, step=0, seed=0, cfg=cfg)
+    thread.join(timeout=5)
+    assert killed, "no env step was seen to kill"
+    rows = _log(log)
+    # the killed step ran again, in another worker process
+    again = [r for r in rows if (r["task"], r["role"]) == (killed["task"], killed["role"]) and r["pid"] != killed["pid"]]
+    assert again and again[0]["time"] > killed["time"]
+    with pytest.raises(ProcessLookupError):
+        os.kill(killed["pid"], 0)
+    # the run completed with every episode scored for real: correct code, pass rate 1
+    assert not ro.errors, ro.errors
+    assert len(ro.episodes) == len(tasks) and all(e.success == 1.0 for e in ro.episodes)
+    assert len(ro.records) == 2 * len(tasks)
+    assert all(r.reward == pytest.approx(0.5 * 1.0 + 1.0) for r in ro.records)
+    assert ray.is_initialized()
