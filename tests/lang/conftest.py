@@ -10,6 +10,7 @@ import pytest
 from masdsl.envs.registry import DataSourceSpec, EnvSpec, FunctionSpec, Registry, _arity
 
 HERE = Path(__file__).parent
+collect_ignore_glob = ["errors/*.py"]  # user files the golden tests import on purpose (one raises)
 
 
 def _fn(name, fn, returns="any", kind="function", env=None, empty=None) -> FunctionSpec:
