@@ -106,8 +106,13 @@ class MlflowServer:
 
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory):
-    server = MlflowServer(tmp_path_factory.mktemp("mlflow_server"))
-    server.start()
+    root = tmp_path_factory.mktemp("mlflow_server")
+    server = MlflowServer(root)
+    try:
+        server.start()
+    except RuntimeError:  # e.g. the free port was taken meanwhile: one more try on another
+        server = MlflowServer(root)
+        server.start()
     try:
         yield server
     finally:
