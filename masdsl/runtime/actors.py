@@ -82,6 +82,23 @@ def slot_resources(name: str, amount: float) -> dict[str, float]:
     return {name: amount} if ray.cluster_resources().get(name, 0) > 0 else {}
 
 
+def ship_user_modules() -> None:
+    """Pickle objects from the workflow's `import "x.py"` files by value.
+
+    Those files are imported under generated module names that a Ray worker cannot import,
+    so an env (or function) defined there would fail to unpickle in every env task. Functions
+    that expressions call by name are re-imported in the worker from the file's path.
+    """
+    from ray import cloudpickle
+
+    try:
+        from masdsl.lang.imports import _LOADED
+    except ImportError:
+        return
+    for module in list(_LOADED.values()):
+        cloudpickle.register_pickle_by_value(module)
+
+
 def _cancel(ray: Any, ref: Any) -> None:
     try:
         ray.cancel(ref, force=True)
@@ -100,6 +117,7 @@ class RayPool:
         import ray
 
         self._ray = ray
+        ship_user_modules()
         self.env_ref = ray.put(env)
         self.retries, self.timeout_s = retries, timeout_s
         self._task = ray.remote(num_cpus=TASK_CPUS, max_retries=0, resources=slot_resources(ENV_SLOT, 1.0))(_call)
