@@ -121,3 +121,30 @@ def test_env_worker_killed_mid_rollout_is_retried(two_node_cluster, tmp_path):
     assert len(ro.records) == 2 * len(tasks)
     assert all(r.reward == pytest.approx(0.5 * 1.0 + 1.0) for r in ro.records)
     assert ray.is_initialized()
+
+
+def _eval_cli(tmp: Path, *overrides: str) -> dict:
+    import subprocess
+    import sys
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "masdsl.cli", "eval", str(DATA / "counter.mas"), "runtime.engine=replay",
+           f"runtime.replay_file={DATA / 'counter_replay.jsonl'}", "tracking.enabled=false", *overrides]
+    p = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    (summary,) = tmp.glob("runs/rel_counter/*/summary.json")
+    return json.loads(summary.read_text())
+
+
+@pytest.mark.slow
+def test_same_file_on_the_cluster_as_on_one_machine(two_node_cluster, tmp_path):
+    """`masdsl eval` of a workflow with its own env, parser and reward function (an `import`ed
+    Python file) joins the cluster with `runtime.ray_address` and gets the same metrics as an
+    in-process run: the user's env unpickles in the env workers, its functions resolve there."""
+    local = _eval_cli(tmp_path / "local")
+    remote = _eval_cli(tmp_path / "cluster", "runtime.ray=true", f"runtime.ray_address={two_node_cluster.address}")
+    assert remote["errors"] == {} == local["errors"]
+    keys = [k for k in local["metrics"] if k.startswith(("success", "reward", "episodes", "tokens_generated"))]
+    assert {k: remote["metrics"][k] for k in keys} == {k: local["metrics"][k] for k in keys}
+    assert local["metrics"]["success/eval"] == 0.75 and local["metrics"]["expression_errors"] == 0
