@@ -14,6 +14,7 @@ AST nodes and never judges them: every rule about meaning lives in `masdsl.lang.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 
@@ -476,13 +477,85 @@ def syntax_diagnostic(exc: UnexpectedInput, src: SourceFile) -> Diagnostic:
     return Diagnostic("syntax", f"unexpected {what}", span, label=(expected + " here") if expected else "")
 
 
+_STMT_LINE = re.compile(r"^[ \t]*(%s)\b" % "|".join(TOP_KEYWORDS), re.M)
+
+
+def statement_starts(text: str) -> list[int]:
+    """Offsets where a top-level statement begins: a statement keyword first on its line,
+    outside any `{ }` block, string or comment (one pass over the text).
+
+    >>> statement_starts('env code\\nrole a {\\n  policy p\\n}\\nflow { }\\n')
+    [0, 9, 31]
+    """
+    out, depth, i, n = [], 0, 0, len(text)
+    line_start = True
+    while i < n:
+        ch = text[i]
+        if line_start and depth == 0:
+            m = _STMT_LINE.match(text, i)
+            if m:
+                out.append(m.start(1))
+        line_start = ch == "\n"
+        if ch == "#":
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+            continue
+        if text.startswith('"""', i):
+            j = text.find('"""', i + 3)
+            i = n if j < 0 else j + 3
+            continue
+        if ch in "\"'":
+            m = _SHORT_STRING[ch].match(text, i)
+            if m is None:  # unterminated: the string runs to the end of the line
+                j = text.find("\n", i)
+                i = n if j < 0 else j
+            else:
+                i = m.end()
+            continue
+        if ch == "{":
+            depth += 1
+        elif ch == "}" and depth:
+            depth -= 1
+        i += 1
+    return out
+
+
+_SHORT_STRING = {q: re.compile(r"%s(?:[^%s\\\n]|\\.)*%s" % (q, q, q)) for q in "\"'"}
+
+
+def _masked(text: str, blank: str, start: int, end: int) -> str:
+    """`text` with everything outside [start, end) blanked, newlines kept (positions unchanged)."""
+    return blank[:start] + text[start:end] + blank[end:]
+
+
+def _later_syntax_errors(text: str, src: SourceFile, first: Diagnostic) -> list[Diagnostic]:
+    """Recovery: after the first syntax error, parse each later top-level statement on its own
+    (the rest of the text blanked) so every broken statement is reported, one error each."""
+    starts = statement_starts(text) + [len(text)]
+    blank = re.sub(r"[^\n]", " ", text)
+    out = []
+    for a, b in zip(starts, starts[1:]):
+        if a <= first.span.start:
+            continue
+        try:
+            parser().parse(_masked(text, blank, a, b))
+        except UnexpectedInput as exc:
+            d = syntax_diagnostic(exc, SourceFile(src.path, _masked(text, blank, a, b)))
+            if d.message == "unexpected end of file" and b < len(text):  # the chunk ends, the file does not
+                word = re.match(r"\w+", text[b:]).group(0)
+                d = dataclasses.replace(d, message=f"unexpected `{word}`", span=src.span(b, b + len(word)))
+            out.append(d)
+    return out
+
+
 def parse_text(text: str, path: str = "<string>") -> tuple[A.Module | None, list[Diagnostic]]:
-    """Parse `.mas` text into a `Module`, or return the syntax error as a diagnostic."""
+    """Parse `.mas` text into a `Module`, or return its syntax errors (one per broken statement)."""
     src = SourceFile(path, text)
     try:
         tree = parser().parse(text)
     except UnexpectedInput as exc:
-        return None, [syntax_diagnostic(exc, src)]
+        first = syntax_diagnostic(exc, src)
+        return None, [first] + _later_syntax_errors(text, src, first)
     try:
         return ToAst(src).transform(tree), []
     except VisitError as exc:  # an AST builder bug, not a user mistake
