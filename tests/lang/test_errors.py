@@ -55,3 +55,12 @@ def test_many_errors_are_all_reported(registry, monkeypatch):
     _, diags = rendered("many-errors", registry)
     assert [(d.code, d.span.line, d.span.col) for d in diags if d.is_error] == [
         ("unknown-policy", 20, 10), ("unknown-role", 29, 11), ("invalid-value", 34, 7)]
+
+
+def test_errors_doc_is_up_to_date():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("errors_doc", Path(__file__).parent / "errors_doc.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.DOC.read_text() == mod.render(), "run: .venv/bin/python tests/lang/errors_doc.py"

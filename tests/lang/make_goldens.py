@@ -1,0 +1,82 @@
+"""Writes the golden `.mas` cases of tests/lang/errors/ from tests/lang/valid.mas, one mistake each.
+
+Run `.venv/bin/python tests/lang/make_goldens.py`, then
+`UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/lang/test_errors.py` and read the diff.
+"""
+
+from pathlib import Path
+
+HERE = Path(__file__).parent
+VALID = (HERE / "valid.mas").read_text()
+D = HERE / "errors"
+
+def sub(*pairs):
+    t = VALID
+    for a, b in pairs:
+        assert a in t, a
+        t = t.replace(a, b, 1)
+    return t
+
+
+def main() -> None:
+    cases = {
+     "syntax__missing_brace": sub(("  reward pass_rate(task.solution, tests)\n}", "  reward pass_rate(task.solution, tests)\n")),
+     "syntax__fat_arrow": sub(("start -> coder & tester", "start => coder & tester")),
+     "syntax__unterminated_string": sub(('prompt "Write asserts for {{ task.prompt }}"', 'prompt "Write asserts for {{ task.prompt }}')),
+     "syntax__unterminated_prompt": 'workflow w\nrole coder {\n  prompt """\n    Write the function.\n',
+     "syntax__missing_when_expr": sub(("coder & tester -> end when passes(coder.code, tester.tests)", "coder & tester -> end when")),
+     "syntax__missing_arrow": sub(("start -> coder & tester", "start coder & tester")),
+     "syntax__missing_colon": sub(("train { samples: 4,", "train { samples 4,")),
+     "duplicate-name__role": sub(("role tester {", 'role coder {\n  policy shared\n  prompt "again"\n}\n\nrole tester {')),
+     "duplicate-name__policy": sub(('policy shared { model: "smollm2-135m-instruct" }', 'policy shared { model: "smollm2-135m-instruct" }\npolicy shared { model: "other" }')),
+     "duplicate-name__parse": sub(("  parse tests = asserts(output)", "  parse tests = asserts(output)\n  parse tests = asserts(output)")),
+     "duplicate-statement__flow": VALID + "flow { start -> coder -> end }\n",
+     "unknown-policy": sub(("role tester {\n  policy shared", "role tester {\n  policy shard")),
+     "unknown-role__edge": sub(("coder & tester -> end when", "coder & tester2 -> end when")),
+     "unreachable": sub(("  coder & tester -> coder & tester\n", "  coder & tester -> coder & tester\n  coder -> end\n")),
+     "no-path-to-end": sub(("  coder & tester -> coder & tester\n", "  coder & tester -> tester when turn > 1\n  coder & tester -> coder & tester\n  tester -> tester\n")),
+     "unbounded-cycle": sub(("  max_turns 3\n", "")),
+     "type-mismatch__guard": sub(("when passes(coder.code, tester.tests)", "when pass_rate(coder.code, tester.tests)")),
+     "type-mismatch__reward": sub(("  reward pass_rate(code, task.tests)", '  reward "good"')),
+     "unknown-function": sub(("team pass_rate(coder.code, task.tests)", "team pass_rat(coder.code, task.tests)")),
+     "wrong-arity": sub(("success passes(coder.code, task.tests)", "success passes(coder.code)")),
+     "unknown-field__role": sub(("when passes(coder.code, tester.tests)", "when passes(coder.code, tester.test)")),
+     "unknown-field__task": sub(("  reward pass_rate(code, task.tests)", "  reward pass_rate(code, task.test)")),
+     "unknown-field__template": sub(("    {{ task.prompt }}\n", "    {{ task.promt }}\n")),
+     "unknown-name": sub(("  reward pass_rate(task.solution, tests)", "  reward pass_rate(task.solution, test)")),
+     "unknown-variable": sub(("{% if turn > 0 %}Failures", "{% if turns > 0 %}Failures")),
+     "template-syntax": sub(("{% if turn > 0 %}Failures: {{ env.failures }}{% endif %}", "{% if turn > 0 %}Failures: {{ env.failures }}")),
+     "invalid-value__alpha": sub(("alpha 1.0", "alpha 12")),
+     "invalid-value__max_turns": sub(("max_turns 3", "max_turns 0")),
+     "invalid-value__sample": sub(("sample { temperature: 1.0, max_tokens: 64 }", "sample { temprature: 1.0, max_tokens: 64 }")),
+     "missing-file__data": sub(('data eval  humaneval("eval")', 'data eval  "data/missing.jsonl"')),
+     "missing-file__prompt": sub(('prompt "Write asserts for {{ task.prompt }}"', 'prompt file "prompts/tester.j2"')),
+     "missing-file__import": 'import "helpers/missing.py"\n' + VALID,
+     "import-error": 'import "raises.py"\n' + VALID,
+     "unknown-env": sub(("env code", "env cod")),
+     "unknown-parser": sub(("parse tests = asserts(output)", "parse tests = assert(output)")),
+     "unknown-data-source": sub(('data eval  humaneval("eval")', 'data eval  humaneva("eval")')),
+     "wrong-env": sub(("success passes(coder.code, task.tests)", "success solved()")),
+     "invalid-train": sub(("train { samples: 4,", "train { sampels: 4,")),
+     "reserved-name": sub(("role tester {", "role task {"), ("coder & tester", "coder & task"), ("coder & tester", "coder & task"), ("coder & tester -> coder & tester", "coder & task -> coder & task"), ("tester.tests", "task.tests")),
+     "invalid-edge": sub(("  coder & tester -> coder & tester\n", "  coder & tester -> coder & tester\n  end -> coder\n")),
+     "missing-statement__env": sub(("env code\n", "")),
+     "missing-statement__policy": sub(("role tester {\n  policy shared\n", "role tester {\n")),
+     "bad-data-file": sub(('data eval  humaneval("eval")', 'data eval  "bad.jsonl"')),
+     "never-rewarded": sub(("  reward pass_rate(task.solution, tests)\n", ""), ("team pass_rate(coder.code, task.tests)\n", "")),
+     "group-size-one": sub(("train { samples: 4,", "train { samples: 1,")),
+     "unused-role": sub(("role tester {", "role helper {\n  policy shared\n  prompt \"hi\"\n  reward 1\n}\n\nrole tester {")),
+     "shadowed-edge": sub(("  coder & tester -> end when passes(coder.code, tester.tests)\n  coder & tester -> coder & tester\n", "  coder & tester -> coder & tester\n  coder & tester -> end when passes(coder.code, tester.tests)\n")),
+     "many-errors": sub(("role tester {\n  policy shared", "role tester {\n  policy shard"), ("coder & tester -> end when", "coder & tester2 -> end when"), ("alpha 1.0", "alpha 12")),
+    }
+    for name, text in cases.items():
+        (D / f"{name}.mas").write_text(text)
+    (D / "raises.py").write_text('"""A user file that fails on import."""\n\nLIMIT = 3\nraise RuntimeError("cannot reach the scoring service")\n')
+    (D / "bad.jsonl").write_text('{"id": "a", "question": "1+1"\nnot json\n')
+    print(len(cases))
+    multi = sub(("  start -> coder & tester\n", "  start => coder & tester\n"), ("alpha 1.0", "alpha"), ('  prompt "Write asserts for {{ task.prompt }}"', '  prompt "Write asserts for {{ task.prompt }}"\n  parse = asserts(output)'))
+    (D / "syntax__several.mas").write_text(multi)
+
+
+if __name__ == "__main__":
+    main()
