@@ -1,0 +1,50 @@
+"""`masdsl eval` / `masdsl run` on the tiny model with tracking on a real `mlflow server`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DUO = Path(__file__).parent / "data" / "duo_math.mas"  # roles reasoner/checker, policies thinker/critic
+
+
+def parent_and_children(client, experiment: str, kind: str):
+    exp = client.get_experiment_by_name(experiment)
+    assert exp is not None, f"no experiment `{experiment}`"
+    runs = client.search_runs([exp.experiment_id], f"tags.`masdsl.kind` = '{kind}'")
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert len(parents) == 1, [r.info.run_name for r in runs]
+    kids = {r.info.run_name: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id}
+    return parents[0], kids
+
+
+def artifact_paths(client, run_id: str, path: str | None = None) -> set[str]:
+    out = set()
+    for item in client.list_artifacts(run_id, path):
+        out |= artifact_paths(client, run_id, item.path) if item.is_dir else {item.path}
+    return out
+
+
+def test_masdsl_eval_on_the_tiny_model_is_tracked(mlflow_server, tiny_model_dir, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from masdsl.cli import main
+
+    experiment = f"duo_eval_{tmp_path.name}"
+    assert main(["eval", str(DUO), "runtime.engine=hf", f"policy.thinker.model={tiny_model_dir}",
+                 f"policy.critic.model={tiny_model_dir}", f"runtime.runs_dir={tmp_path}",
+                 f"tracking.uri={mlflow_server.uri}", f"tracking.experiment={experiment}", "--tasks", "2"]) == 0
+    client = MlflowClient(mlflow_server.uri)
+    run, kids = parent_and_children(client, experiment, "eval")
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["masdsl.workflow"] == "duo_math"
+    assert run.data.tags["masdsl.roles.thinker"] == "reasoner" and run.data.tags["masdsl.roles.critic"] == "checker"
+    assert run.data.params["policy.thinker.model"] == str(tiny_model_dir)
+    assert set(kids) == {"thinker", "critic"} and all(k.info.status == "FINISHED" for k in kids.values())
+    metrics = run.data.metrics
+    assert 0.0 <= metrics["success/eval"] <= 1.0 and metrics["episodes"] == 2
+    assert {"reward/reasoner/turn0", "reward/checker/turn0"} <= set(metrics)
+    assert "reward/reasoner/turn0" in kids["thinker"].data.metrics  # role metrics reach the policy's run
+    assert "reward/checker/turn0" in kids["critic"].data.metrics
+    paths = artifact_paths(client, run.info.run_id)
+    assert {"source/duo_math.mas", "config/resolved.yaml", "graph/workflow.mmd", "records/records.jsonl",
+            "plots/progress.png"} <= paths
