@@ -16,6 +16,12 @@ killed). On top of that, the best isolation the machine allows is chosen once pe
 
 `isolation_summary()` says which is active; the runtime prints it once per run.
 
+Starting bubblewrap and an interpreter per run costs more than the run itself, so by default one
+long-lived *zygote* (see `sandbox_zygote.py`) is started inside the isolation and forks a child
+per run; the child gets its own working directory, uid, session and limits before any code runs,
+and a kill takes its process group and every process of its uid. `MASDSL_SANDBOX_ZYGOTE=0` starts
+a fresh sandboxed interpreter per run instead (limits then set with `setrlimit` in `preexec_fn`).
+
 Tests run many per process (see `sandbox_child.py`): assert tests in the namespace of the code,
 stdin/stdout tests each with a fresh `__main__`; each test has its own timer, and a test that
 kills its process is marked failed and the rest resume in a new process.
@@ -30,6 +36,7 @@ kills its process is marked failed and the rest resume in a new process.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import queue
@@ -289,8 +296,10 @@ def isolation_summary(limits: Limits | None = None) -> str:
         parts = ["unshare: new pid/net namespaces; the file system is NOT read-only"]
     else:
         parts = ["no namespaces: the network is NOT isolated and the file system is NOT read-only"]
+    if zygote_enabled() and _zygote(mode) is not None:
+        parts.append("each run forked by one long-lived sandboxed zygote (MASDSL_SANDBOX_ZYGOTE=0: a new sandbox per run)")
     if mode.switch_uid:
-        parts.append("runs as its own uid")
+        parts.append("each run as its own uid")
     elif os.geteuid() == 0:
         parts.append("runs as root: the process limit is NOT enforced")
     parts.append(
@@ -317,17 +326,25 @@ def _user_tasks() -> int:
     return count
 
 
-def _preexec(limits: Limits, cpu_s: int, nproc: int):
+def _rlimits(limits: Limits, cpu_s: int, nproc: int) -> dict[str, tuple[int, int]]:
     mem = limits.memory_mb * 1024 * 1024
     fsize = limits.max_file_mb * 1024 * 1024
+    return {
+        "RLIMIT_CPU": (cpu_s, cpu_s + 1),
+        "RLIMIT_AS": (mem, mem),
+        "RLIMIT_NPROC": (nproc, nproc),
+        "RLIMIT_FSIZE": (fsize, fsize),
+        "RLIMIT_NOFILE": (limits.max_open_files, limits.max_open_files),
+        "RLIMIT_CORE": (0, 0),
+    }
+
+
+def _preexec(rlimits: dict[str, tuple[int, int]]):
+    values = [(getattr(resource, name), value) for name, value in rlimits.items()]
 
     def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
-        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.max_open_files, limits.max_open_files))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        for which, value in values:
+            resource.setrlimit(which, value)
 
     return apply
 
@@ -354,20 +371,70 @@ def _kill_uid(uid: int) -> None:
         pass
 
 
-def _command(mode: _Mode, workdir: str) -> list[str]:
-    interpreter = [sys.executable, "-I", "-c", _CHILD_SOURCE]
+_BOOTSTRAP = "import sys; exec(compile(sys.stdin.read(), '<masdsl-sandbox>', 'exec'))"
+
+
+def _command(mode: _Mode, workdir: str, bootstrap: bool = False) -> list[str]:
+    interpreter = [sys.executable, "-I", "-c", _BOOTSTRAP if bootstrap else _CHILD_SOURCE]
     if mode.name == "bwrap":
         return [*mode.prefix, "--bind", workdir, workdir, "--chdir", workdir, *interpreter]
     return [*mode.prefix, *interpreter]
 
 
+_ZYGOTES: dict[tuple[int, str], Any] = {}  # (pid, mode) -> Zygote, or None where it cannot start
+_ZYGOTE_LOCK = threading.RLock()
+
+
+def zygote_enabled() -> bool:
+    """Runs fork from one long-lived sandboxed process unless MASDSL_SANDBOX_ZYGOTE=0."""
+    return os.environ.get("MASDSL_SANDBOX_ZYGOTE", "1") != "0"
+
+
+def _zygote(mode: _Mode):
+    """This process's zygote for `mode` (restarted if it died), or None."""
+    from masdsl.envs import sandbox_zygote
+
+    key = (os.getpid(), mode.name)
+    with _ZYGOTE_LOCK:
+        current = _ZYGOTES.get(key, False)
+        if current is None:
+            return None
+        if current is False or not current.alive:
+            if current:
+                current.close()
+            made = sandbox_zygote.make(lambda root: _command(mode, root, bootstrap=True), _scrubbed_env("/tmp"),
+                                       _CHILD_SOURCE)
+            _ZYGOTES[key] = made
+            if made is not None and not _ZYGOTES_CLOSER:
+                _ZYGOTES_CLOSER.append(atexit.register(_close_zygotes))
+            if made is not None:  # it must run a program before it is trusted with runs
+                probe = _run_job({"mode": "run", "code": "print('ok')"}, "", Limits(isolation=mode.name))
+                if probe["rc"] != 0 or probe["stdout"] != b"ok\n":
+                    made.close()
+                    _ZYGOTES[key] = made = None
+            return made
+        return current
+
+
+_ZYGOTES_CLOSER: list[Any] = []
+
+
+def _close_zygotes() -> None:
+    for key, zygote in list(_ZYGOTES.items()):
+        if zygote and key[0] == os.getpid():
+            zygote.close()
+        _ZYGOTES.pop(key, None)
+
+
 def _run_job(job: dict[str, Any], stdin: str, limits: Limits, mode: _Mode | None = None,
              n_tests: int = 0) -> dict[str, Any]:
     """Run the child program once on `job`; returns raw stdout/stderr and what happened."""
+    probe = mode is not None
     mode = mode or _mode(limits.isolation)
+    zygote = None if probe or not zygote_enabled() else _zygote(mode)
     slots = _uid_slots()
     uid = slots.get() if mode.switch_uid else None
-    workdir = tempfile.mkdtemp(prefix="masdsl-sbx-")
+    workdir = zygote.workdir(uid) if zygote else tempfile.mkdtemp(prefix="masdsl-sbx-")
     try:
         nonce = secrets.token_hex(16)
         job = {**job, "nonce": nonce, "uid": uid, "timeout": limits.timeout_s}
@@ -378,18 +445,16 @@ def _run_job(job: dict[str, Any], stdin: str, limits: Limits, mode: _Mode | None
         os.chmod(workdir, 0o700)
         cpu_s = int(limits.timeout_s * (n_tests + 1)) + 1
         nproc = limits.max_procs if uid is not None else _user_tasks() + limits.max_procs
-        with open(os.path.join(workdir, ".stdin"), "rb") as stdin_fh:
-            proc = subprocess.Popen(
-                _command(mode, workdir), stdin=stdin_fh, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                cwd=workdir, env=_scrubbed_env(workdir), start_new_session=True,
-                preexec_fn=_preexec(limits, cpu_s, nproc),
-            )
-            os.unlink(os.path.join(workdir, ".stdin"))
-            out = _collect(proc, limits, nonce.encode())
-        if uid is not None and mode.name == "none":
-            _kill_uid(uid)
-        if mode.name == "bwrap" and 128 < out["rc"] < 128 + 65:  # bwrap: 128 + signal number
-            out["rc"] = 128 - out["rc"]
+        rlimits = _rlimits(limits, cpu_s, nproc)
+        out = None
+        if zygote is not None:
+            out = _run_in_zygote(zygote, workdir, uid, rlimits, limits, nonce)
+        if out is None:
+            out = _run_in_process(mode, workdir, rlimits, limits, nonce)
+            if mode.name == "bwrap" and 128 < out["rc"] < 128 + 65:  # bwrap: 128 + signal number
+                out["rc"] = 128 - out["rc"]
+            if uid is not None and mode.name == "none":
+                _kill_uid(uid)
         if out["rc"] == -signal.SIGXCPU:  # the CPU-time limit: a timeout too
             out["timed_out"] = True
         return out
@@ -399,7 +464,61 @@ def _run_job(job: dict[str, Any], stdin: str, limits: Limits, mode: _Mode | None
             slots.put(uid)
 
 
-def _collect(proc: subprocess.Popen, limits: Limits, nonce: bytes) -> dict[str, Any]:
+class _Popen:
+    """A started process seen through the interface `_collect` needs (poll, kill, wait)."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def wait(self) -> int:
+        return self.proc.wait()
+
+
+def _run_in_process(mode: _Mode, workdir: str, rlimits: dict, limits: Limits, nonce: str) -> dict[str, Any]:
+    with open(os.path.join(workdir, ".stdin"), "rb") as stdin_fh:
+        proc = subprocess.Popen(
+            _command(mode, workdir), stdin=stdin_fh, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cwd=workdir, env=_scrubbed_env(workdir), start_new_session=True, preexec_fn=_preexec(rlimits),
+        )
+    try:
+        return _collect(_Popen(proc), proc.stdout.fileno(), proc.stderr.fileno(), limits, nonce.encode())
+    finally:
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def _run_in_zygote(zygote, workdir: str, uid: int | None, rlimits: dict, limits: Limits,
+                   nonce: str) -> dict[str, Any] | None:
+    """The run, forked by the zygote; None when the zygote is gone (the caller starts a process)."""
+    from masdsl.envs.sandbox_zygote import ZygoteError
+
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    stdin_fd = os.open(os.path.join(workdir, ".stdin"), os.O_RDONLY)
+    try:
+        try:
+            run = zygote.start(workdir, uid, rlimits, (stdin_fd, out_w, err_w))
+        except ZygoteError:
+            return None
+        finally:
+            for fd in (stdin_fd, out_w, err_w):
+                os.close(fd)
+        return _collect(run, out_r, err_r, limits, nonce.encode())
+    finally:
+        os.close(out_r)
+        os.close(err_r)
+
+
+def _collect(handle: Any, out_fd: int, err_fd: int, limits: Limits, nonce: bytes) -> dict[str, Any]:
     """Read stdout/stderr under the output cap and a watchdog that any progress line resets."""
     start = time.monotonic()
     deadline = start + limits.timeout_s + 1.0  # the first deadline includes interpreter start-up
@@ -408,23 +527,23 @@ def _collect(proc: subprocess.Popen, limits: Limits, nonce: bytes) -> dict[str, 
     total, timed_out, truncated, pending = 0, False, False, b""
     events: list[dict] = []
     sel = selectors.DefaultSelector()
-    for f, key in ((proc.stdout, 1), (proc.stderr, 2)):
-        os.set_blocking(f.fileno(), False)
-        sel.register(f, selectors.EVENT_READ, key)
+    for fd, key in ((out_fd, 1), (err_fd, 2)):
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ, key)
     exited_at = None
     while sel.get_map():
         now = time.monotonic()
         if now > deadline:
             timed_out = True
             break
-        if exited_at is None and proc.poll() is not None:
+        if exited_at is None and handle.poll() is not None:
             exited_at = now
         if exited_at is not None and now - exited_at > 0.5:  # a leftover child holds the pipe
             break
-        for key, _ in sel.select(timeout=min(0.1, max(0.0, deadline - now))):
-            data = os.read(key.fileobj.fileno(), 65536)
+        for key, _ in sel.select(timeout=min(0.05, max(0.0, deadline - now))):
+            data = os.read(key.fd, 65536)
             if not data:
-                sel.unregister(key.fileobj)
+                sel.unregister(key.fd)
                 continue
             total += len(data)
             chunks[key.data].append(data)
@@ -441,21 +560,12 @@ def _collect(proc: subprocess.Popen, limits: Limits, nonce: bytes) -> dict[str, 
         if truncated:
             break
     sel.close()
-    _kill_group(proc)
-    rc = proc.wait()
+    handle.kill()
+    rc = handle.wait()
     stdout = b"".join(chunks[1])
     stderr = b"".join(chunks[2])
     return {"rc": rc, "stdout": stdout[:cap], "stderr": stderr, "timed_out": timed_out,
             "truncated": truncated, "events": events, "wall_s": time.monotonic() - start}
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for f in (proc.stdout, proc.stderr):
-        f.close()
 
 
 def _is_memory_error(stderr: str) -> bool:
