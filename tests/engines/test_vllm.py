@@ -93,7 +93,11 @@ def test_on_policy_weight_update_in_running_engine(vllm_engine, ref):
     out = vllm_engine.generate([GenRequest(prompt_ids=p, n=4, max_tokens=6), greedy])
     assert all(c.token_ids == [300] * 6 for c in out[0])
     assert out[1][0].token_ids == [300] * 10  # the cached prompt KV was not reused
-    vllm_engine.update_weights(original)  # back to the original weights
+    vllm_engine.weight_transport = "rpc"  # the other transport: bytes through collective_rpc
+    try:
+        vllm_engine.update_weights(original)  # back to the original weights
+    finally:
+        vllm_engine.weight_transport = "shm"
     assert vllm_engine.generate([greedy])[0][0].token_ids == before
 
 

@@ -97,6 +97,10 @@ def default_max_model_len(model_path: str | os.PathLike, cap: int = 4096) -> int
     return min(cap, int(cfg.get("max_position_embeddings") or cap))
 
 
+def _shm_dir() -> str | None:
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
 def on_gpu() -> bool:
     try:
         import torch
@@ -118,6 +122,14 @@ class WeightSyncExtension:
     def masdsl_stage_weights(self, packed: list[tuple[str, str, list[int], bytes]]) -> int:
         staged = self.__dict__.setdefault("_masdsl_staged", [])
         staged.extend(unpack_tensor(p) for p in packed)
+        return len(staged)
+
+    def masdsl_stage_file(self, path: str) -> int:
+        """Stage every tensor of a safetensors file (same host: the trainer wrote it to /dev/shm)."""
+        from safetensors.torch import load_file
+
+        staged = self.__dict__.setdefault("_masdsl_staged", [])
+        staged.extend(load_file(path).items())
         return len(staged)
 
     def masdsl_commit_weights(self) -> int:
@@ -146,8 +158,12 @@ class VLLMEngine:
         gpu_memory_utilization: float = 0.3,
         dtype: str | None = None,
         lora: dict[str, Any] | None = None,
+        weight_transport: str = "shm",
         **llm_kwargs: Any,
     ) -> None:
+        if weight_transport not in ("shm", "rpc"):
+            raise ValueError(f"weight_transport must be 'shm' or 'rpc', got {weight_transport!r}")
+        self.weight_transport = weight_transport
         gpu = on_gpu()
         if not gpu:
             for k, v in cpu_env_defaults().items():
@@ -214,7 +230,39 @@ class VLLMEngine:
         return [[_candidate(o) for o in sorted(ro.outputs, key=lambda o: o.index)] for ro in outs]
 
     def update_weights(self, state_dict: dict[str, Any]) -> None:
-        """Load full-model weights (Hugging Face names) into the running engine; reset the cache."""
+        """Load full-model weights (Hugging Face names) into the running engine; reset the cache.
+
+        Transport (`weight_transport` at construction): "shm" writes one safetensors file to
+        /dev/shm that the (same-host) workers read, the fast path on one machine; "rpc" sends
+        the bytes through `collective_rpc` (works across hosts; slower, see docs/performance.md).
+        """
+        if self.weight_transport == "shm":
+            self._update_via_file(state_dict)
+        else:
+            self._update_via_rpc(state_dict)
+        self.llm.collective_rpc("masdsl_commit_weights")
+        self.llm.reset_prefix_cache()
+
+    def _update_via_file(self, state_dict: dict[str, Any]) -> None:
+        from safetensors.torch import save_file
+
+        seen, tensors = set(), {}
+        for name, t in state_dict.items():
+            t = t.detach()
+            key = (t.data_ptr(), t.dtype, tuple(t.shape))
+            if key in seen:  # an alias (tied embeddings): vLLM ties them itself
+                continue
+            seen.add(key)
+            tensors[name] = t.to("cpu").contiguous()
+        fd, path = tempfile.mkstemp(prefix="masdsl-weights-", suffix=".safetensors", dir=_shm_dir())
+        os.close(fd)
+        try:
+            save_file(tensors, path)
+            self.llm.collective_rpc("masdsl_stage_file", args=(path,))
+        finally:
+            os.unlink(path)
+
+    def _update_via_rpc(self, state_dict: dict[str, Any]) -> None:
         chunk, size = [], 0
         for name, t in state_dict.items():
             chunk.append(pack_tensor(name, t))
@@ -224,8 +272,6 @@ class VLLMEngine:
                 chunk, size = [], 0
         if chunk:
             self.llm.collective_rpc("masdsl_stage_weights", args=(chunk,))
-        self.llm.collective_rpc("masdsl_commit_weights")
-        self.llm.reset_prefix_cache()
 
     def get_weight(self, vllm_name: str) -> Any:
         """One parameter as the engine holds it (vLLM names: e.g. `...qkv_proj.weight`)."""

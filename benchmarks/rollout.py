@@ -1,0 +1,263 @@
+"""Rollout throughput: raw `vllm.LLM.generate` vs our `VLLMEngine` vs `hf`, and the executor.
+
+One run, one model (default: the embedded SmolLM2-135M-Instruct, fp32), the same prompts,
+the same n and max tokens everywhere:
+
+1. vLLM: one engine; alternately the raw `LLM.generate` (TokensPrompt + SamplingParams, the
+   same per-request seeds) and `VLLMEngine.generate` on the same requests; tokens/s of each.
+   Also the time of one full-weight `update_weights` into the running engine.
+2. The executor (`masdsl.runtime.executor.rollout`, training mode, K = n) on
+   `workflows/coder_tester.mas` (max tokens set to the same value) through the same
+   `VLLMEngine`; then the raw engine on exactly the executor's prompts (one `LLM.generate`
+   per turn, n = K), so the ratio is executor tokens/s (generation + parsing + sandboxed
+   scoring + bookkeeping) over raw-engine tokens/s.
+3. hf: a raw batched transformers `generate` (left padding, num_return_sequences = n,
+   top_k = 0) vs `HFEngine.generate`.
+
+Results are printed and written to docs/performance.md under `## rollout` (that section only).
+
+    .venv/bin/python benchmarks/rollout.py            # defaults: 8 prompts, n 4, 64 tokens
+    .venv/bin/python benchmarks/rollout.py --prompts 4 --repeats 1 --no-write
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+QUESTIONS = [
+    "What is the capital of France?",
+    "Write a Python function that returns the square of a number.",
+    "Explain what a unit test is in two sentences.",
+    "What is 12 + 7?",
+    "Name three primary colors.",
+    "Write a haiku about the sea.",
+    "How do I reverse a list in Python?",
+    "What does HTTP stand for?",
+    "Give me a synonym for happy.",
+    "Why is the sky blue?",
+    "Write a function that checks whether a number is prime.",
+    "What is the boiling point of water in Celsius?",
+    "Sort these numbers: 5, 2, 9, 1.",
+    "What is a binary search?",
+    "Translate 'good morning' into Spanish.",
+    "Summarise the plot of Romeo and Juliet in one sentence.",
+]
+
+
+def chat(tok, text: str) -> list[int]:
+    ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                  return_dict=False)
+    return list(ids)
+
+
+def vllm_raw(engine, reqs) -> tuple[int, float]:
+    """The raw engine: `LLM.generate` with the same prompts and sampling parameters."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    prompts = [TokensPrompt(prompt_token_ids=r.prompt_ids) for r in reqs]
+    params = [SamplingParams(n=r.n, temperature=r.temperature, top_p=r.top_p, max_tokens=r.max_tokens,
+                             stop=r.stop or None, seed=r.seed, logprobs=0) for r in reqs]
+    t = time.perf_counter()
+    outs = engine.llm.generate(prompts, params, use_tqdm=False)
+    dt = time.perf_counter() - t
+    return sum(len(o.token_ids) for ro in outs for o in ro.outputs), dt
+
+
+def ours(engine, reqs) -> tuple[int, float]:
+    t = time.perf_counter()
+    out = engine.generate(reqs)
+    dt = time.perf_counter() - t
+    return sum(len(c.token_ids) for cands in out for c in cands), dt
+
+
+def hf_raw(model, tok, reqs) -> tuple[int, float]:
+    """Plain batched transformers generate: left padding, num_return_sequences = n."""
+    import torch
+
+    n, max_tokens = reqs[0].n, reqs[0].max_tokens
+    width = max(len(r.prompt_ids) for r in reqs)
+    pad = tok.pad_token_id
+    ids = torch.full((len(reqs), width), pad)
+    mask = torch.zeros((len(reqs), width), dtype=torch.long)
+    for i, r in enumerate(reqs):
+        ids[i, width - len(r.prompt_ids):] = torch.tensor(r.prompt_ids)
+        mask[i, width - len(r.prompt_ids):] = 1
+    torch.manual_seed(0)
+    t = time.perf_counter()
+    with torch.no_grad():
+        seqs = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, top_k=0, temperature=1.0,
+                              max_new_tokens=max_tokens, num_return_sequences=n, pad_token_id=pad)
+    dt = time.perf_counter() - t
+    gen = seqs[:, width:]
+    eos = set(model.generation_config.eos_token_id if isinstance(model.generation_config.eos_token_id, list)
+              else [model.generation_config.eos_token_id])
+    tokens = 0
+    for row in gen.tolist():
+        k = next((i + 1 for i, x in enumerate(row) if x in eos), len(row))
+        tokens += k
+    return tokens, dt
+
+
+def best(runs: list[tuple[int, float]]) -> dict:
+    toks = [t / d for t, d in runs]
+    i = max(range(len(runs)), key=lambda j: toks[j])
+    return {"tokens": runs[i][0], "seconds": round(runs[i][1], 2), "tok_s": round(toks[i], 1),
+            "all_tok_s": [round(x, 1) for x in toks]}
+
+
+def run_executor(engine, n: int, max_tokens: int, tasks: int) -> dict:
+    """The executor in training mode on coder_tester, then the raw engine on its own prompts."""
+    import masdsl
+    from masdsl.config import resolve_config
+    from masdsl.runtime.backends.base import GenRequest
+    from masdsl.runtime.executor import rollout
+    from masdsl.runtime.session import prepare
+
+    path = ROOT / "workflows" / "coder_tester.mas"
+    text = re.sub(r"max_tokens:\s*\d+", f"max_tokens: {max_tokens}", path.read_text())
+    wf = masdsl.loads(text, name=str(path), base_dir=path.parent)
+    cfg = resolve_config(wf.train)
+    env, splits = prepare(wf, cfg)
+    t = time.perf_counter()
+    ro = rollout(wf, env, splits["train"][:tasks], {name: engine for name in wf.policies}, mode="train",
+                 samples=n, step=0, seed=0, cfg=cfg)
+    wall = time.perf_counter() - t
+    tokens = sum(len(r.response_ids) for r in ro.records)
+    # the raw engine on exactly the executor's prompts: one generate per turn, n = K
+    groups: dict[int, dict[tuple, list[int]]] = defaultdict(dict)
+    stops = {name: list(role.sample.get("stop", []) or []) for name, role in wf.roles.items()}
+    temps = {name: float(role.sample.get("temperature", 1.0)) for name, role in wf.roles.items()}
+    for r in ro.records:
+        groups[r.turn][(r.task_id, r.role)] = (r.prompt_ids, r.role)
+    raw_tokens, raw_s = 0, 0.0
+    for turn in sorted(groups):
+        reqs = [GenRequest(prompt_ids=list(p), n=n, max_tokens=max_tokens, temperature=temps[role],
+                           stop=stops[role], seed=i) for i, (p, role) in enumerate(groups[turn].values())]
+        k, dt = vllm_raw(engine, reqs)
+        raw_tokens, raw_s = raw_tokens + k, raw_s + dt
+    return {"episodes": len(ro.episodes) if hasattr(ro, "episodes") else tasks, "tokens": tokens,
+            "seconds": round(wall, 2), "tok_s": round(tokens / wall, 1),
+            "gen_s": round(getattr(ro, "gen_s", 0.0), 2), "env_s": round(getattr(ro, "env_s", 0.0), 2),
+            "raw_tokens": raw_tokens, "raw_seconds": round(raw_s, 2), "raw_tok_s": round(raw_tokens / raw_s, 1),
+            "turns": len(groups), "requests": sum(len(g) for g in groups.values())}
+
+
+def write_section(results: dict, cmd: str) -> None:
+    v, h, ex = results["vllm"], results["hf"], results.get("executor")
+    lines = [
+        "## rollout", "",
+        f"- {results['when']}, {results['machine']}: `{cmd}`. Model `{results['model']}` fp32; "
+        f"{results['prompts']} prompts x n {results['n']}, at most {results['max_tokens']} new tokens, "
+        f"temperature 1; best of {results['repeats']} (shared machine: wall times vary with load).",
+        f"- vLLM ({results['vllm_version']}): raw `LLM.generate` {v['raw']['tok_s']} tok/s, our `VLLMEngine` "
+        f"{v['ours']['tok_s']} tok/s: **{v['ratio']:.2f}x the raw engine** (same seeds, same tokens: "
+        f"{v['raw']['tokens']} vs {v['ours']['tokens']}).",
+        f"- hf: raw batched `generate` {h['raw']['tok_s']} tok/s, our `HFEngine` {h['ours']['tok_s']} tok/s: "
+        f"**{h['ratio']:.2f}x**; our vLLM engine is {v['ours']['tok_s'] / h['ours']['tok_s']:.2f}x our hf engine.",
+        f"- Full-weight sync into the running vLLM engine (`update_weights`, {results['params_m']} M params): "
+        f"{results['sync_s']} s.",
+    ]
+    if ex and "error" not in ex:
+        lines.append(
+            f"- Executor (`rollout`, training, K {results['n']}, coder_tester on {ex['episodes']} tasks, "
+            f"{ex['turns']} turns, {ex['requests']} role steps): {ex['tok_s']} tok/s end to end "
+            f"(generation {ex['gen_s']} s, env {ex['env_s']} s of {ex['seconds']} s) vs the raw engine on the "
+            f"same prompts {ex['raw_tok_s']} tok/s: **{ex['tok_s'] / ex['raw_tok_s']:.2f}x the raw engine** "
+            "(goal >= 0.9x).")
+    elif ex:
+        lines.append(f"- Executor: not measured ({ex['error']}).")
+    section = "\n".join(lines) + "\n"
+    perf = ROOT / "docs" / "performance.md"
+    text = perf.read_text() if perf.exists() else "# Performance\n"
+    pattern = re.compile(r"^## rollout\n.*?(?=^## |\Z)", re.S | re.M)
+    text = pattern.sub(lambda m: section + "\n", text) if pattern.search(text) else text.rstrip() + "\n\n" + section
+    perf.write_text(text)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--n", type=int, default=4)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--executor-tasks", type=int, default=4, help="0 skips the executor phase")
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+
+    import torch
+    import vllm
+
+    from masdsl.runtime.backends.base import GenRequest
+    from masdsl.runtime.backends.hf import HFEngine
+    from masdsl.runtime.backends.vllm import VLLMEngine
+    from masdsl.runtime.models import load_model, resolve_model
+
+    path = resolve_model(args.model)
+    model, tok = load_model(path)
+    reqs = [GenRequest(prompt_ids=chat(tok, QUESTIONS[i % len(QUESTIONS)]), n=args.n, max_tokens=args.max_tokens,
+                       seed=1000 + i) for i in range(args.prompts)]
+    results: dict = {"model": args.model, "prompts": args.prompts, "n": args.n, "max_tokens": args.max_tokens,
+                     "repeats": args.repeats, "vllm_version": vllm.__version__,
+                     "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                     "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} CPUs",
+                     "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 1)}
+
+    # 1. vLLM: raw vs ours, alternating, on one engine
+    t = time.perf_counter()
+    engine = VLLMEngine(path, seed=0)
+    print(f"vllm engine started in {time.perf_counter() - t:.0f} s", flush=True)
+    engine.generate(reqs[:2])  # warm-up
+    raw_runs, our_runs = [], []
+    for _ in range(args.repeats):
+        raw_runs.append(vllm_raw(engine, reqs))
+        our_runs.append(ours(engine, reqs))
+        print(f"vllm raw {raw_runs[-1]}, ours {our_runs[-1]}", flush=True)
+    v = {"raw": best(raw_runs), "ours": best(our_runs)}
+    v["ratio"] = v["ours"]["tok_s"] / v["raw"]["tok_s"]
+    results["vllm"] = v
+    t = time.perf_counter()
+    engine.update_weights(model.state_dict())
+    results["sync_s"] = round(time.perf_counter() - t, 2)
+    print(f"weight sync {results['sync_s']} s", flush=True)
+
+    # 2. the executor through the same engine
+    if args.executor_tasks > 0:
+        try:
+            results["executor"] = run_executor(engine, args.n, args.max_tokens, args.executor_tasks)
+        except Exception as e:  # report, do not hide: the section says why it is missing
+            results["executor"] = {"error": f"{type(e).__name__}: {e}"}
+        print(f"executor {results['executor']}", flush=True)
+    engine.close()
+    del engine
+
+    # 3. hf: raw batched generate vs HFEngine
+    eng = HFEngine(model, tok, seed=0, max_batch_rows=args.prompts * args.n)
+    raw_runs, our_runs = [], []
+    for _ in range(max(1, args.repeats - 1)):
+        raw_runs.append(hf_raw(model, tok, reqs))
+        our_runs.append(ours(eng, reqs))
+        print(f"hf raw {raw_runs[-1]}, ours {our_runs[-1]}", flush=True)
+    h = {"raw": best(raw_runs), "ours": best(our_runs)}
+    h["ratio"] = h["ours"]["tok_s"] / h["raw"]["tok_s"]
+    results["hf"] = h
+    print(json.dumps(results, indent=1))
+    if not args.no_write:
+        cmd = "python benchmarks/rollout.py " + " ".join(sys.argv[1:])
+        write_section(results, cmd.strip())
+        print("wrote docs/performance.md ## rollout")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
