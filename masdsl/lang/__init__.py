@@ -13,7 +13,33 @@ from pathlib import Path
 from masdsl.lang.errors import Diagnostic, MasError
 from masdsl.lang.workflow import Workflow
 
-__all__ = ["load", "loads", "analyze", "Analysis", "Diagnostic", "MasError", "Workflow"]
+__all__ = ["load", "loads", "analyze", "parse", "check", "compile_workflow", "Analysis", "Diagnostic",
+           "MasError", "Workflow"]
+
+
+def parse(text: str, path: str = "<string>"):
+    """Text -> (`Module` or None, syntax diagnostics). See `masdsl.lang.parse.parse_text`."""
+    from masdsl.lang.parse import parse_text
+
+    return parse_text(text, path)
+
+
+def check(module, text: str, base_dir: str | Path | None = None, registry=None) -> list[Diagnostic]:
+    """Every diagnostic of a parsed module. See `masdsl.lang.check.check`."""
+    from masdsl.lang.check import check as _check
+
+    return _check(module, text, Path(base_dir) if base_dir is not None else None, registry)
+
+
+def compile_workflow(module, text: str, base_dir: str | Path | None = None, registry=None, name: str = "workflow"):
+    """A checked module -> `Workflow` (raises `MasError` if it has errors)."""
+    from masdsl.lang.check import run_checks
+    from masdsl.lang.compile import compile_workflow as _compile
+
+    c = run_checks(module, text, Path(base_dir) if base_dir is not None else None, registry)
+    if any(d.is_error for d in c.diags):
+        raise MasError(c.diags, {module.file: text, **c.sources})
+    return _compile(c, name)
 
 
 @dataclass

@@ -214,9 +214,11 @@ def check_data(c: Ctx) -> None:
         fields.append(set(spec.fields) if spec.fields else None)
     if fields and all(f is not None for f in fields):
         c.task_fields = set.intersection(*fields) | {"id"}
-    if c.module.data and "train" not in seen:
-        c.error("missing-statement", "no `data train` line", c.module.data[0].span,
-                help="add a training split, for example `data train humaneval(\"train\")`")
+    if "train" not in seen:
+        where = c.module.data[0].span if c.module.data else (c.module.envs[0].span if c.module.envs else None)
+        if where is not None:
+            c.error("missing-statement", "the workflow has no `data train` line", where,
+                    help="add a training split, for example `data train humaneval(\"train\")` or `data train \"tasks.jsonl\"`")
 
 
 # ---- policies and roles -------------------------------------------------------------------
@@ -246,6 +248,21 @@ def _check_block_keys(c: Ctx, block: A.Block, known: dict[str, str], what: str, 
         kind = _value_kind(e.value)
         if kind != known[k]:
             c.error("invalid-value", f"`{k}` in {what} must be a {known[k]}, not a {kind}", e.value.span)
+
+
+SAMPLE_RANGES = {  # key: (test, what it must be)
+    "temperature": (lambda v: v >= 0, "at least 0"),
+    "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "max_tokens": (lambda v: isinstance(v, int) and v >= 1, "a whole number of at least 1"),
+    "top_k": (lambda v: isinstance(v, int) and v >= -1, "a whole number (-1 or 0: off)"),
+}
+
+
+def _check_sample_ranges(c: Ctx, block: A.Block) -> None:
+    for e in block.entries:
+        rule = SAMPLE_RANGES.get(e.key.name)
+        if rule and _value_kind(e.value) == NUMBER and not rule[0](e.value.value):
+            c.error("invalid-value", f"`{e.key.name}` must be {rule[1]}, got {e.value.value}", e.value.span)
 
 
 def check_policies(c: Ctx) -> None:
@@ -300,6 +317,7 @@ def check_roles(c: Ctx) -> None:
         sample = _once(c, r, A.RoleSample, "sample", required=False)
         if sample is not None:
             _check_block_keys(c, sample.block, SAMPLE_KEYS, "`sample`", strict=True)
+            _check_sample_ranges(c, sample.block)
         fields = {"output": STR, "ok": BOOL}
         for p in r.of(A.RoleParse):
             fname = p.name.name

@@ -48,6 +48,8 @@ def main() -> None:
      "template-syntax": sub(("{% if turn > 0 %}Failures: {{ env.failures }}{% endif %}", "{% if turn > 0 %}Failures: {{ env.failures }}")),
      "invalid-value__alpha": sub(("alpha 1.0", "alpha 12")),
      "invalid-value__max_turns": sub(("max_turns 3", "max_turns 0")),
+     "invalid-value__max_tokens": sub(("sample { temperature: 1.0, max_tokens: 64 }", "sample { temperature: 1.0, max_tokens: 0 }")),
+     "missing-statement__data": sub(('data train humaneval("train")\n', ""), ('data eval  humaneval("eval")\n', "")),
      "invalid-value__sample": sub(("sample { temperature: 1.0, max_tokens: 64 }", "sample { temprature: 1.0, max_tokens: 64 }")),
      "missing-file__data": sub(('data eval  humaneval("eval")', 'data eval  "data/missing.jsonl"')),
      "missing-file__prompt": sub(('prompt "Write asserts for {{ task.prompt }}"', 'prompt file "prompts/tester.j2"')),
