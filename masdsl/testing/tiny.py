@@ -167,8 +167,13 @@ def build_tiny_model(
     model.save_pretrained(tmp, safe_serialization=True)
     tok.save_pretrained(tmp)
     (tmp / "masdsl_tiny.json").write_text(json.dumps({"key": key, "seed": seed}))
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(tmp, out)
+    try:
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except OSError:  # another process built the same folder at the same time
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (stamp.is_file() and json.loads(stamp.read_text()).get("key") == key):
+            raise
     _BUILT[(str(out), key)] = out
     return out
