@@ -5,6 +5,8 @@ Measures, with the cache off (every program differs):
 2. one test: a bare subprocess running code + one assert vs `run_tests(code, [assert])`;
 3. HumanEval's 164 canonical solutions with all their tests (1,133 asserts): one at a time
    vs the worker pool (`run_tests_many`), in tests per second.
+Sandboxed runs are measured both forked by the zygote (the default) and with a new bubblewrap
+sandbox and interpreter per run (MASDSL_SANDBOX_ZYGOTE=0).
 Results go to docs/performance.md under `## sandbox` (that section is replaced, others kept).
 """
 
@@ -46,13 +48,13 @@ def median_ms(values: list[float]) -> float:
     return 1000 * statistics.median(values)
 
 
-def interleaved(runs: int, a, b) -> tuple[list[float], list[float]]:
-    """Alternate the two measurements so machine load affects both alike."""
-    xs, ys = [], []
+def interleaved(runs: int, *measures) -> list[list[float]]:
+    """Take the measurements in turn, run after run, so machine load affects them alike."""
+    results: list[list[float]] = [[] for _ in measures]
     for i in range(runs):
-        xs.append(a(i))
-        ys.append(b(i))
-    return xs, ys
+        for out, measure in zip(results, measures):
+            out.append(measure(i))
+    return results
 
 
 def main() -> int:
@@ -65,49 +67,60 @@ def main() -> int:
     bare(CODE.format(i=-1))
     sandbox.run_python(CODE.format(i=-1))  # warm-up: the isolation probe
 
-    bare_run, sb_run = interleaved(args.runs, lambda i: bare(CODE.format(i=i)),
-                                   lambda i: timed(lambda: sandbox.run_python(CODE.format(i=i))))
-    bare_test, sb_test = interleaved(
-        args.runs, lambda i: bare(CODE.format(i=i) + TEST),
-        lambda i: timed(lambda: sandbox.run_tests(CODE.format(i=i), [TEST])))
+    def sandboxed(fn, zygote: bool):
+        def measure(i: int) -> float:
+            os.environ["MASDSL_SANDBOX_ZYGOTE"] = "1" if zygote else "0"
+            return timed(lambda: fn(i))
+        return measure
+
+    run_prog = lambda i: sandbox.run_python(CODE.format(i=i))  # noqa: E731
+    run_test = lambda i: sandbox.run_tests(CODE.format(i=i), [TEST])  # noqa: E731
+    bare_run, zyg_run, proc_run = interleaved(args.runs, lambda i: bare(CODE.format(i=i)),
+                                              sandboxed(run_prog, True), sandboxed(run_prog, False))
+    bare_test, zyg_test, proc_test = interleaved(args.runs, lambda i: bare(CODE.format(i=i) + TEST),
+                                                 sandboxed(run_test, True), sandboxed(run_test, False))
+    os.environ["MASDSL_SANDBOX_ZYGOTE"] = "1"
 
     rows = humaneval("all")
-    jobs = [(r["solution"] + f"\n# {time.time()}", r["tests"]) for r in rows]
-    n_tests = sum(len(t) for _, t in jobs)
-    start = time.perf_counter()
-    serial = [sandbox.run_tests(c, t) for c, t in jobs]
-    serial_s = time.perf_counter() - start
-    jobs = [(c + " ", t) for c, t in jobs]
-    start = time.perf_counter()
-    pooled = sandbox.run_tests_many(jobs)
-    pool_s = time.perf_counter() - start
-    assert all(r.pass_rate == 1.0 for r in serial + pooled), "a canonical solution failed"
+    n_tests = sum(len(r["tests"]) for r in rows)
+    throughput = {}
+    for label, zygote, pooled in (("zygote, one at a time", "1", False), ("zygote, worker pool", "1", True),
+                                  ("new sandbox per run, worker pool", "0", True)):
+        os.environ["MASDSL_SANDBOX_ZYGOTE"] = zygote
+        jobs = [(r["solution"] + f"\n# {label} {time.time()}", r["tests"]) for r in rows]
+        start = time.perf_counter()
+        reports = sandbox.run_tests_many(jobs) if pooled else [sandbox.run_tests(c, t) for c, t in jobs]
+        throughput[label] = time.perf_counter() - start
+        assert all(r.pass_rate == 1.0 for r in reports), "a canonical solution failed"
+    os.environ["MASDSL_SANDBOX_ZYGOTE"] = "1"
 
-    ratio_run = median_ms(sb_run) / median_ms(bare_run)
-    ratio_test = median_ms(sb_test) / median_ms(bare_test)
+    b_run, b_test = median_ms(bare_run), median_ms(bare_test)
     load = os.getloadavg()[0]
     lines = [
         "## sandbox",
         "",
         f"Command: `.venv/bin/python benchmarks/sandbox.py --runs {args.runs}` "
-        f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, "
-        f"load average {load:.1f} at the end, Python {platform.python_version()}).",
+        f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs shared with other work, "
+        f"load average {load:.1f} at the end, Python {platform.python_version()}). Medians of {args.runs} "
+        "runs, measurements interleaved so machine load hits both sides alike; the cache is off.",
         "",
         f"Isolation: {summary}",
         "",
-        "| measurement | bare subprocess | sandbox | ratio |",
-        "|---|---|---|---|",
-        f"| one program (`python -c` vs `run_python`), median of {args.runs} | {median_ms(bare_run):.1f} ms "
-        f"| {median_ms(sb_run):.1f} ms | {ratio_run:.2f}x |",
-        f"| one assert test (code + assert vs `run_tests`), median of {args.runs} | {median_ms(bare_test):.1f} ms "
-        f"| {median_ms(sb_test):.1f} ms | {ratio_test:.2f}x |",
+        "| measurement | bare `python -c` subprocess | sandbox, zygote (default) | ratio | sandbox, new bwrap per run | ratio |",
+        "|---|---|---|---|---|---|",
+        f"| one program (`run_python`) | {b_run:.1f} ms | {median_ms(zyg_run):.1f} ms | {median_ms(zyg_run) / b_run:.2f}x "
+        f"| {median_ms(proc_run):.1f} ms | {median_ms(proc_run) / b_run:.2f}x |",
+        f"| one assert test (`run_tests`; bare: code + assert) | {b_test:.1f} ms | {median_ms(zyg_test):.1f} ms "
+        f"| {median_ms(zyg_test) / b_test:.2f}x | {median_ms(proc_test):.1f} ms | {median_ms(proc_test) / b_test:.2f}x |",
         "",
-        f"HumanEval canonical solutions, {len(jobs)} programs, {n_tests} assert tests (cache off):",
-        f"one at a time {serial_s:.1f} s ({n_tests / serial_s:.0f} tests/s); "
-        f"worker pool of {sandbox.pool_size()} {pool_s:.1f} s ({n_tests / pool_s:.0f} tests/s).",
+        f"HumanEval canonical solutions: {len(rows)} programs, {n_tests} assert tests "
+        f"(several tests share one sandboxed process, each under its own timer); pool of {sandbox.pool_size()} workers:",
         "",
-        "The goal is at most 1.5x a bare subprocess per program. Several tests share one sandboxed "
-        "process (each under its own timer), so per-test cost falls with the number of tests.",
+        "| mode | wall | tests/s |",
+        "|---|---|---|",
+        *[f"| {label} | {secs:.1f} s | {n_tests / secs:.0f} |" for label, secs in throughput.items()],
+        "",
+        "Goal: at most 1.5x a bare subprocess per program.",
         "",
     ]
     text = "\n".join(lines)
