@@ -6,6 +6,7 @@ tracker only ships what they return.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,6 +15,18 @@ from typing import Any
 PARAM_VALUE_LIMIT = 6000  # MLflow rejects longer param values
 POLICY_METRICS = ("loss", "clip_frac", "kl", "grad_norm")  # `<name>/<policy>`
 ROLE_METRICS = ("reward", "eval_reward")  # `<name>/<role>/...`
+
+
+_BAD_KEY_CHARS = re.compile(r"[^/\w.\- :]")
+
+
+def metric_key(key: str) -> str:
+    """A name MLflow accepts (letters, digits, `_ - . : /` and spaces; at most 250 characters).
+
+    >>> metric_key("reward/coder/turn0"), metric_key("acc(eval)@k=1")
+    ('reward/coder/turn0', 'acc_eval__k_1')
+    """
+    return _BAD_KEY_CHARS.sub("_", str(key))[:250]
 
 
 def params_of(flat: dict[str, Any]) -> dict[str, str]:

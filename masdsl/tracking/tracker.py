@@ -76,7 +76,12 @@ class Tracker:
         for policy in wf.policies:
             self._put(f"create child run {policy}", lambda p=policy: self._create_child(p), essential=True)
         self._log_source()
-        for name, text in lineage.graph_texts(wf).items():
+        try:
+            graphs = lineage.graph_texts(wf)
+        except Exception as exc:  # noqa: BLE001 - a rendering bug must not stop training
+            graphs = {}
+            say(f"could not render the workflow graph: {short(exc)}")
+        for name, text in graphs.items():
             self.log_text(text, f"graph/{name}")
         self.log_text(to_yaml(self.cfg), "config/resolved.yaml")
 
@@ -129,12 +134,14 @@ class Tracker:
                 return
             ts = int(time.time() * 1000)
             clean = {}
-            for key, value in metrics.items():
+            for raw, value in metrics.items():
                 try:
-                    clean[key] = float(value)
+                    number = float(value)
                 except (TypeError, ValueError):
                     continue
-                self.history.setdefault(key, []).append((int(step), clean[key]))
+                key = lineage.metric_key(raw)
+                clean[key] = number
+                self.history.setdefault(key, []).append((int(step), number))
             if not clean:
                 return
             if not self._put(f"metrics step {step}", lambda: self._send_metrics(clean, int(step), ts)):

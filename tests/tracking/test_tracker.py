@@ -73,7 +73,7 @@ def test_run_records_parent_children_params_tags_metrics_artifacts(mlflow_server
     assert isinstance(tracker, Tracker) and tracker.run_id
     for step in range(3):
         tracker.log_metrics(step_metrics(step), step=step)
-    tracker.log_metrics({"success/eval": 0.5}, step=2)
+    tracker.log_metrics({"success/eval": 0.5, "pass@1": 0.25, "skipped": None}, step=2)
     tracker.log_text("## episode 0\ncoder: print(1)\n", "transcripts/eval_step2/episode0.md")
     extra = tmp_path / "weights.txt"
     extra.write_text("adapter")
@@ -103,7 +103,7 @@ def test_run_records_parent_children_params_tags_metrics_artifacts(mlflow_server
     # metrics on the parent, with their steps
     assert history(client, run.info.run_id, "success/train") == [(0, 0.0), (1, 0.1), (2, 0.2)]
     assert history(client, run.info.run_id, "loss/checker") == [(0, 0.0), (1, 0.2), (2, 0.4)]
-    assert set(step_metrics(0)) | {"success/eval"} == set(run.data.metrics)
+    assert set(step_metrics(0)) | {"success/eval", "pass_1"} == set(run.data.metrics)  # `@` is not allowed
 
     # one child run per policy, with its own policy metrics (and its roles' rewards)
     kids = children(client, run)
