@@ -10,8 +10,8 @@ one diagnostic). Names of environments, data sources, parsers and functions come
 >>> module, _ = parse_text(text, "w.mas")
 >>> from masdsl.envs.registry import Registry, EnvSpec
 >>> reg = Registry(envs={"e": EnvSpec("e", object)})
->>> [(d.code, str(d.span), d.help) for d in check(module, text, registry=reg) if d.is_error]
-[('unknown-policy', 'w.mas:3:17', 'did you mean `shared`?')]
+>>> [(d.code, str(d.span)) for d in check(module, text, registry=reg) if d.is_error]
+[('missing-statement', 'w.mas:1:1'), ('unknown-policy', 'w.mas:3:17')]
 """
 
 from __future__ import annotations
