@@ -523,7 +523,11 @@ def check_templates(c: Ctx) -> None:
                     c.error("missing-file", f"prompt file `{lit.value}` does not exist", lit.span, label="no such file",
                             notes=(f"looked for {path}",))
                     continue
-                body = path.read_text(encoding="utf-8", errors="replace")
+                try:
+                    body = path.read_text(encoding="utf-8", errors="replace")
+                except OSError as exc:
+                    c.error("missing-file", f"prompt file `{lit.value}` cannot be read: {exc.strerror}", lit.span)
+                    continue
                 c.sources[str(path)] = body
                 c.diags += T.check_template(T.file_text(body), str(path), fields, body, what=f"prompt of `{name}`")
             else:

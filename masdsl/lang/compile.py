@@ -44,7 +44,7 @@ def _role(c: Ctx, r: A.RoleDecl, expr) -> RoleSpec:
     prompt_item = r.of(A.RolePrompt)[0]
     if prompt_item.file:
         path = c.resolve(prompt_item.text.value)
-        prompt = path.read_text(encoding="utf-8")
+        prompt = path.read_text(encoding="utf-8", errors="replace")
     else:
         prompt = template_of(prompt_item.text, c.text).text
     system = r.of(A.RoleSystem)
