@@ -109,7 +109,7 @@ class Outbox:
                 self.down = True
                 self.outages += 1
                 self.say(
-                    f"tracking server unreachable ({op.label}: {short(exc)}); training goes on, "
+                    f"tracking server unreachable ({op.label}: {short(exc, 120)}); training goes on, "
                     f"tracking calls are buffered and sent when it returns{self.where}"
                 )
             self._next_try = self.clock() + self.retry_every_s
