@@ -428,29 +428,28 @@ def _close_zygotes() -> None:
 
 def _run_job(job: dict[str, Any], stdin: str, limits: Limits, mode: _Mode | None = None,
              n_tests: int = 0) -> dict[str, Any]:
-    """Run the child program once on `job`; returns raw stdout/stderr and what happened."""
+    """Run the child program once on `job`; returns raw stdout/stderr and what happened.
+
+    Forked by the zygote when there is one; in a sandbox started for this run when there is
+    none, or when the zygote died during the run (the run is then repeated once)."""
     probe = mode is not None
     mode = mode or _mode(limits.isolation)
     zygote = None if probe or not zygote_enabled() else _zygote(mode)
     slots = _uid_slots()
     uid = slots.get() if mode.switch_uid else None
-    workdir = zygote.workdir(uid) if zygote else tempfile.mkdtemp(prefix="masdsl-sbx-")
     try:
         nonce = secrets.token_hex(16)
         job = {**job, "nonce": nonce, "uid": uid, "timeout": limits.timeout_s}
-        Path(workdir, ".job.json").write_text(json.dumps(job), encoding="utf-8")
-        Path(workdir, ".stdin").write_text(stdin, encoding="utf-8")
-        if uid is not None:
-            os.chown(workdir, uid, uid)
-        os.chmod(workdir, 0o700)
         cpu_s = int(limits.timeout_s * (n_tests + 1)) + 1
         nproc = limits.max_procs if uid is not None else _user_tasks() + limits.max_procs
         rlimits = _rlimits(limits, cpu_s, nproc)
         out = None
         if zygote is not None:
-            out = _run_in_zygote(zygote, workdir, uid, rlimits, limits, nonce)
+            out = _in_workdir(zygote.workdir(uid), job, stdin, uid,
+                              lambda wd: _run_in_zygote(zygote, wd, uid, rlimits, limits, nonce))
         if out is None:
-            out = _run_in_process(mode, workdir, rlimits, limits, nonce)
+            out = _in_workdir(tempfile.mkdtemp(prefix="masdsl-sbx-"), job, stdin, uid,
+                              lambda wd: _run_in_process(mode, wd, rlimits, limits, nonce))
             if mode.name == "bwrap" and 128 < out["rc"] < 128 + 65:  # bwrap: 128 + signal number
                 out["rc"] = 128 - out["rc"]
             if uid is not None and mode.name == "none":
@@ -459,9 +458,21 @@ def _run_job(job: dict[str, Any], stdin: str, limits: Limits, mode: _Mode | None
             out["timed_out"] = True
         return out
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
         if uid is not None:
             slots.put(uid)
+
+
+def _in_workdir(workdir: str, job: dict[str, Any], stdin: str, uid: int | None, run: Any) -> Any:
+    """`run(workdir)` with the job and stdin written into a fresh `workdir`, removed afterwards."""
+    try:
+        Path(workdir, ".job.json").write_text(json.dumps(job), encoding="utf-8")
+        Path(workdir, ".stdin").write_text(stdin, encoding="utf-8")
+        if uid is not None:
+            os.chown(workdir, uid, uid)
+        os.chmod(workdir, 0o700)
+        return run(workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 class _Popen:
@@ -512,7 +523,8 @@ def _run_in_zygote(zygote, workdir: str, uid: int | None, rlimits: dict, limits:
         finally:
             for fd in (stdin_fd, out_w, err_w):
                 os.close(fd)
-        return _collect(run, out_r, err_r, limits, nonce.encode())
+        out = _collect(run, out_r, err_r, limits, nonce.encode())
+        return None if run.lost else out
     finally:
         os.close(out_r)
         os.close(err_r)

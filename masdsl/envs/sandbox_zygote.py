@@ -119,6 +119,11 @@ class ZygoteRun:
         self.zygote, self.run_id = zygote, run_id
         self.event, self.status = entry
 
+    @property
+    def lost(self) -> bool:
+        """The zygote died before reporting how this run ended."""
+        return self.event.is_set() and not self.status
+
     def poll(self) -> int | None:
         if not self.event.is_set():
             return None
