@@ -161,3 +161,22 @@ def test_exiting_early_or_printing_fake_results_scores_nothing():
     for code in ("import sys\nsys.exit(0)", "import os\nos._exit(0)", forged):
         report = run_tests(code, ["assert f() == 1", "assert f() == 2"], limits=FAST)
         assert report.pass_rate == 0.0, code
+
+
+def test_background_processes_die_with_their_run():
+    code = (
+        "import os, subprocess, sys\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True)\n"
+        "if os.fork() == 0:\n    os.setsid()\n    import time\n    time.sleep(60)\n"
+        "print('left them running')\n"
+    )
+    result = run_python(code, limits=FAST)
+    assert result.stdout.startswith("left them running")
+    # the autouse fixture then checks that no process of the run's uid is left
+
+
+def test_the_sandbox_recovers_when_its_zygote_is_killed():
+    assert run_python("print(1)", limits=FAST).ok
+    for zygote in [z for z in sandbox._ZYGOTES.values() if z]:
+        os.killpg(zygote.proc.pid, 9)
+    assert run_python("print(2)", limits=FAST).stdout == "2\n"
