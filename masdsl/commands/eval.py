@@ -18,10 +18,35 @@ from masdsl.errors import UserError
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="the .mas workflow")
-    p.add_argument("overrides", nargs="*", help="dotted config overrides, e.g. train.eval_temperature=0.7")
+    _options(p)
+    # REMAINDER so options may follow the overrides (`FILE a=1 --tasks 2 b=2`); split in main
+    p.add_argument("overrides", nargs=argparse.REMAINDER, help="dotted config overrides, e.g. train.eval_temperature=0.7")
+
+
+def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="YAML", help="a YAML config file layered under the overrides")
     p.add_argument("--tasks", type=int, metavar="N", default=None,
                    help="evaluate the first N eval tasks (default: train.eval_tasks; 0: all)")
+
+
+def split_options(args: argparse.Namespace) -> argparse.Namespace:
+    """Move options written among the overrides into `args`; anything else dash-led is an error.
+
+    >>> ns = argparse.Namespace(config=None, tasks=None, overrides=["a=1", "--tasks", "2", "b=2"])
+    >>> split_options(ns).tasks, ns.overrides
+    (2, ['a=1', 'b=2'])
+    """
+    extra = argparse.ArgumentParser(prog="masdsl eval", add_help=False)
+    _options(extra)
+    known, rest = extra.parse_known_args(args.overrides)
+    for name in ("config", "tasks"):
+        if getattr(known, name) is not None:
+            setattr(args, name, getattr(known, name))
+    unknown = [r for r in rest if r.startswith("-")]
+    if unknown:
+        raise UserError(f"masdsl eval: unknown option `{unknown[0]}` (see `masdsl eval --help`)")
+    args.overrides = rest
+    return args
 
 
 def _isolation_summary(cfg: Any) -> str | None:
@@ -77,6 +102,7 @@ def main(args: argparse.Namespace) -> int:
     from masdsl.runtime.session import build_engines, close_engines, load_split, make_env
 
     err, out = Console(stderr=True), Console()
+    split_options(args)
     workflow = masdsl.load(args.file)
     cfg = resolve_config(workflow.train, args.config, args.overrides)
     if "eval" not in workflow.data:
