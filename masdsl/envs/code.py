@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from masdsl.envs.registry import env
-from masdsl.envs.sandbox import Limits, TestReport, limits_from_config, run_tests
+from masdsl.envs.sandbox import Limits, TestReport, limits_from_config, run_tests, set_default_limits
 
 MAX_FAILURES_SHOWN = 5
 MAX_LINE = 240
@@ -133,6 +133,16 @@ class CodeEnv:
 
     def __init__(self, limits: Limits | Mapping[str, Any] | None = None, **_: Any) -> None:
         self.limits = limits_from_config(limits) if limits is not None else None
+        self._use_limits()
+
+    def _use_limits(self) -> None:
+        """The run's limits also govern `pass_rate`, `run_answer`, ... called from expressions."""
+        if self.limits is not None:
+            set_default_limits(self.limits)
+
+    def __setstate__(self, state: dict) -> None:  # unpickled in a worker process (Ray env tasks)
+        self.__dict__.update(state)
+        self._use_limits()
 
     def reset(self, task: Mapping[str, Any]) -> CodeState:
         tests = task.get("tests") or ()

@@ -4,14 +4,35 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 from masdsl.envs.base import Env
 from masdsl.envs.code import CodeEnv, failure_report
 from masdsl.envs.datasets import humaneval, math_small
 from masdsl.envs.math import MathEnv
 from masdsl.envs.registry import REGISTRY, load_builtins
+from masdsl.envs import sandbox
 from masdsl.envs.sandbox import Limits
 
 QUICK = Limits(timeout_s=1.0)
+
+
+@pytest.fixture(autouse=True)
+def default_limits():
+    """An env made with limits makes them the default (for `pass_rate` etc.); undo that here."""
+    yield
+    sandbox.set_default_limits(Limits())
+
+
+def test_env_limits_become_the_default_for_reward_functions():
+    import pickle
+
+    CodeEnv(limits={"timeout_s": 2.5})
+    assert sandbox.DEFAULT_LIMITS.timeout_s == 2.5
+    env = MathEnv(limits=QUICK)
+    sandbox.set_default_limits(Limits())
+    pickle.loads(pickle.dumps(env))  # as a Ray worker receives it
+    assert sandbox.DEFAULT_LIMITS == QUICK
 
 TASK = {"id": "t1", "prompt": "def inc(x):", "tests": ["assert inc(1) == 2", "assert inc(5) == 6"]}
 GOOD = "def inc(x):\n    return x + 1"
