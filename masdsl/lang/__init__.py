@@ -98,8 +98,6 @@ def load(path: str | Path) -> Workflow:
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        from masdsl.errors import UserError
-
         raise _FileError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise _FileError(f"{path}: cannot read: {exc}") from None

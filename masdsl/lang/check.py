@@ -16,16 +16,17 @@ one diagnostic). Names of environments, data sources, parsers and functions come
 
 from __future__ import annotations
 
-import inspect
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
-
-import networkx as nx
+from typing import Any
 
 from masdsl.lang import ast as A
-from masdsl.lang.errors import Diagnostic, did_you_mean, suggest
+from masdsl.lang.check_exprs import check_exprs, check_parses
+from masdsl.lang.check_flow import check_flow, flow_edges, max_turns_of  # noqa: F401 - flow_edges is public
+from masdsl.lang.context import ANY, BOOL, LIST, NUMBER, STR, Ctx  # noqa: F401 - Ctx is public
+from masdsl.lang.context import bind as _bind
+from masdsl.lang.context import ticks as _ticks
+from masdsl.lang.errors import Diagnostic, did_you_mean
 from masdsl.lang.exprs import NotLiteral, literal
 from masdsl.lang.source import Span
 
@@ -35,39 +36,6 @@ SPLITS = ("train", "eval")
 SAMPLE_KEYS = {"temperature": "number", "top_p": "number", "top_k": "number", "min_p": "number",
                "max_tokens": "number", "stop": "list", "seed": "number", "repetition_penalty": "number"}
 POLICY_KEYS = {"model": "str", "lora": "block", "frozen": "bool"}
-NUMBER, BOOL, STR, LIST, ANY = "number", "bool", "str", "list", "any"
-
-
-@dataclass
-class Ctx:
-    """What the rules share: the module, the registry, and facts gathered so far."""
-
-    module: A.Module
-    text: str
-    base_dir: Path | None
-    registry: Any
-    diags: list[Diagnostic] = field(default_factory=list)
-    sources: dict[str, str] = field(default_factory=dict)  # extra files shown in messages
-    roles: dict[str, A.RoleDecl] = field(default_factory=dict)
-    role_fields: dict[str, dict[str, str]] = field(default_factory=dict)  # role -> field -> type
-    task_fields: set[str] | None = None  # None: unknown, anything goes
-    env_name: str | None = None
-    env_fields: set[str] | None = None
-    flow_ok: bool = True
-
-    def error(self, code: str, message: str, span: Span, **kw) -> None:
-        self.diags.append(Diagnostic(code, message, span, **kw))
-
-    def warn(self, code: str, message: str, span: Span, **kw) -> None:
-        self.diags.append(Diagnostic(code, message, span, severity="warning", **kw))
-
-    def resolve(self, rel: str) -> Path:
-        p = Path(rel)
-        return p if p.is_absolute() or self.base_dir is None else self.base_dir / p
-
-
-def _ticks(names: Iterable[str]) -> str:
-    return ", ".join(f"`{n}`" for n in sorted(names)) or "none"
 
 
 # ---- statements that may appear once ------------------------------------------------------
@@ -115,22 +83,8 @@ def check_imports(c: Ctx) -> None:
                     label=exc.summary, notes=tuple(notes))
 
 
-def _bind(fn, args: int, kwargs: list[str], skip: int = 0) -> str | None:
-    """None if `fn` accepts `args` positional values and these keyword names, else why not."""
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return None
-    params = list(sig.parameters.values())[skip:]
-    try:
-        sig.replace(parameters=params).bind(*range(args), **{k: 0 for k in kwargs})
-    except TypeError as exc:
-        return str(exc)
-    return None
-
-
 def _literal_args(c: Ctx, call: A.Call) -> tuple[list, dict] | None:
-    ok, args, kwargs = True, [], {}
+    ok = True
     for node in list(call.args) + [k.value for k in call.kwargs]:
         try:
             literal(node)
@@ -330,178 +284,6 @@ def check_roles(c: Ctx) -> None:
             else:
                 fields[fname] = ANY
         c.role_fields[name] = fields
-
-
-# ---- expressions --------------------------------------------------------------------------
-
-def check_parses(c: Ctx) -> None:
-    """`parse FIELD = parser(args)`: a registered parser; the field takes the parser's type."""
-    from masdsl.lang.infer import Scope, infer
-
-    parsers = c.registry.parsers()
-    for name, r in c.roles.items():
-        for p in r.of(A.RoleParse):
-            e = p.expr
-            if not isinstance(e, A.Call):
-                c.error("unknown-parser", "`parse` needs a parser call", e.span, label="not a call",
-                        help="for example `parse code = code_block(output, \"python\")`")
-                continue
-            spec = c.registry.functions.get(e.func.name)
-            if spec is None or spec.kind != "parser":
-                what = "a function, not a parser" if spec else "not a registered parser"
-                c.error("unknown-parser", f"unknown parser `{e.func.name}`", e.func.span, label=what,
-                        notes=(f"parsers: {_ticks(parsers)}",), help=did_you_mean(e.func.name, parsers))
-                continue
-            infer(c, e, Scope(role=name, in_parse=True))
-            if p.name.name in c.role_fields[name]:
-                c.role_fields[name][p.name.name] = spec.returns
-
-
-def _expect(c: Ctx, node: A.Expr, t: str, allowed: set[str], what: str) -> None:
-    if t not in allowed | {"any"}:
-        c.error("type-mismatch", f"{what} is a {t}, not a {' or '.join(sorted(allowed))}", node.span,
-                label=f"this is a {t}")
-
-
-def check_exprs(c: Ctx) -> None:
-    """Rewards and `team` are numbers; `success` a bool or number; `alpha` a literal in [0, 10]."""
-    from masdsl.lang.infer import Scope, infer
-
-    for name, r in c.roles.items():
-        for rw in r.of(A.RoleReward):
-            _expect(c, rw.expr, infer(c, rw.expr, Scope(role=name)), {"number", "bool"}, "a reward")
-    for t in c.module.teams:
-        _expect(c, t.expr, infer(c, t.expr, Scope()), {"number", "bool"}, "`team`")
-    for s in c.module.successes:
-        _expect(c, s.expr, infer(c, s.expr, Scope()), {"number", "bool"}, "`success`")
-    for a in c.module.alphas:
-        try:
-            value = literal(a.expr)
-        except NotLiteral:
-            value = None
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            c.error("invalid-value", "`alpha` must be a number", a.expr.span, label="not a number literal")
-        elif not 0 <= value <= 10:
-            c.error("invalid-value", f"`alpha` must be between 0 and 10, got {value}", a.expr.span,
-                    label="out of range", notes=("reward = alpha * team + local",))
-
-
-# ---- flow ---------------------------------------------------------------------------------
-
-def flow_edges(flow: A.FlowDecl) -> list[tuple[A.Node, A.Node, A.Expr | None, A.Edge]]:
-    """Every edge of the flow in file order; a chain's guard belongs to its last edge."""
-    out = []
-    for e in flow.edges:
-        for i in range(len(e.nodes) - 1):
-            out.append((e.nodes[i], e.nodes[i + 1], e.guard if i == len(e.nodes) - 2 else None, e))
-    return out
-
-
-def max_turns_of(c: Ctx, flow: A.FlowDecl) -> int | None:
-    items = [i for i in flow.items if isinstance(i, A.MaxTurns)]
-    for dup in items[1:]:
-        c.error("duplicate-statement", "`max_turns` is set twice", dup.span, related=((items[0].span, "first here"),))
-    if not items:
-        return None
-    try:
-        value = literal(items[0].expr)
-    except NotLiteral:
-        value = None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        c.error("invalid-value", "`max_turns` must be a whole number of at least 1", items[0].expr.span)
-        return 1
-    return value
-
-
-def _check_nodes(c: Ctx, flow: A.FlowDecl) -> None:
-    declared = {r.name.name: r for r in c.module.roles}
-    for e in flow.edges:
-        for node in e.nodes:
-            names = [r.name for r in node.roles]
-            for ident in node.roles:
-                n = ident.name
-                if n in ("start", "end"):
-                    if len(node.roles) > 1:
-                        c.error("invalid-edge", f"`{n}` cannot be part of a parallel group", ident.span)
-                        c.flow_ok = False
-                    continue
-                if n not in declared:
-                    near = suggest(n, declared)
-                    c.error("unknown-role", f"unknown role `{n}` in flow edge", ident.span,
-                            label="not a declared role",
-                            related=((declared[near].name.span, "a role with a similar name is declared here"),) if near else (),
-                            help=f"did you mean `{near}`?" if near else None)
-                    c.flow_ok = False
-                elif names.count(n) > 1 and names.index(n) != node.roles.index(ident):
-                    c.error("duplicate-name", f"role `{n}` appears twice in one parallel group", ident.span)
-                    c.flow_ok = False
-
-
-def _check_edges(c: Ctx, flow: A.FlowDecl) -> nx.DiGraph:
-    g = nx.DiGraph()
-    seen: dict[tuple[str, str], A.Node] = {}
-    fallback: dict[str, A.Node] = {}
-    for src, dst, guard, _ in flow_edges(flow):
-        if dst.key == "start":
-            c.error("invalid-edge", "an edge cannot enter `start`", dst.span, label="`start` only has outgoing edges")
-            continue
-        if src.key == "end":
-            c.error("invalid-edge", "an edge cannot leave `end`", src.span, label="`end` only has incoming edges")
-            continue
-        key = (src.key, dst.key)
-        if key in seen:
-            c.error("duplicate-name", f"edge `{src.key} -> {dst.key}` is declared twice", dst.span,
-                    related=((seen[key].span, "first declared here"),), help="merge the guards with `or`")
-            continue
-        seen[key] = dst
-        if src.key in fallback:
-            c.warn("shadowed-edge", f"edge `{src.key} -> {dst.key}` can never be taken", dst.span,
-                   related=((fallback[src.key].span, "an earlier edge without a guard always wins"),),
-                   help="put edges with a `when` before the unguarded fallback")
-        elif guard is None:
-            fallback[src.key] = dst
-        for n in (src, dst):
-            g.add_node(n.key, span=g.nodes[n.key]["span"] if n.key in g else n.span)
-        g.add_edge(src.key, dst.key, span=dst.span)
-    return g
-
-
-def check_flow(c: Ctx) -> None:
-    """Roles exist; `start` reaches every node and every node reaches `end`; a cycle needs
-    `max_turns`; guards are booleans."""
-    from masdsl.lang.infer import Scope, infer
-
-    if not c.module.flows:
-        return
-    flow = c.module.flows[0]
-    turns = max_turns_of(c, flow)
-    _check_nodes(c, flow)
-    for _, _, guard, _ in flow_edges(flow):
-        if guard is not None:
-            _expect(c, guard, infer(c, guard, Scope()), {"bool"}, "a guard")
-    if not c.flow_ok:
-        return
-    g = _check_edges(c, flow)
-    if "start" not in g or not g.out_degree("start"):
-        c.error("missing-statement", "the flow has no edge from `start`", flow.span, help="add `start -> ROLE`")
-        return
-    if "end" not in g:
-        c.error("no-path-to-end", "no edge of the flow reaches `end`", flow.span, help="add `ROLE -> end`")
-        return
-    reach = nx.descendants(g, "start") | {"start"}
-    back = nx.ancestors(g, "end") | {"end"}
-    for node, data in g.nodes(data=True):
-        if node not in reach:
-            c.error("unreachable", f"`{node}` cannot be reached from `start`", data["span"],
-                    label="no path from `start` leads here")
-        elif node not in back:
-            c.error("no-path-to-end", f"`{node}` has no path to `end`", data["span"],
-                    label="every path from here runs forever", help=f"add an edge `{node} -> end` (with a `when` guard)")
-    if turns is None and not nx.is_directed_acyclic_graph(g):
-        cycle = nx.find_cycle(g)
-        u, v = cycle[-1][0], cycle[-1][1]
-        c.error("unbounded-cycle", "the flow has a cycle but no `max_turns`", g.edges[u, v]["span"],
-                label=f"the edge `{u} -> {v}` closes a cycle", help="add `max_turns N` inside `flow { }`")
 
 
 # ---- templates, train, warnings ------------------------------------------------------------

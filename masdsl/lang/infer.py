@@ -118,9 +118,9 @@ def _call(c, node: A.Call, scope: Scope) -> str:
         which = " or ".join(f"`{e}`" for e in envs)
         c.error("wrong-env", f"`{name}` reads the state of environment {which}, but this workflow uses `{c.env_name}`",
                 node.func.span, label=f"needs `env {envs[0]}`" + (" (or another listed env)" if len(envs) > 1 else ""))
-    from masdsl.lang.check import _bind
+    from masdsl.lang.context import bind
 
-    why = _bind(spec.fn, len(node.args), [k.name.name for k in node.kwargs], skip=1 if spec.env else 0)
+    why = bind(spec.fn, len(node.args), [k.name.name for k in node.kwargs], skip=1 if spec.env else 0)
     if why:
         lo, hi = spec.min_args, spec.max_args
         want = f"{lo}" if lo == hi else f"{lo} to {hi}" if hi is not None else f"at least {lo}"

@@ -1,0 +1,126 @@
+"""Checker rules for the `flow { }` block: node names, edges, reachability, cycles, guards."""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from masdsl.lang import ast as A
+from masdsl.lang.context import Ctx, expect as _expect
+from masdsl.lang.errors import suggest
+from masdsl.lang.exprs import NotLiteral, literal
+
+
+def flow_edges(flow: A.FlowDecl) -> list[tuple[A.Node, A.Node, A.Expr | None, A.Edge]]:
+    """Every edge of the flow in file order; a chain's guard belongs to its last edge."""
+    out = []
+    for e in flow.edges:
+        for i in range(len(e.nodes) - 1):
+            out.append((e.nodes[i], e.nodes[i + 1], e.guard if i == len(e.nodes) - 2 else None, e))
+    return out
+
+
+def max_turns_of(c: Ctx, flow: A.FlowDecl) -> int | None:
+    items = [i for i in flow.items if isinstance(i, A.MaxTurns)]
+    for dup in items[1:]:
+        c.error("duplicate-statement", "`max_turns` is set twice", dup.span, related=((items[0].span, "first here"),))
+    if not items:
+        return None
+    try:
+        value = literal(items[0].expr)
+    except NotLiteral:
+        value = None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        c.error("invalid-value", "`max_turns` must be a whole number of at least 1", items[0].expr.span)
+        return 1
+    return value
+
+
+def _check_nodes(c: Ctx, flow: A.FlowDecl) -> None:
+    declared = {r.name.name: r for r in c.module.roles}
+    for e in flow.edges:
+        for node in e.nodes:
+            names = [r.name for r in node.roles]
+            for ident in node.roles:
+                n = ident.name
+                if n in ("start", "end"):
+                    if len(node.roles) > 1:
+                        c.error("invalid-edge", f"`{n}` cannot be part of a parallel group", ident.span)
+                        c.flow_ok = False
+                    continue
+                if n not in declared:
+                    near = suggest(n, declared)
+                    c.error("unknown-role", f"unknown role `{n}` in flow edge", ident.span,
+                            label="not a declared role",
+                            related=((declared[near].name.span, "a role with a similar name is declared here"),) if near else (),
+                            help=f"did you mean `{near}`?" if near else None)
+                    c.flow_ok = False
+                elif names.count(n) > 1 and names.index(n) != node.roles.index(ident):
+                    c.error("duplicate-name", f"role `{n}` appears twice in one parallel group", ident.span)
+                    c.flow_ok = False
+
+
+def _check_edges(c: Ctx, flow: A.FlowDecl) -> nx.DiGraph:
+    g = nx.DiGraph()
+    seen: dict[tuple[str, str], A.Node] = {}
+    fallback: dict[str, A.Node] = {}
+    for src, dst, guard, _ in flow_edges(flow):
+        if dst.key == "start":
+            c.error("invalid-edge", "an edge cannot enter `start`", dst.span, label="`start` only has outgoing edges")
+            continue
+        if src.key == "end":
+            c.error("invalid-edge", "an edge cannot leave `end`", src.span, label="`end` only has incoming edges")
+            continue
+        key = (src.key, dst.key)
+        if key in seen:
+            c.error("duplicate-name", f"edge `{src.key} -> {dst.key}` is declared twice", dst.span,
+                    related=((seen[key].span, "first declared here"),), help="merge the guards with `or`")
+            continue
+        seen[key] = dst
+        if src.key in fallback:
+            c.warn("shadowed-edge", f"edge `{src.key} -> {dst.key}` can never be taken", dst.span,
+                   related=((fallback[src.key].span, "an earlier edge without a guard always wins"),),
+                   help="put edges with a `when` before the unguarded fallback")
+        elif guard is None:
+            fallback[src.key] = dst
+        for n in (src, dst):
+            g.add_node(n.key, span=g.nodes[n.key]["span"] if n.key in g else n.span)
+        g.add_edge(src.key, dst.key, span=dst.span)
+    return g
+
+
+def check_flow(c: Ctx) -> None:
+    """Roles exist; `start` reaches every node and every node reaches `end`; a cycle needs
+    `max_turns`; guards are booleans."""
+    from masdsl.lang.infer import Scope, infer
+
+    if not c.module.flows:
+        return
+    flow = c.module.flows[0]
+    turns = max_turns_of(c, flow)
+    _check_nodes(c, flow)
+    for _, _, guard, _ in flow_edges(flow):
+        if guard is not None:
+            _expect(c, guard, infer(c, guard, Scope()), {"bool"}, "a guard")
+    if not c.flow_ok:
+        return
+    g = _check_edges(c, flow)
+    if "start" not in g or not g.out_degree("start"):
+        c.error("missing-statement", "the flow has no edge from `start`", flow.span, help="add `start -> ROLE`")
+        return
+    if "end" not in g:
+        c.error("no-path-to-end", "no edge of the flow reaches `end`", flow.span, help="add `ROLE -> end`")
+        return
+    reach = nx.descendants(g, "start") | {"start"}
+    back = nx.ancestors(g, "end") | {"end"}
+    for node, data in g.nodes(data=True):
+        if node not in reach:
+            c.error("unreachable", f"`{node}` cannot be reached from `start`", data["span"],
+                    label="no path from `start` leads here")
+        elif node not in back:
+            c.error("no-path-to-end", f"`{node}` has no path to `end`", data["span"],
+                    label="every path from here runs forever", help=f"add an edge `{node} -> end` (with a `when` guard)")
+    if turns is None and not nx.is_directed_acyclic_graph(g):
+        cycle = nx.find_cycle(g)
+        u, v = cycle[-1][0], cycle[-1][1]
+        c.error("unbounded-cycle", "the flow has a cycle but no `max_turns`", g.edges[u, v]["span"],
+                label=f"the edge `{u} -> {v}` closes a cycle", help="add `max_turns N` inside `flow { }`")

@@ -1,0 +1,68 @@
+"""What the checker's rules share: `Ctx` (the module, the registry, facts gathered so far, the
+diagnostics) and small helpers. The rules live in `check.py`, `check_exprs.py`, `check_flow.py`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from masdsl.lang import ast as A
+from masdsl.lang.errors import Diagnostic
+from masdsl.lang.source import Span
+
+NUMBER, BOOL, STR, LIST, ANY = "number", "bool", "str", "list", "any"
+
+
+@dataclass
+class Ctx:
+    """What the rules share: the module, the registry, and facts gathered so far."""
+
+    module: A.Module
+    text: str
+    base_dir: Path | None
+    registry: Any
+    diags: list[Diagnostic] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)  # extra files shown in messages
+    roles: dict[str, A.RoleDecl] = field(default_factory=dict)
+    role_fields: dict[str, dict[str, str]] = field(default_factory=dict)  # role -> field -> type
+    task_fields: set[str] | None = None  # None: unknown, anything goes
+    env_name: str | None = None
+    env_fields: set[str] | None = None
+    flow_ok: bool = True
+
+    def error(self, code: str, message: str, span: Span, **kw) -> None:
+        self.diags.append(Diagnostic(code, message, span, **kw))
+
+    def warn(self, code: str, message: str, span: Span, **kw) -> None:
+        self.diags.append(Diagnostic(code, message, span, severity="warning", **kw))
+
+    def resolve(self, rel: str) -> Path:
+        p = Path(rel)
+        return p if p.is_absolute() or self.base_dir is None else self.base_dir / p
+
+
+def ticks(names: Iterable[str]) -> str:
+    return ", ".join(f"`{n}`" for n in sorted(names)) or "none"
+
+
+def bind(fn, args: int, kwargs: list[str], skip: int = 0) -> str | None:
+    """None if `fn` accepts `args` positional values and these keyword names, else why not."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    params = list(sig.parameters.values())[skip:]
+    try:
+        sig.replace(parameters=params).bind(*range(args), **{k: 0 for k in kwargs})
+    except TypeError as exc:
+        return str(exc)
+    return None
+
+
+def expect(c: Ctx, node: A.Expr, t: str, allowed: set[str], what: str) -> None:
+    if t not in allowed | {"any"}:
+        c.error("type-mismatch", f"{what} is a {t}, not a {' or '.join(sorted(allowed))}", node.span,
+                label=f"this is a {t}")
