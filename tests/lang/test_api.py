@@ -115,3 +115,19 @@ def test_turns_respect_branches(registry):
     a = analyze(text, "w.mas", None, registry=registry)
     assert not a.errors, a.errors
     assert role_turns(a.workflow) == {"coder": [0, 1, 2], "tester": [0]}
+
+
+def test_groups_table_frozen_policy_and_k(registry):
+    text = VALID.replace('policy shared { model: "smollm2-135m-instruct" }',
+                         'policy shared { model: "smollm2-135m-instruct" }\npolicy judge { model: "m", frozen: true }').replace(
+        "role tester {\n  policy shared", "role tester {\n  policy judge").replace("samples: 4", "samples: 6")
+    a = analyze(text, "w.mas", None, registry=registry)
+    assert not a.errors, a.errors
+    from masdsl.lang.graph import groups_table, samples_of
+
+    assert samples_of(a.workflow) == 6
+    table = groups_table(a.workflow)
+    assert "K = 6 candidates" in table
+    assert "tester  2     judge   6           no (frozen)" in table
+    assert "judge   m                      frozen: acts, never trains" in table
+    assert "K = 2 candidates" in groups_table(a.workflow, samples=2)
