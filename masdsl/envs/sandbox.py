@@ -36,29 +36,16 @@ kills its process is marked failed and the rest resume in a new process.
 
 from __future__ import annotations
 
-import atexit
-import json
 import os
-import queue
-import resource
-import secrets
-import selectors
-import shutil
-import signal
-import stat
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Iterable, Literal, Sequence
+from typing import Any, Iterable, Sequence
 
-Isolation = Literal["auto", "bwrap", "unshare", "none"]
-
+from masdsl.envs import sandbox_process as _process
+from masdsl.envs.sandbox_process import Isolation
 
 @dataclass(frozen=True)
 class Limits:
@@ -169,115 +156,7 @@ class TestReport:
         return any(r.status == "memory" for r in self.results)
 
 
-# ---------------------------------------------------------------- isolation choice
-
-
-@dataclass(frozen=True)
-class _Mode:
-    name: str  # bwrap | unshare | none
-    switch_uid: bool  # run as a uid of its own (only possible as root)
-    prefix: tuple[str, ...] = ()  # the command before the interpreter, minus the workdir binds
-    hidden: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (tmpfs dir, paths bound back)
-
-
-_MODES: dict[str, _Mode] = {}
-_MODE_LOCK = threading.Lock()
-_CHILD_SOURCE = (Path(__file__).with_name("sandbox_child.py")).read_text(encoding="utf-8")
-_UID_LOCK = threading.Lock()
-_UID_SLOTS: dict[int, queue.Queue[int]] = {}  # per process id: its block of 64 uids
-
-
-def _uid_slots() -> queue.Queue[int]:
-    """This process's free uids: a block of 64 derived from the pid, so two masdsl processes
-    (or a forked worker) never share a uid, and so never share a process count."""
-    pid = os.getpid()
-    with _UID_LOCK:
-        if pid not in _UID_SLOTS:
-            slots: queue.Queue[int] = queue.Queue()
-            for slot in range(64):
-                slots.put(1_000_000 + (pid % 4_000_000) * 64 + slot)
-            _UID_SLOTS[pid] = slots
-        return _UID_SLOTS[pid]
-
-
-def _needed_paths() -> list[str]:
-    """Directories the interpreter needs: its prefix, its base prefix, and the binary's folder."""
-    paths = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix)}
-    paths.add(os.path.dirname(os.path.realpath(sys.executable)))
-    return sorted(p for p in paths if not any(p != q and Path(p).is_relative_to(q) for q in paths))
-
-
-def _blocked_by(path: str) -> str | None:
-    """The highest ancestor of `path` that other users cannot enter, if any."""
-    parts = Path(path).parts
-    for depth in range(2, len(parts) + 1):
-        ancestor = str(Path(*parts[:depth]))
-        try:
-            mode = os.stat(ancestor).st_mode
-        except OSError:
-            return None
-        if not mode & stat.S_IXOTH:
-            return ancestor
-    return None
-
-
-def _hidden_dirs() -> tuple[tuple[str, tuple[str, ...]], ...]:
-    hidden: dict[str, list[str]] = {}
-    for path in _needed_paths():
-        blocker = _blocked_by(path)
-        if blocker is not None:
-            hidden.setdefault(blocker, []).append(path)
-    return tuple((k, tuple(v)) for k, v in sorted(hidden.items()))
-
-
-def _bwrap_mode(as_root: bool) -> _Mode:
-    prefix = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    hidden = _hidden_dirs() if as_root else ()
-    for blocker, paths in hidden:
-        prefix += ["--perms", "0755", "--tmpfs", blocker]
-        for path in paths:  # parents bwrap would create as 0700, so the uid could not enter
-            parents = Path(path).relative_to(blocker).parents
-            for parent in sorted(str(Path(blocker, p)) for p in parents if str(p) != "."):
-                prefix += ["--perms", "0755", "--dir", parent]
-            prefix += ["--ro-bind", path, path]
-    if as_root:  # real root sets up namespaces itself; the code then runs as its own uid
-        prefix += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
-    else:
-        prefix += ["--unshare-all"]
-    prefix += ["--die-with-parent", "--new-session"]
-    return _Mode("bwrap", as_root, tuple(prefix), hidden)
-
-
-def _candidate_modes(isolation: Isolation) -> list[_Mode]:
-    as_root = os.geteuid() == 0
-    reachable = as_root and not _hidden_dirs()
-    unshare = ("unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--ipc", "--uts")
-    if not as_root:
-        unshare = unshare[:1] + ("--map-root-user",) + unshare[1:]
-    modes = {
-        "bwrap": [_bwrap_mode(as_root)] if shutil.which("bwrap") else [],
-        "unshare": [_Mode("unshare", reachable, unshare)] if shutil.which("unshare") else [],
-        "none": [_Mode("none", reachable)],
-    }
-    if isolation == "auto":
-        return modes["bwrap"] + modes["unshare"] + modes["none"]
-    return modes[isolation]
-
-
-def _mode(isolation: Isolation) -> _Mode:
-    """The isolation in use for `isolation`, probed once (a tiny program must run and see no net)."""
-    with _MODE_LOCK:
-        if isolation in _MODES:
-            return _MODES[isolation]
-        for candidate in _candidate_modes(isolation):
-            _MODES[isolation] = candidate
-            probe = _run_job({"mode": "run", "code": "print('ok')"}, "", Limits(), candidate)
-            if probe["rc"] == 0 and probe["stdout"] == b"ok\n":
-                return candidate
-            del _MODES[isolation]
-        from masdsl.errors import UserError
-
-        raise UserError(f"the sandbox cannot run Python with isolation {isolation!r} on this machine")
+# ---------------------------------------------------------------- isolation
 
 
 def isolation_summary(limits: Limits | None = None) -> str:
@@ -287,7 +166,7 @@ def isolation_summary(limits: Limits | None = None) -> str:
     True
     """
     limits = limits or DEFAULT_LIMITS
-    mode = _mode(limits.isolation)
+    mode = _process.choose_mode(limits.isolation)
     if mode.name == "bwrap":
         parts = ["bubblewrap: new pid/net/ipc/uts namespaces, read-only /, private /tmp, only the workdir writable"]
         if mode.hidden:
@@ -296,7 +175,7 @@ def isolation_summary(limits: Limits | None = None) -> str:
         parts = ["unshare: new pid/net namespaces; the file system is NOT read-only"]
     else:
         parts = ["no namespaces: the network is NOT isolated and the file system is NOT read-only"]
-    if zygote_enabled() and _zygote(mode) is not None:
+    if _process.zygote_enabled() and _process.zygote_for(mode) is not None:
         parts.append("each run forked by one long-lived sandboxed zygote (MASDSL_SANDBOX_ZYGOTE=0: a new sandbox per run)")
     if mode.switch_uid:
         parts.append("each run as its own uid")
@@ -308,280 +187,6 @@ def isolation_summary(limits: Limits | None = None) -> str:
         f"{limits.max_open_files} open files; scrubbed env; fresh workdir"
     )
     return "sandbox: " + "; ".join(parts)
-
-
-# ---------------------------------------------------------------- one process
-
-
-def _user_tasks() -> int:
-    """Tasks (threads) of this uid, which a non-root RLIMIT_NPROC counts."""
-    uid, count = os.getuid(), 0
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                if entry.stat().st_uid == uid:
-                    count += len(os.listdir(f"/proc/{entry.name}/task"))
-            except OSError:
-                continue
-    return count
-
-
-def _rlimits(limits: Limits, cpu_s: int, nproc: int) -> dict[str, tuple[int, int]]:
-    mem = limits.memory_mb * 1024 * 1024
-    fsize = limits.max_file_mb * 1024 * 1024
-    return {
-        "RLIMIT_CPU": (cpu_s, cpu_s + 1),
-        "RLIMIT_AS": (mem, mem),
-        "RLIMIT_NPROC": (nproc, nproc),
-        "RLIMIT_FSIZE": (fsize, fsize),
-        "RLIMIT_NOFILE": (limits.max_open_files, limits.max_open_files),
-        "RLIMIT_CORE": (0, 0),
-    }
-
-
-def _preexec(rlimits: dict[str, tuple[int, int]]):
-    values = [(getattr(resource, name), value) for name, value in rlimits.items()]
-
-    def apply() -> None:
-        for which, value in values:
-            resource.setrlimit(which, value)
-
-    return apply
-
-
-def _scrubbed_env(workdir: str) -> dict[str, str]:
-    return {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": workdir,
-        "TMPDIR": workdir,
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        "OMP_NUM_THREADS": "1",
-        "OPENBLAS_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-    }
-
-
-def _kill_uid(uid: int) -> None:
-    """Kill every process of `uid` (for modes without a pid namespace to tear down)."""
-    try:
-        subprocess.run(["kill", "-KILL", "-1"], user=uid, group=uid, extra_groups=[], timeout=5,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    except (OSError, subprocess.SubprocessError):
-        pass
-
-
-_BOOTSTRAP = "import sys; exec(compile(sys.stdin.read(), '<masdsl-sandbox>', 'exec'))"
-
-
-def _command(mode: _Mode, workdir: str, bootstrap: bool = False) -> list[str]:
-    interpreter = [sys.executable, "-I", "-c", _BOOTSTRAP if bootstrap else _CHILD_SOURCE]
-    if mode.name == "bwrap":
-        return [*mode.prefix, "--bind", workdir, workdir, "--chdir", workdir, *interpreter]
-    return [*mode.prefix, *interpreter]
-
-
-_ZYGOTES: dict[tuple[int, str], Any] = {}  # (pid, mode) -> Zygote, or None where it cannot start
-_ZYGOTE_LOCK = threading.RLock()
-
-
-def zygote_enabled() -> bool:
-    """Runs fork from one long-lived sandboxed process unless MASDSL_SANDBOX_ZYGOTE=0."""
-    return os.environ.get("MASDSL_SANDBOX_ZYGOTE", "1") != "0"
-
-
-def _zygote(mode: _Mode):
-    """This process's zygote for `mode` (restarted if it died), or None."""
-    from masdsl.envs import sandbox_zygote
-
-    key = (os.getpid(), mode.name)
-    with _ZYGOTE_LOCK:
-        current = _ZYGOTES.get(key, False)
-        if current is None:
-            return None
-        if current is False or not current.alive:
-            if current:
-                current.close()
-            made = sandbox_zygote.make(lambda root: _command(mode, root, bootstrap=True), _scrubbed_env("/tmp"),
-                                       _CHILD_SOURCE)
-            _ZYGOTES[key] = made
-            if made is not None and not _ZYGOTES_CLOSER:
-                _ZYGOTES_CLOSER.append(atexit.register(_close_zygotes))
-            if made is not None:  # it must run a program before it is trusted with runs
-                probe = _run_job({"mode": "run", "code": "print('ok')"}, "", Limits(isolation=mode.name))
-                if probe["rc"] != 0 or probe["stdout"] != b"ok\n":
-                    made.close()
-                    _ZYGOTES[key] = made = None
-            return made
-        return current
-
-
-_ZYGOTES_CLOSER: list[Any] = []
-
-
-def _close_zygotes() -> None:
-    for key, zygote in list(_ZYGOTES.items()):
-        if zygote and key[0] == os.getpid():
-            zygote.close()
-        _ZYGOTES.pop(key, None)
-
-
-def _run_job(job: dict[str, Any], stdin: str, limits: Limits, mode: _Mode | None = None,
-             n_tests: int = 0) -> dict[str, Any]:
-    """Run the child program once on `job`; returns raw stdout/stderr and what happened.
-
-    Forked by the zygote when there is one; in a sandbox started for this run when there is
-    none, or when the zygote died during the run (the run is then repeated once)."""
-    probe = mode is not None
-    mode = mode or _mode(limits.isolation)
-    zygote = None if probe or not zygote_enabled() else _zygote(mode)
-    slots = _uid_slots()
-    uid = slots.get() if mode.switch_uid else None
-    try:
-        nonce = secrets.token_hex(16)
-        job = {**job, "nonce": nonce, "uid": uid, "timeout": limits.timeout_s}
-        cpu_s = int(limits.timeout_s * (n_tests + 1)) + 1
-        nproc = limits.max_procs if uid is not None else _user_tasks() + limits.max_procs
-        rlimits = _rlimits(limits, cpu_s, nproc)
-        out = None
-        if zygote is not None:
-            out = _in_workdir(zygote.workdir(uid), job, stdin, uid,
-                              lambda wd: _run_in_zygote(zygote, wd, uid, rlimits, limits, nonce))
-        if out is None:
-            out = _in_workdir(tempfile.mkdtemp(prefix="masdsl-sbx-"), job, stdin, uid,
-                              lambda wd: _run_in_process(mode, wd, rlimits, limits, nonce))
-            if mode.name == "bwrap" and 128 < out["rc"] < 128 + 65:  # bwrap: 128 + signal number
-                out["rc"] = 128 - out["rc"]
-            if uid is not None and mode.name == "none":
-                _kill_uid(uid)
-        if out["rc"] == -signal.SIGXCPU:  # the CPU-time limit: a timeout too
-            out["timed_out"] = True
-        return out
-    finally:
-        if uid is not None:
-            slots.put(uid)
-
-
-def _in_workdir(workdir: str, job: dict[str, Any], stdin: str, uid: int | None, run: Any) -> Any:
-    """`run(workdir)` with the job and stdin written into a fresh `workdir`, removed afterwards."""
-    try:
-        Path(workdir, ".job.json").write_text(json.dumps(job), encoding="utf-8")
-        Path(workdir, ".stdin").write_text(stdin, encoding="utf-8")
-        if uid is not None:
-            os.chown(workdir, uid, uid)
-        os.chmod(workdir, 0o700)
-        return run(workdir)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-class _Popen:
-    """A started process seen through the interface `_collect` needs (poll, kill, wait)."""
-
-    def __init__(self, proc: subprocess.Popen) -> None:
-        self.proc = proc
-
-    def poll(self) -> int | None:
-        return self.proc.poll()
-
-    def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def wait(self) -> int:
-        return self.proc.wait()
-
-
-def _run_in_process(mode: _Mode, workdir: str, rlimits: dict, limits: Limits, nonce: str) -> dict[str, Any]:
-    with open(os.path.join(workdir, ".stdin"), "rb") as stdin_fh:
-        proc = subprocess.Popen(
-            _command(mode, workdir), stdin=stdin_fh, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd=workdir, env=_scrubbed_env(workdir), start_new_session=True, preexec_fn=_preexec(rlimits),
-        )
-    try:
-        return _collect(_Popen(proc), proc.stdout.fileno(), proc.stderr.fileno(), limits, nonce.encode())
-    finally:
-        proc.stdout.close()
-        proc.stderr.close()
-
-
-def _run_in_zygote(zygote, workdir: str, uid: int | None, rlimits: dict, limits: Limits,
-                   nonce: str) -> dict[str, Any] | None:
-    """The run, forked by the zygote; None when the zygote is gone (the caller starts a process)."""
-    from masdsl.envs.sandbox_zygote import ZygoteError
-
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    stdin_fd = os.open(os.path.join(workdir, ".stdin"), os.O_RDONLY)
-    try:
-        try:
-            run = zygote.start(workdir, uid, rlimits, (stdin_fd, out_w, err_w))
-        except ZygoteError:
-            return None
-        finally:
-            for fd in (stdin_fd, out_w, err_w):
-                os.close(fd)
-        out = _collect(run, out_r, err_r, limits, nonce.encode())
-        return None if run.lost else out
-    finally:
-        os.close(out_r)
-        os.close(err_r)
-
-
-def _collect(handle: Any, out_fd: int, err_fd: int, limits: Limits, nonce: bytes) -> dict[str, Any]:
-    """Read stdout/stderr under the output cap and a watchdog that any progress line resets."""
-    start = time.monotonic()
-    deadline = start + limits.timeout_s + 1.0  # the first deadline includes interpreter start-up
-    cap = limits.max_output_kb * 1024
-    chunks: dict[int, list[bytes]] = {1: [], 2: []}
-    total, timed_out, truncated, pending = 0, False, False, b""
-    events: list[dict] = []
-    sel = selectors.DefaultSelector()
-    for fd, key in ((out_fd, 1), (err_fd, 2)):
-        os.set_blocking(fd, False)
-        sel.register(fd, selectors.EVENT_READ, key)
-    exited_at = None
-    while sel.get_map():
-        now = time.monotonic()
-        if now > deadline:
-            timed_out = True
-            break
-        if exited_at is None and handle.poll() is not None:
-            exited_at = now
-        if exited_at is not None and now - exited_at > 0.5:  # a leftover child holds the pipe
-            break
-        for key, _ in sel.select(timeout=min(0.05, max(0.0, deadline - now))):
-            data = os.read(key.fd, 65536)
-            if not data:
-                sel.unregister(key.fd)
-                continue
-            total += len(data)
-            chunks[key.data].append(data)
-            if key.data == 1 and nonce:
-                pending += data
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    if line.startswith(nonce + b" "):
-                        events.append(json.loads(line[len(nonce) + 1:]))
-                        deadline = time.monotonic() + limits.timeout_s + 1.0
-            if total > cap:
-                truncated = True
-                break
-        if truncated:
-            break
-    sel.close()
-    handle.kill()
-    rc = handle.wait()
-    stdout = b"".join(chunks[1])
-    stderr = b"".join(chunks[2])
-    return {"rc": rc, "stdout": stdout[:cap], "stderr": stderr, "timed_out": timed_out,
-            "truncated": truncated, "events": events, "wall_s": time.monotonic() - start}
-
-
-def _is_memory_error(stderr: str) -> bool:
-    return "MemoryError" in stderr or "Cannot allocate memory" in stderr
 
 
 # ---------------------------------------------------------------- public API
@@ -631,11 +236,11 @@ def run_python(code: str, stdin: str = "", *, limits: Limits | None = None) -> S
     cached = CACHE.get(key)
     if cached is not None:
         return cached
-    raw = _run_job({"mode": "run", "code": code}, stdin, limits)
+    raw = _process.run_job({"mode": "run", "code": code}, stdin, limits)
     stderr = raw["stderr"].decode("utf-8", "replace")
     result = SandboxResult(
         stdout=raw["stdout"].decode("utf-8", "replace"), stderr=_tail(stderr), returncode=raw["rc"],
-        timed_out=raw["timed_out"], memory_error=_is_memory_error(stderr), wall_s=raw["wall_s"],
+        timed_out=raw["timed_out"], memory_error=_process.is_memory_error(stderr), wall_s=raw["wall_s"],
         output_truncated=raw["truncated"],
     )
     if not result.timed_out:
@@ -707,7 +312,7 @@ def _run_tests_uncached(code, kind, payload, expected, limits) -> TestReport:
     start, stderr_tail, setup_error, setup_kind, t0 = 0, "", "", "", time.monotonic()
     job = {"mode": kind, "code": code, "tests": payload, "out_cap": limits.max_output_kb * 1024}
     while start < len(payload):
-        raw = _run_job({**job, "start": start}, "", limits, n_tests=len(payload) - start)
+        raw = _process.run_job({**job, "start": start}, "", limits, n_tests=len(payload) - start)
         stderr = raw["stderr"].decode("utf-8", "replace")
         stderr_tail = _tail(stderr) or stderr_tail
         current, loaded = None, False
@@ -740,7 +345,7 @@ def _death(raw: dict[str, Any], stderr: str) -> tuple[str, str]:
         return "timeout", "timed out"
     if raw["truncated"]:
         return "error", "output limit exceeded"
-    if _is_memory_error(stderr):
+    if _process.is_memory_error(stderr):
         return "memory", "MemoryError"
     return "crash", f"the process died (exit status {raw['rc']})"
 

@@ -177,6 +177,6 @@ def test_background_processes_die_with_their_run():
 
 def test_the_sandbox_recovers_when_its_zygote_is_killed():
     assert run_python("print(1)", limits=FAST).ok
-    for zygote in [z for z in sandbox._ZYGOTES.values() if z]:
+    for zygote in [z for z in sandbox._process.ZYGOTES.values() if z]:
         os.killpg(zygote.proc.pid, 9)
     assert run_python("print(2)", limits=FAST).stdout == "2\n"
