@@ -5,7 +5,8 @@
 #
 # Starts `mlflow server` on the given SQLite store (its own process group, stopped at the end),
 # picks the newest masdsl parent run (of EXPERIMENT if given), and writes
-# docs/img/mlflow_run.png (run overview) and docs/img/mlflow_metrics.png (metric charts)
+# docs/img/mlflow_run.png (run overview), docs/img/mlflow_metrics.png (metric charts) and
+# docs/img/mlflow_artifacts.png (the run's progress plot in the artifact browser)
 # with headless Chromium (Debian: apt-get install -y chromium).
 #
 # The page is opened as http://masdsl-mlflow:PORT (mapped to 127.0.0.1 by Chromium) because
@@ -35,14 +36,15 @@ parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
 print(parent.info.experiment_id, parent.info.run_id)
 PY
 )
-shot() {  # shot OUT URL
-  timeout 180 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+shot() {  # shot OUT URL [VIRTUAL_TIME_MS]
+  timeout 300 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
     --disable-background-networking --disable-component-update --disable-sync \
     --user-data-dir="$(mktemp -d)" --host-resolver-rules="MAP masdsl-mlflow 127.0.0.1" \
-    --screenshot="$1" --window-size=1400,900 --virtual-time-budget=15000 "$2" >/dev/null 2>&1
+    --screenshot="$1" --window-size=1400,900 --virtual-time-budget="${3:-15000}" "$2" >/dev/null 2>&1
 }
 BASE="http://masdsl-mlflow:$PORT/#/experiments/$EXP_ID/runs/$RUN_ID"
 Q="?workflowType=machine_learning"  # the UI's "Model training" layout (default: GenAI)
 shot "$ROOT/docs/img/mlflow_run.png" "$BASE$Q"
-shot "$ROOT/docs/img/mlflow_metrics.png" "$BASE/model-metrics$Q"
-echo "run $RUN_ID of experiment $EXP_ID -> docs/img/mlflow_run.png, docs/img/mlflow_metrics.png"
+shot "$ROOT/docs/img/mlflow_metrics.png" "$BASE/model-metrics$Q" 60000  # charts load slowly
+shot "$ROOT/docs/img/mlflow_artifacts.png" "$BASE/artifacts/plots/progress.png$Q"
+echo "run $RUN_ID of experiment $EXP_ID -> docs/img/mlflow_{run,metrics,artifacts}.png"

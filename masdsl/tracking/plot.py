@@ -65,7 +65,10 @@ def plot_progress(history: History, path: Path, title: str = "") -> Path | None:
         for role, series in rewards.items():
             ax_r.plot(*zip(*series), marker="o", label=role)
         ax_r.set(title="reward by role (mean over turns)", xlabel="step", ylabel="reward")
+        from matplotlib.ticker import MaxNLocator
+
         for ax in (ax_s, ax_r):
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
             ax.grid(alpha=0.3)
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(loc="best", fontsize="small")
