@@ -23,7 +23,7 @@ from typing import Any, Literal
 from masdsl.tracking.store import TrackingError, resolve_uri, ui_command
 from masdsl.tracking.tracker import Tracker
 
-__all__ = ["start_run", "Tracker", "NullTracker", "TrackingError", "resolve_uri", "ui_command"]
+__all__ = ["start_run", "validate", "Tracker", "NullTracker", "TrackingError", "resolve_uri", "ui_command"]
 
 KINDS = ("run", "eval")
 
@@ -50,6 +50,21 @@ class NullTracker(Tracker):
 
     def ui_command(self) -> str:
         return ""
+
+
+def validate(cfg: Any) -> None:
+    """Check the tracking settings without contacting any store (cheap: call it before loading
+    models). Raises TrackingError for a malformed `tracking.uri`.
+
+    >>> from masdsl.config import resolve_config
+    >>> validate(resolve_config(overrides=["tracking.uri=http://127.0.0.1:5000"]))
+    >>> validate(resolve_config(overrides=["tracking.uri=mlflow.db"]))
+    Traceback (most recent call last):
+    ...
+    masdsl.tracking.store.TrackingError: `tracking.uri` has an unknown scheme `mlflow.db` in `mlflow.db` (did you mean `sqlite:///mlflow.db`?)
+    """
+    if cfg.tracking.enabled:
+        resolve_uri(cfg.tracking.uri)
 
 
 def start_run(workflow: Any, cfg: Any, *, kind: Literal["run", "eval"], run_dir: Path) -> Tracker:

@@ -54,10 +54,9 @@ def resolve_uri(uri: str | None, env: Mapping[str, str] | None = None, cwd: Path
     chosen = uri or env.get("MLFLOW_TRACKING_URI") or f"sqlite:///{DEFAULT_DB}"
     scheme = chosen.split(":", 1)[0].split("+", 1)[0].lower() if ":" in chosen else ""
     if scheme not in SCHEMES:
-        raise TrackingError(
-            f"`tracking.uri` has an unknown scheme `{scheme or chosen}` in `{chosen}` "
-            "(use sqlite:///PATH, http://HOST:PORT or https://...)"
-        )
+        hint = (f"did you mean `sqlite:///{chosen}`?" if chosen.endswith((".db", ".sqlite")) and not scheme
+                else "use sqlite:///PATH, http://HOST:PORT or https://...")
+        raise TrackingError(f"`tracking.uri` has an unknown scheme `{scheme or chosen}` in `{chosen}` ({hint})")
     if scheme == "sqlite":
         path = chosen[len("sqlite:///") :]
         if path and not path.startswith("/") and path != ":memory:":
