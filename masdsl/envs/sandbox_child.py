@@ -11,8 +11,8 @@ privileges to the run's own uid (when started as root), and then:
 - mode "io": for each test, runs the code afresh as `__main__` with the test's input on fd 0
   and fd 1 sent to a file, and reports the output read back.
 
-Results go to a private copy of the original stdout, one line per event, each line starting
-with a random nonce the code under test does not know, so printed text cannot forge a result.
+Results go to their own pipe (fd `job["chan"]`), one line per event, each line starting with a
+random nonce the code under test does not know, so text it writes there cannot forge a result.
 Tests that never report (the process died or was killed) count as failed on the parent side.
 """
 
@@ -56,7 +56,7 @@ def _main():
     if mode == "run":
         _run_main(code)
         return
-    chan = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+    chan = os.fdopen(job["chan"], "w", encoding="utf-8", buffering=1)
 
     def report(**event):
         chan.write(nonce + " " + json.dumps(event) + "\n")
@@ -163,7 +163,7 @@ def _run_io(code, job, report):
 #
 # Started once per isolation mode as `python -I -c <this source> zygote FD` inside the isolation,
 # with FD a SOCK_SEQPACKET socket to masdsl. Each "run" request carries a working directory, a
-# uid, rlimits and three file descriptors (stdin, stdout, stderr); the zygote forks, and the child
+# uid, rlimits and four file descriptors (stdin, stdout, stderr, results); the zygote forks, and the child
 # takes those fds, starts a session, enters the directory, sets the limits and runs `_main()`,
 # which drops to the uid: no interpreter start-up per run. The zygote reports each child's exit
 # status, and on exit or a "kill" request kills the child's group and every process of its uid.
@@ -191,10 +191,11 @@ def _spawn(request, fds, close):
     try:
         for thing in close:  # the zygote's own channels: the code must not reach them
             thing.close() if hasattr(thing, "close") else os.close(thing)
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
+        for target, fd in enumerate(fds):  # stdin, stdout, stderr, the results channel
+            if fd != target:
+                os.dup2(fd, target)
         for fd in fds:
-            if fd > 2:
+            if fd > 3:
                 os.close(fd)
         for signum in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
             signal.signal(signum, signal.SIG_DFL)
@@ -246,7 +247,7 @@ def _zygote(fd):
         for key, _ in sel.select():
             if key.fileobj is sock:
                 try:
-                    data, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 3)
+                    data, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 4)
                 except ConnectionError:
                     data = b""
                 if not data:  # masdsl went away: leave with everything we started

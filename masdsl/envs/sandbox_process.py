@@ -281,13 +281,16 @@ def run_job(job: dict[str, Any], stdin: str, limits: Limits, mode: _Mode | None 
         cpu_s = int(limits.timeout_s * (n_tests + 1)) + 1
         nproc = limits.max_procs if uid is not None else _user_tasks() + limits.max_procs
         rlimits = _rlimits(limits, cpu_s, nproc)
+        # results travel on their own pipe, bounded by the number of tests, apart from the
+        # program's stdout/stderr (which the output cap bounds)
+        chan_cap = (n_tests + 2) * (limits.max_output_kb * 1024 + 4096)
+        run = _Run(job, limits, nonce.encode(), chan_cap)
         out = None
         if zygote is not None:
-            out = _in_workdir(zygote.workdir(uid), job, stdin, uid,
-                              lambda wd: _run_in_zygote(zygote, wd, uid, rlimits, limits, nonce))
+            out = _in_workdir(zygote.workdir(uid), stdin, uid, lambda wd: _run_in_zygote(zygote, wd, uid, rlimits, run))
         if out is None:
-            out = _in_workdir(tempfile.mkdtemp(prefix="masdsl-sbx-"), job, stdin, uid,
-                              lambda wd: _run_in_process(mode, wd, rlimits, limits, nonce))
+            out = _in_workdir(tempfile.mkdtemp(prefix="masdsl-sbx-"), stdin, uid,
+                              lambda wd: _run_in_process(mode, wd, rlimits, run))
             if mode.name == "bwrap" and 128 < out["rc"] < 128 + 65:  # bwrap: 128 + signal number
                 out["rc"] = 128 - out["rc"]
             if uid is not None and mode.name == "none":
@@ -300,10 +303,23 @@ def run_job(job: dict[str, Any], stdin: str, limits: Limits, mode: _Mode | None 
             slots.put(uid)
 
 
-def _in_workdir(workdir: str, job: dict[str, Any], stdin: str, uid: int | None, run: Any) -> Any:
-    """`run(workdir)` with the job and stdin written into a fresh `workdir`, removed afterwards."""
+@dataclass
+class _Run:
+    """What one run needs besides its working directory and uid."""
+
+    job: dict[str, Any]
+    limits: Any
+    nonce: bytes
+    chan_cap: int
+
+    def write_job(self, workdir: str, chan_fd: int) -> None:
+        """The job file the child reads (and deletes) first; `chan_fd`: its results channel."""
+        Path(workdir, ".job.json").write_text(json.dumps({**self.job, "chan": chan_fd}), encoding="utf-8")
+
+
+def _in_workdir(workdir: str, stdin: str, uid: int | None, run: Any) -> Any:
+    """`run(workdir)` with stdin written into a fresh `workdir`, removed afterwards."""
     try:
-        Path(workdir, ".job.json").write_text(json.dumps(job), encoding="utf-8")
         Path(workdir, ".stdin").write_text(stdin, encoding="utf-8")
         if uid is not None:
             os.chown(workdir, uid, uid)
@@ -332,83 +348,96 @@ class _Popen:
         return self.proc.wait()
 
 
-def _run_in_process(mode: _Mode, workdir: str, rlimits: dict, limits: Limits, nonce: str) -> dict[str, Any]:
-    with open(os.path.join(workdir, ".stdin"), "rb") as stdin_fh:
-        proc = subprocess.Popen(
-            _command(mode, workdir), stdin=stdin_fh, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd=workdir, env=_scrubbed_env(workdir), start_new_session=True, preexec_fn=_preexec(rlimits),
-        )
+def _run_in_process(mode: _Mode, workdir: str, rlimits: dict, run: _Run) -> dict[str, Any]:
+    chan_r, chan_w = os.pipe()
     try:
-        return _collect(_Popen(proc), proc.stdout.fileno(), proc.stderr.fileno(), limits, nonce.encode())
+        run.write_job(workdir, chan_w)
+        with open(os.path.join(workdir, ".stdin"), "rb") as stdin_fh:
+            proc = subprocess.Popen(
+                _command(mode, workdir), stdin=stdin_fh, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                pass_fds=(chan_w,), cwd=workdir, env=_scrubbed_env(workdir), start_new_session=True,
+                preexec_fn=_preexec(rlimits),
+            )
+        os.close(chan_w)
+        chan_w = -1
+        try:
+            return _collect(_Popen(proc), proc.stdout.fileno(), proc.stderr.fileno(), chan_r, run)
+        finally:
+            proc.stdout.close()
+            proc.stderr.close()
     finally:
-        proc.stdout.close()
-        proc.stderr.close()
+        os.close(chan_r)
+        if chan_w >= 0:
+            os.close(chan_w)
 
 
-def _run_in_zygote(zygote, workdir: str, uid: int | None, rlimits: dict, limits: Limits,
-                   nonce: str) -> dict[str, Any] | None:
+def _run_in_zygote(zygote, workdir: str, uid: int | None, rlimits: dict, run: _Run) -> dict[str, Any] | None:
     """The run, forked by the zygote; None when the zygote is gone (the caller starts a process)."""
     from masdsl.envs.sandbox_zygote import ZygoteError
 
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
+    chan_r, chan_w = os.pipe()
+    run.write_job(workdir, 3)  # the zygote's child puts the channel on fd 3
     stdin_fd = os.open(os.path.join(workdir, ".stdin"), os.O_RDONLY)
     try:
         try:
-            run = zygote.start(workdir, uid, rlimits, (stdin_fd, out_w, err_w))
+            child = zygote.start(workdir, uid, rlimits, (stdin_fd, out_w, err_w, chan_w))
         except ZygoteError:
             return None
         finally:
-            for fd in (stdin_fd, out_w, err_w):
+            for fd in (stdin_fd, out_w, err_w, chan_w):
                 os.close(fd)
-        out = _collect(run, out_r, err_r, limits, nonce.encode())
-        return None if run.lost else out
+        out = _collect(child, out_r, err_r, chan_r, run)
+        return None if child.lost else out
     finally:
-        os.close(out_r)
-        os.close(err_r)
+        for fd in (out_r, err_r, chan_r):
+            os.close(fd)
 
 
-def _collect(handle: Any, out_fd: int, err_fd: int, limits: Limits, nonce: bytes) -> dict[str, Any]:
-    """Read stdout/stderr under the output cap and a watchdog that any progress line resets."""
+def _collect(handle: Any, out_fd: int, err_fd: int, chan_fd: int, run: _Run) -> dict[str, Any]:
+    """Read stdout/stderr under the output cap, and the results channel, under a watchdog that
+    every result line resets."""
+    limits, nonce = run.limits, run.nonce
     start = time.monotonic()
-    deadline = start + limits.timeout_s + 1.0  # the first deadline includes interpreter start-up
+    deadline = start + limits.timeout_s + 1.0  # the first deadline includes start-up
     cap = limits.max_output_kb * 1024
     chunks: dict[int, list[bytes]] = {1: [], 2: []}
-    total, timed_out, truncated, pending = 0, False, False, b""
+    total, chan_total, timed_out, truncated, pending = 0, 0, False, False, b""
     events: list[dict] = []
     sel = selectors.DefaultSelector()
-    for fd, key in ((out_fd, 1), (err_fd, 2)):
+    for fd, key in ((out_fd, 1), (err_fd, 2), (chan_fd, 3)):
         os.set_blocking(fd, False)
         sel.register(fd, selectors.EVENT_READ, key)
     exited_at = None
-    while sel.get_map():
+    while sel.get_map() and not truncated:
         now = time.monotonic()
         if now > deadline:
             timed_out = True
             break
         if exited_at is None and handle.poll() is not None:
             exited_at = now
-        if exited_at is not None and now - exited_at > 0.5:  # a leftover child holds the pipe
+        if exited_at is not None and now - exited_at > 0.5:  # a leftover child holds a pipe
             break
         for key, _ in sel.select(timeout=min(0.05, max(0.0, deadline - now))):
             data = os.read(key.fd, 65536)
             if not data:
                 sel.unregister(key.fd)
-                continue
-            total += len(data)
-            chunks[key.data].append(data)
-            if key.data == 1 and nonce:
+            elif key.data == 3:
+                chan_total += len(data)
                 pending += data
                 *lines, pending = pending.split(b"\n")
                 for line in lines:
                     if line.startswith(nonce + b" "):
                         events.append(json.loads(line[len(nonce) + 1:]))
                         deadline = time.monotonic() + limits.timeout_s + 1.0
-            if total > cap:
-                truncated = True
+                truncated = chan_total > run.chan_cap
+            else:
+                total += len(data)
+                chunks[key.data].append(data)
+                truncated = total > cap
+            if truncated:
                 break
-        if truncated:
-            break
     sel.close()
     handle.kill()
     rc = handle.wait()

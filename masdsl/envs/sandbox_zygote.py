@@ -4,7 +4,7 @@ Starting a bubblewrap sandbox and a Python interpreter costs tens of millisecond
 zygote pays that once. It runs inside the same isolation (`bwrap ... python -I -c <child> zygote
 FD`), and for each run receives, over a SOCK_SEQPACKET socket, the run's working directory (made
 here, inside a root directory bound into the sandbox), its uid, its rlimits and its stdin/stdout/
-stderr descriptors. The forked child sets the limits, drops to the uid and runs the job exactly
+stderr/results descriptors. The forked child sets the limits, drops to the uid and runs the job exactly
 as a freshly started child would (see `sandbox_child.py`). Every run still has its own uid (so
 its own process count), working directory, session and limits; a kill request or the child's
 exit kills its process group and every process of its uid.
@@ -77,7 +77,7 @@ class Zygote:
         return path
 
     def start(self, workdir: str, uid: int | None, rlimits: dict[str, tuple[int, int]],
-              fds: tuple[int, int, int]) -> "ZygoteRun":
+              fds: tuple[int, int, int, int]) -> "ZygoteRun":
         with self.lock:
             if not self.alive:
                 raise ZygoteError("the sandbox zygote is not running")

@@ -103,3 +103,12 @@ def test_bad_limits_and_tests_are_user_errors():
         Limits(isolation="docker")
     with pytest.raises(UserError):
         run_tests("x = 1", [1, 2])
+
+
+def test_io_outputs_are_capped_per_test_not_per_run():
+    big = 100_000  # 8 tests x 100 KB: over the 256 KB output cap together, each well under it
+    tests = [{"input": str(big), "output": "x" * big}] * 8
+    assert run_tests("print('x' * int(input()))", tests).passed == [True] * 8
+    small = Limits(max_output_kb=16)
+    report = run_tests("print('x' * int(input()))", [{"input": "100", "output": "x" * 100}, tests[0]], limits=small)
+    assert report.passed == [True, False]
