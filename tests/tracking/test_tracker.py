@@ -174,9 +174,22 @@ def test_server_outage_mid_run_buffers_and_flushes(mlflow_server, make_workflow,
     assert history(client, tracker.run_id, "loss/writer")[3] == (3, pytest.approx(0.3))
     writer = children(client, client.get_run(tracker.run_id))["writer"]
     assert [s for s, _ in history(client, writer.info.run_id, "loss/writer")] == [0, 1, 2, 3, 4]
-    tracker.finish()
-    assert client.get_run(tracker.run_id).info.status == "FINISHED"
     assert "transcripts/outage.md" in artifact_paths(client, tracker.run_id)
+
+    # a second outage that lasts until the end of the run: finish() flushes once it is back
+    mlflow_server.stop()
+    try:
+        tracker.log_metrics(step_metrics(5), step=5)
+        assert tracker.outbox.down
+    finally:
+        mlflow_server.start()
+    assert capsys.readouterr().err.count("tracking server unreachable") == 1  # once per outage
+    tracker.finish()
+    assert len(tracker.outbox) == 0
+    assert [s for s, _ in history(client, tracker.run_id, "success/train")] == [0, 1, 2, 3, 4, 5]
+    assert client.get_run(tracker.run_id).info.status == "FINISHED"
+    assert {r.info.status for r in children(client, client.get_run(tracker.run_id)).values()} == {"FINISHED"}
+    assert "plots/progress.png" in artifact_paths(client, tracker.run_id)
 
 
 def test_unreachable_from_the_start_never_raises(make_workflow, tmp_path, capsys):
