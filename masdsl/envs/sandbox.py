@@ -16,11 +16,14 @@ killed). On top of that, the best isolation the machine allows is chosen once pe
 
 `isolation_summary()` says which is active; the runtime prints it once per run.
 
-Starting bubblewrap and an interpreter per run costs more than the run itself, so by default one
-long-lived *zygote* (see `sandbox_zygote.py`) is started inside the isolation and forks a child
-per run; the child gets its own working directory, uid, session and limits before any code runs,
-and a kill takes its process group and every process of its uid. `MASDSL_SANDBOX_ZYGOTE=0` starts
-a fresh sandboxed interpreter per run instead (limits then set with `setrlimit` in `preexec_fn`).
+Starting bubblewrap and an interpreter per run costs more than the run itself, so where runs get
+uids of their own (masdsl as root), one long-lived *zygote* (see `sandbox_zygote.py`) is started
+inside the isolation and forks a child per run; the child gets its own working directory, uid,
+session and limits before any code runs, and a kill takes its process group and every process of
+its uid. Elsewhere, or with `MASDSL_SANDBOX_ZYGOTE=0`, each run gets a fresh sandboxed
+interpreter (limits then set with `setrlimit` in `preexec_fn`). As root without CAP_SYS_ADMIN (a
+default container) bubblewrap runs in a user namespace as a capability-less root: isolated from
+the network and the file system, but the process limit is not enforced; the summary says so.
 
 Tests run many per process (see `sandbox_child.py`): assert tests in the namespace of the code,
 stdin/stdout tests each with a fresh `__main__`; each test has its own timer, and a test that
@@ -175,12 +178,13 @@ def isolation_summary(limits: Limits | None = None) -> str:
         parts = ["unshare: new pid/net namespaces; the file system is NOT read-only"]
     else:
         parts = ["no namespaces: the network is NOT isolated and the file system is NOT read-only"]
-    if _process.zygote_enabled() and _process.zygote_for(mode) is not None:
+    if mode.switch_uid and _process.zygote_enabled() and _process.zygote_for(mode) is not None:
         parts.append("each run forked by one long-lived sandboxed zygote (MASDSL_SANDBOX_ZYGOTE=0: a new sandbox per run)")
     if mode.switch_uid:
         parts.append("each run as its own uid")
     elif os.geteuid() == 0:
-        parts.append("runs as root: the process limit is NOT enforced")
+        parts.append("runs as root (no CAP_SYS_ADMIN to switch uid): the process limit is NOT enforced and "
+                     "files root owns are readable outside hidden folders")
     parts.append(
         f"limits: wall {limits.timeout_s:g}s per run/test, cpu, address space {limits.memory_mb} MB, "
         f"{limits.max_procs} processes, files {limits.max_file_mb} MB, output {limits.max_output_kb} KB, "

@@ -94,9 +94,15 @@ def _hidden_dirs() -> tuple[tuple[str, tuple[str, ...]], ...]:
     return tuple((k, tuple(v)) for k, v in sorted(hidden.items()))
 
 
-def _bwrap_mode(as_root: bool) -> _Mode:
+def _bwrap_mode(as_root: bool, own_uid: bool) -> _Mode:
+    """bubblewrap. As root with `own_uid`: root sets up the namespaces itself (CAP_SYS_ADMIN) and
+    the code runs as a uid of its own. Otherwise in a user namespace: as the caller's uid, or, for
+    a root without CAP_SYS_ADMIN (a default container), as a root whose capabilities are dropped
+    (then the process limit is not enforced: the kernel exempts root from it)."""
     prefix = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     hidden = _hidden_dirs() if as_root else ()
+    if as_root and not own_uid:  # the code reads files as root here: hide the usual secrets
+        prefix += [arg for f in ("/etc/shadow", "/etc/gshadow") if os.path.exists(f) for arg in ("--ro-bind", "/dev/null", f)]
     for blocker, paths in hidden:
         prefix += ["--perms", "0755", "--tmpfs", blocker]
         for path in paths:  # parents bwrap would create as 0700, so the uid could not enter
@@ -104,23 +110,26 @@ def _bwrap_mode(as_root: bool) -> _Mode:
             for parent in sorted(str(Path(blocker, p)) for p in parents if str(p) != "."):
                 prefix += ["--perms", "0755", "--dir", parent]
             prefix += ["--ro-bind", path, path]
-    if as_root:  # real root sets up namespaces itself; the code then runs as its own uid
+    if as_root and own_uid:
         prefix += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     else:
-        prefix += ["--unshare-all"]
+        prefix += ["--unshare-all"] + (["--cap-drop", "ALL"] if as_root else [])
     prefix += ["--die-with-parent", "--new-session"]
-    return _Mode("bwrap", as_root, tuple(prefix), hidden)
+    return _Mode("bwrap", as_root and own_uid, tuple(prefix), hidden)
 
 
 def _candidate_modes(isolation: Isolation) -> list[_Mode]:
+    """The modes to try for `isolation`, best first (the first that runs a probe is used)."""
     as_root = os.geteuid() == 0
     reachable = as_root and not _hidden_dirs()
     unshare = ("unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--ipc", "--uts")
-    if not as_root:
-        unshare = unshare[:1] + ("--map-root-user",) + unshare[1:]
+    userns = unshare[:1] + ("--map-root-user",) + unshare[1:]
+    has_bwrap, has_unshare = shutil.which("bwrap"), shutil.which("unshare")
     modes = {
-        "bwrap": [_bwrap_mode(as_root)] if shutil.which("bwrap") else [],
-        "unshare": [_Mode("unshare", reachable, unshare)] if shutil.which("unshare") else [],
+        "bwrap": ([_bwrap_mode(True, True), _bwrap_mode(True, False)] if as_root else [_bwrap_mode(False, False)])
+        if has_bwrap else [],
+        "unshare": ([_Mode("unshare", reachable, unshare)] if as_root else []) + [_Mode("unshare", False, userns)]
+        if has_unshare else [],
         "none": [_Mode("none", reachable)],
     }
     if isolation == "auto":
@@ -272,7 +281,9 @@ def run_job(job: dict[str, Any], stdin: str, limits: Limits, mode: _Mode | None 
     none, or when the zygote died during the run (the run is then repeated once)."""
     probe = mode is not None
     mode = mode or choose_mode(limits.isolation)
-    zygote = None if probe or not zygote_enabled() else zygote_for(mode)
+    # a zygote serves only modes where each run has its own uid: sharing one, a run could kill
+    # the others (and the zygote); elsewhere every run gets a sandbox of its own
+    zygote = None if probe or not mode.switch_uid or not zygote_enabled() else zygote_for(mode)
     slots = _uid_slots()
     uid = slots.get() if mode.switch_uid else None
     try:
