@@ -16,6 +16,7 @@ two actors take both cores, and later tasks hang with no error), and a timeout o
 from __future__ import annotations
 
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
@@ -175,34 +176,82 @@ class _EngineHost:
         self.engine.close()
 
 
+ENGINE_RESTARTS = 3  # times Ray restarts a dead engine actor (its constructor runs again)
+
+
 class RemoteEngine:
-    """An `Engine` living in a Ray actor. `submit`/`collect` let the executor overlap policies."""
+    """An `Engine` living in a Ray actor. `submit`/`collect` let the executor overlap policies.
+
+    Fault tolerance: the actor is created with `max_restarts`; when it dies during a call
+    (`RayActorError`: process killed, node lost), Ray rebuilds it from the factory, this class
+    loads the latest weights sent by `update_weights` into it again (kept in the object store
+    as one reference) and redoes the interrupted call. Requests carry their own seeds, so the
+    redone call samples what the lost one would have.
+    """
 
     def __init__(self, factory: Callable[[], Any], *, num_cpus: float = ACTOR_CPUS, num_gpus: float = 0.0,
-                 call_timeout_s: float = ENGINE_CALL_TIMEOUT_S):
+                 call_timeout_s: float = ENGINE_CALL_TIMEOUT_S, max_restarts: int = ENGINE_RESTARTS):
         import ray
 
         self._ray = ray
-        self.call_timeout_s = call_timeout_s
+        self.call_timeout_s, self.max_restarts = call_timeout_s, max_restarts
+        self.restarts = 0  # recoveries so far (for tests and logs)
+        self._weights: Any = None  # ObjectRef of the latest weights sent
         slots = slot_resources(INFER_SLOT, min(1.0, num_gpus) if num_gpus > 0 else 0.01)
-        host = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, resources=slots)(_EngineHost)
+        host = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, resources=slots,
+                          max_restarts=max_restarts, max_task_retries=0)(_EngineHost)
         self.actor = host.remote(factory)
         self.tokenizer = ray.get(self.actor.tokenizer.remote(), timeout=ENGINE_START_TIMEOUT_S)
 
     def submit(self, requests: list) -> Any:
-        return self.actor.generate.remote(requests)
+        return requests, self.actor.generate.remote(requests)
 
     def collect(self, handle: Any) -> list:
-        return self._ray.get(handle, timeout=self.call_timeout_s)
+        requests, ref = handle
+        while True:
+            try:
+                return self._ray.get(ref, timeout=self.call_timeout_s)
+            except self._ray.exceptions.RayActorError as exc:
+                self._recover(exc)
+                ref = self.actor.generate.remote(requests)
 
     def generate(self, requests: list) -> list:
         return self.collect(self.submit(requests))
 
+    def _recover(self, exc: BaseException) -> None:
+        """Wait for Ray to restart the actor, then give it the latest weights again."""
+        from masdsl.errors import UserError
+
+        self.restarts += 1
+        if self.restarts > self.max_restarts:
+            raise UserError(f"the inference engine died {self.restarts} times; last error: {_reason(exc)}") from None
+        import logging
+
+        logging.getLogger(__name__).warning("inference engine actor died (%s); restarting it", _reason(exc))
+        deadline = time.monotonic() + ENGINE_START_TIMEOUT_S
+        while True:  # calls fail fast (ActorUnavailableError) until the new actor is built
+            try:
+                self._ray.get(self.actor.tokenizer.remote(), timeout=ENGINE_START_TIMEOUT_S)
+                break
+            except self._ray.exceptions.RayActorError as again:
+                if time.monotonic() > deadline:
+                    raise UserError(f"the inference engine did not come back after dying: {_reason(again)}") from None
+                time.sleep(0.5)
+        if self._weights is not None:
+            self._ray.get(self.actor.update_weights.remote(self._weights), timeout=self.call_timeout_s)
+
     def update_weights(self, state_dict: dict) -> None:
-        self._ray.get(self.actor.update_weights.remote(state_dict), timeout=self.call_timeout_s)
+        self._weights = self._ray.put(state_dict)
+        try:
+            self._ray.get(self.actor.update_weights.remote(self._weights), timeout=self.call_timeout_s)
+        except self._ray.exceptions.RayActorError as exc:
+            self._recover(exc)  # loads self._weights into the restarted actor
 
     def close(self) -> None:
+        self._weights = None
         try:
             self._ray.get(self.actor.close.remote(), timeout=60)
+        except Exception:  # noqa: BLE001 - already dead: nothing to close
+            pass
         finally:
-            self._ray.kill(self.actor)
+            self._ray.kill(self.actor, no_restart=True)
