@@ -152,6 +152,37 @@ class WhereEnv:
         return getattr(self.inner, name)
 
 
+class SlowEngine:
+    """Wraps an engine; each `generate` first logs where it runs (node, pid) to a JSONL file and
+    sleeps `delay_s`, so a test can kill the engine's process in the middle of a call."""
+
+    def __init__(self, inner: Any, delay_s: float, log_path: str):
+        self.inner, self.delay_s, self.log_path = inner, delay_s, log_path
+        self.tokenizer = getattr(inner, "tokenizer", None)
+
+    def generate(self, requests: list) -> list:
+        import json
+        import time
+
+        with open(self.log_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({**where(), "time": time.time()}) + "\n")
+        time.sleep(self.delay_s)
+        return self.inner.generate(requests)
+
+    def update_weights(self, state_dict: dict) -> None:
+        self.inner.update_weights(state_dict)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def slow_hf_engine(model_dir: str, delay_s: float, log_path: str, seed: int = 0) -> SlowEngine:
+    """A `SlowEngine` over the hf engine of `model_dir` (an engine factory for Ray actors)."""
+    from masdsl.runtime.backends import build_engine
+
+    return SlowEngine(build_engine("hf", str(model_dir), seed=seed), delay_s, log_path)
+
+
 def placement_summary(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """How many rows ran on each node (rows as returned by `where`)."""
     return dict(Counter(r["node"] for r in rows))

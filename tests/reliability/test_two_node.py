@@ -148,3 +148,64 @@ def test_same_file_on_the_cluster_as_on_one_machine(two_node_cluster, tmp_path):
     keys = [k for k in local["metrics"] if k.startswith(("success", "reward", "episodes", "tokens_generated"))]
     assert {k: remote["metrics"][k] for k in keys} == {k: local["metrics"][k] for k in keys}
     assert local["metrics"]["success/eval"] == 0.75 and local["metrics"]["expression_errors"] == 0
+
+
+@pytest.mark.slow
+def test_inference_actor_killed_mid_generate_is_restarted_with_latest_weights(two_node_cluster, tiny_model_dir,
+                                                                             tmp_path):
+    """SIGKILL the engine actor's process during a generate: Ray restarts the actor, the latest
+    weights are loaded into it again and the call is redone, with the same result as an
+    uninterrupted call (and not the result of the factory's initial weights)."""
+    from functools import partial
+
+    import torch
+
+    from masdsl.runtime.actors import RemoteEngine
+    from masdsl.runtime.backends import build_engine
+    from masdsl.runtime.backends.base import GenRequest
+    from masdsl.testing.cluster import slow_hf_engine
+
+    local = build_engine("hf", str(tiny_model_dir), seed=0)
+    ids = local.tokenizer("def add(a, b):\n    return", add_special_tokens=False)["input_ids"]
+    requests = [GenRequest(prompt_ids=ids, n=2, temperature=1.0, max_tokens=8, seed=11 + i, key=("t", "a", i))
+                for i in range(2)]
+    initial = local.generate(requests)
+    gen = torch.Generator().manual_seed(0)
+    new_weights = {k: v + 0.05 * torch.randn(v.shape, generator=gen) for k, v in local.model.state_dict().items()}
+    local.update_weights(new_weights)
+    expected = local.generate(requests)
+    assert [c.logprobs for r in expected for c in r] != [c.logprobs for r in initial for c in r]
+
+    log = tmp_path / "engine.jsonl"
+    engine = RemoteEngine(partial(slow_hf_engine, str(tiny_model_dir), 1.5, str(log)))
+    try:
+        engine.update_weights(new_weights)
+        killed: dict = {}
+
+        def killer():
+            deadline = time.time() + 120
+            while time.time() < deadline:
+                rows = _log(log)
+                if rows:
+                    time.sleep(0.3)  # inside the call's sleep, before it generates
+                    os.kill(rows[0]["pid"], 9)
+                    killed.update(rows[0])
+                    return
+                time.sleep(0.05)
+
+        thread = threading.Thread(target=killer, daemon=True)
+        thread.start()
+        got = engine.generate(requests)
+        thread.join(timeout=5)
+        rows = _log(log)
+    finally:
+        engine.close()
+    assert killed and engine.restarts == 1
+    assert len(rows) == 2 and rows[1]["pid"] != killed["pid"]  # redone in the restarted actor
+    with pytest.raises(ProcessLookupError):
+        os.kill(killed["pid"], 0)
+
+    def key(res):
+        return [(c.token_ids, c.text, [round(x, 4) for x in c.logprobs]) for r in res for c in r]
+
+    assert key(got) == key(expected)
