@@ -112,3 +112,12 @@ def test_io_outputs_are_capped_per_test_not_per_run():
     small = Limits(max_output_kb=16)
     report = run_tests("print('x' * int(input()))", [{"input": "100", "output": "x" * 100}, tests[0]], limits=small)
     assert report.passed == [True, False]
+
+
+def test_fallback_isolation_modes_still_run_and_limit():
+    for isolation in ("unshare", "none"):
+        limits = Limits(isolation=isolation, timeout_s=1.0)
+        assert run_python("print(6 * 7)", limits=limits).stdout == "42\n", isolation
+        assert run_tests("def f():\n    return 1", ["assert f() == 1", "assert f() == 2"], limits=limits).passed == [True, False]
+        assert run_python("while True:\n    pass", limits=limits).timed_out
+        assert isolation in sandbox.isolation_summary(limits) or "no namespaces" in sandbox.isolation_summary(limits)
