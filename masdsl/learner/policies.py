@@ -174,30 +174,56 @@ def load_policies(workflow: Workflow, cfg: Any) -> dict[str, Policy]:
     return policies
 
 
-class AdapterEngine:
-    """An engine for a policy whose model is shared: activates the policy's adapter first.
+def engine_kind(cfg: Any) -> str:
+    """`runtime.engine` with `auto` resolved: vllm when it imports and runs here, else hf."""
+    kind = cfg.runtime.engine
+    if kind == "auto":
+        from masdsl.runtime.backends import vllm_available
 
-    The executor may call several policies' engines; adapters of one `PeftModel` must not
-    generate at the same time with the wrong adapter active, hence the shared lock.
+        kind = "vllm" if vllm_available()[0] else "hf"
+    if kind == "replay":
+        raise ConfigError("`runtime.engine=replay` replays fixed outputs and cannot train; use hf or vllm")
+    return kind
+
+
+def build_engines(policies: Mapping[str, Policy], cfg: Any) -> dict[str, Any]:
+    """One inference engine per policy, each sampling from that policy's current weights.
+
+    `hf`: the engine holds the very model object the learner trains (for a LoRA policy, the
+    shared `PeftModel`, whose adapter the engine activates before each generate), so an update
+    is visible to the next rollout with no copy. `vllm`: a full policy gets its own engine and
+    receives new weights through `update_weights` (loaded into the running engine); LoRA
+    policies on one base share one engine, each syncing its adapter as a new LoRA request.
     """
+    from masdsl.runtime.backends import build_engine, engine_kwargs
 
-    def __init__(self, policy: Policy, inner: Any):
-        self.policy, self.inner = policy, inner
-        self.tokenizer = inner.tokenizer
+    kind = engine_kind(cfg)
+    kw = engine_kwargs(cfg)
+    engines: dict[str, Any] = {}
+    lora_bases: dict[str, Any] = {}  # model path -> VLLMEngine with LoRA on
+    for name, p in policies.items():
+        if kind == "hf":
+            engines[name] = build_engine("hf", (p.model, p.tokenizer), seed=kw["seed"], adapter=p.adapter)
+        elif p.adapter is None:
+            engines[name] = build_engine("vllm", p.model_path, **kw)
+        else:
+            if p.model_path not in lora_bases:
+                ranks = [int((q.spec.lora or {}).get("r", 8)) for q in policies.values() if q.model_path == p.model_path and q.adapter]
+                lora = {"max_lora_rank": max(8, *ranks), "max_loras": len(ranks)}
+                lora_bases[p.model_path] = build_engine("vllm", p.model_path, lora=lora, **kw)
+            peft_config = p.model.peft_config[p.adapter]
+            engines[name] = lora_bases[p.model_path].adapter(name, peft_config)
+            engines[name].update_weights(p.state_dict())
+    return engines
 
-    def generate(self, requests: list[Any]) -> list[list[Any]]:
-        with self.policy.lock:
-            self.policy.activate()
-            return self.inner.generate(requests)
 
-    def update_weights(self, state_dict: dict[str, Any]) -> None:
-        self.inner.update_weights(state_dict)
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def __getattr__(self, name: str) -> Any:  # anything else the executor reads (e.g. seed)
-        return getattr(self.inner, name)
+def close_engines(engines: Mapping[str, Any]) -> None:
+    """Close every engine once, and the shared vLLM base behind LoRA adapter engines."""
+    seen: set[int] = set()
+    for e in list(engines.values()) + [getattr(e, "base", None) for e in engines.values()]:
+        if e is not None and id(e) not in seen:
+            seen.add(id(e))
+            e.close()
 
 
 def iter_trainable(policies: Mapping[str, Policy]) -> Iterator[Policy]:

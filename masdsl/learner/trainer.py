@@ -1,0 +1,271 @@
+"""`train(workflow, cfg)`: AT-GRPO, read top to bottom like nanoGPT's train.py.
+
+    rollout (tree sampling, K candidates per role step) -> group by (task, role, turn)
+    -> advantages -> one PPO-clip update per policy on its own roles' samples
+    -> sync the new weights into that policy's engine -> metrics, eval, checkpoint
+
+The knobs are `masdsl.config.TrainConfig` (one comment per knob there). Everything random is
+seeded from `train.seed`: sampling seeds are derived per (step, task, role, turn) by the
+executor, and the data order per epoch from (seed, epoch); so the same seed on the same CPU
+machine gives identical step records and final weights, and a resumed run continues exactly.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from masdsl.config import ConfigError, to_yaml
+from masdsl.learner import checkpoint as ckpt
+from masdsl.learner.advantages import compute_advantages
+from masdsl.learner.config import validate
+from masdsl.learner.display import Progress, summary_table
+from masdsl.learner.grouping import group_records
+from masdsl.learner.metrics import eval_metrics, step_metrics
+from masdsl.learner.policies import describe, iter_trainable, load_policies
+from masdsl.learner.update import UpdateStats, update_policy
+from masdsl.runtime.records import StepRecord, read_records, write_records
+from masdsl.runtime.rundir import RECORDS
+
+
+@dataclass
+class TrainResult:
+    workflow: str
+    run_dir: Path
+    steps: int  # optimizer steps completed
+    eval_before: dict[str, float] | None
+    eval_after: dict[str, float] | None
+    checkpoints: list[Path]
+    history: list[dict[str, float]] = field(default_factory=list)  # per-step metrics
+    evals: list[dict[str, float]] = field(default_factory=list)  # every evaluation, with "step"
+    mlflow_run_id: str | None = None
+    ui_command: str = ""
+    wall_s: float = 0.0
+
+
+def seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def next_batch(n: int, batch: int, seed: int, cursor: int) -> tuple[list[int], int]:
+    """Row indices of the next batch and the new cursor (tasks consumed so far).
+
+    Each epoch is a fresh permutation seeded by (seed, epoch); an epoch's last partial batch
+    is dropped, so a batch never holds the same task twice (groups are keyed by task id).
+
+    >>> next_batch(5, 2, seed=0, cursor=0)[1], next_batch(5, 2, seed=0, cursor=2)[1]
+    (2, 4)
+    >>> a, _ = next_batch(5, 2, 0, 4); b, _ = next_batch(5, 2, 0, 0); len(set(a)), a == b   # epoch 2
+    (2, False)
+    """
+    import numpy as np
+
+    if batch > n:
+        raise ConfigError(f"`train.batch` ({batch}) is larger than the train split ({n} tasks)")
+    per_epoch = (n // batch) * batch
+    epoch, pos = divmod(cursor, per_epoch)
+    order = np.random.default_rng([seed, epoch]).permutation(n)
+    return [int(i) for i in order[pos : pos + batch]], cursor + batch
+
+
+def collect(workflow, env, tasks, engines, cfg, step: int, on_records=None) -> Any:
+    """The training rollout. `trajectory` grouping (vanilla GRPO) needs K independent episodes
+    per task instead of tree sampling: K rollouts of one sample, with different seeds."""
+    from masdsl.runtime.executor import rollout
+
+    tc = cfg.train
+    if tc.grouping != "trajectory":
+        return rollout(workflow, env, tasks, engines, mode="train", samples=tc.samples, step=step,
+                       seed=tc.seed, cfg=cfg, on_records=on_records)
+    parts = []
+    for k in range(tc.samples):
+        part = rollout(workflow, env, tasks, engines, mode="train", samples=1, step=step,
+                       seed=tc.seed + 1_000_003 * k, cfg=cfg)
+        for r in part.records:
+            r.episode += k * len(tasks)  # distinct episodes of the same task
+        if on_records is not None:
+            on_records(part.records)
+        parts.append(part)
+    merged = parts[0]
+    for p in parts[1:]:
+        merged.records += p.records
+        merged.episodes += p.episodes
+        merged.tokens_generated += p.tokens_generated
+        merged.wall_s += p.wall_s
+    return merged
+
+
+def evaluate(workflow, env, tasks, engines, cfg, step: int, run_dir: Path, tracker: Any) -> dict[str, float]:
+    """Plain sampling (one candidate, `train.eval_temperature`) on the eval tasks."""
+    from masdsl.runtime.executor import rollout
+
+    roll = rollout(workflow, env, tasks, engines, mode="eval", samples=1, step=step, seed=cfg.train.seed, cfg=cfg)
+    write_records(_eval_dir(run_dir) / f"step_{step:06d}.jsonl", roll.records)
+    result = {"step": step, **eval_metrics(roll.records, roll.episodes)}
+    tracker.log_metrics({k: v for k, v in result.items() if k != "step"}, step=step)
+    tracker.log_text(_transcript(roll.records[:40]), f"traces/eval_step{step:06d}.md")
+    return result
+
+
+def sync(policy: Any, engine: Any) -> None:
+    """Make `engine` sample from `policy`'s current weights before the next rollout.
+
+    An hf engine holding the very model object trains in place (nothing to copy); any other
+    engine (vllm, or a copy) receives the weights, or only the adapter, by `update_weights`.
+    """
+    if getattr(engine, "model", None) is policy.model:
+        return
+    engine.update_weights(policy.state_dict())
+
+
+def train(workflow: Any, cfg: Any, *, run_dir: str | Path, resume: str | Path | None = None,
+          console: Any = None, on_step: Callable[[int, dict], None] | None = None) -> TrainResult:
+    """Train `workflow` with AT-GRPO; write records, metrics and checkpoints under `run_dir`."""
+    import torch
+
+    from masdsl.learner.policies import build_engines, close_engines
+    from masdsl.runtime.session import prepare
+    from masdsl.tracking import start_run
+
+    t_start = time.perf_counter()
+    tc = cfg.train
+    run_dir = Path(run_dir)
+    validate(workflow, cfg)  # 0. every config mistake, before anything heavy
+    seed_everything(tc.seed)
+    show = Progress(console, tc.steps)
+    for line in describe(workflow, cfg.policy):
+        show.log(line)
+
+    # 1. data and env, models, engines, optimizers
+    env, data = prepare(workflow, cfg)
+    train_rows, eval_rows = data["train"], data["eval"][: tc.eval_tasks or None]
+    next_batch(len(train_rows), tc.batch, tc.seed, 0)  # batch > split size: fail now
+    policies = load_policies(workflow, cfg)
+    engines = build_engines(policies, cfg)
+    optimizers = {p.name: torch.optim.AdamW(p.parameters(), lr=tc.lr, weight_decay=tc.weight_decay)
+                  for p in iter_trainable(policies)}
+    references = _references(policies, cfg) if tc.kl_coef > 0 else {}
+    if tc.gradient_checkpointing:
+        for p in iter_trainable(policies):
+            p.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+    # 2. fresh start, or resume from the newest complete checkpoint
+    state = ckpt.TrainState(step=0, cursor=0, workflow=workflow.name, workflow_hash=workflow.file_hash)
+    if resume is not None:
+        path = ckpt.find(resume)
+        state = ckpt.read_state(path, workflow.file_hash)
+        ckpt.restore(path, policies=policies, optimizers=optimizers)
+        for p in policies.values():
+            sync(p, engines[p.name])
+        show.log(f"resumed from {path} at step {state.step}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(to_yaml(cfg))
+    _truncate_records(run_dir / RECORDS, state.step)
+    tracker = start_run(workflow, cfg, kind="run", run_dir=run_dir)
+    saved: list[Path] = []
+    status = "FAILED"
+    try:
+        with show.live():
+            if not state.evals:  # 3. evaluation before any update
+                show.status("evaluating (step 0)")
+                state.evals.append(evaluate(workflow, env, eval_rows, engines, cfg, 0, run_dir, tracker))
+            while state.step < tc.steps:  # 4. the loop
+                step = state.step
+                idx, cursor = next_batch(len(train_rows), tc.batch, tc.seed, state.cursor)
+                tasks = [train_rows[i] for i in idx]
+                show.status(f"step {step + 1}/{tc.steps}: rollout")
+                t0 = time.perf_counter()
+                roll = collect(workflow, env, tasks, engines, cfg, step)
+                t_roll = time.perf_counter() - t0
+                records = roll.records
+                write_records(run_dir / RECORDS, records)
+                # 4a. group and score: (task, role, turn) groups, advantages within each group
+                adv, gstats = compute_advantages(group_records(records, tc.grouping), len(records))
+                # 4b. update each policy on its own roles' samples, then sync its engine
+                show.status(f"step {step + 1}/{tc.steps}: update")
+                t0 = time.perf_counter()
+                updates: dict[str, UpdateStats] = {}
+                for p in iter_trainable(policies):
+                    updates[p.name] = update_policy(p, optimizers[p.name], records, adv, tc, references.get(p.name))
+                    sync(p, engines[p.name])
+                t_upd = time.perf_counter() - t0
+                metrics = step_metrics(records, roll.episodes, gstats, updates, tokens=roll.tokens_generated,
+                                       rollout_s=t_roll, update_s=t_upd, kl_on=tc.kl_coef > 0)
+                state.step, state.cursor = step + 1, cursor
+                state.history.append({"step": state.step, **metrics})
+                tracker.log_metrics(metrics, step=state.step)
+                show.step(state.step, metrics)
+                # 4c. evaluate every N steps (and at the end); checkpoint every M (and at the end)
+                last = state.step == tc.steps
+                if last or (tc.eval_every and state.step % tc.eval_every == 0):
+                    show.status(f"evaluating (step {state.step})")
+                    state.evals.append(evaluate(workflow, env, eval_rows, engines, cfg, state.step, run_dir, tracker))
+                if last or (tc.checkpoint_every and state.step % tc.checkpoint_every == 0):
+                    saved.append(ckpt.save(run_dir, state, policies=policies, optimizers=optimizers, config_yaml=to_yaml(cfg)))
+                if on_step is not None:
+                    on_step(state.step, metrics)
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        tracker.finish(status)
+        close_engines(engines)
+    result = TrainResult(
+        workflow.name, run_dir, state.step, _strip(state.evals[0]), _strip(state.evals[-1]),
+        [p for p in ckpt.list_complete(run_dir)], state.history, state.evals,
+        getattr(tracker, "run_id", None), tracker.ui_command(), time.perf_counter() - t_start,
+    )
+    if console is not None:
+        console.print(summary_table(result))
+    return result
+
+
+def _strip(ev: dict[str, Any]) -> dict[str, float]:
+    return {k: v for k, v in ev.items() if k != "step"}
+
+
+def _eval_dir(run_dir: Path) -> Path:
+    d = Path(run_dir) / "eval"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _truncate_records(path: Path, step: int) -> None:
+    """Drop records of steps >= `step` (written after the checkpoint a run resumes from)."""
+    if path.is_file():
+        keep = [r for r in read_records(path) if r.step < step]
+        path.unlink()
+        write_records(path, keep)
+
+
+def _references(policies: dict[str, Any], cfg: Any) -> dict[str, Any]:
+    """Frozen reference models for the KL term: a fresh load of the starting weights (so a
+    resumed run keeps the same reference), or for LoRA the shared base with adapters off."""
+    from masdsl.runtime.models import load_model
+
+    refs: dict[str, Any] = {}
+    for p in iter_trainable(policies):
+        if p.adapter is not None:
+            refs[p.name] = "base"
+            continue
+        model, _ = load_model(p.model_path, dtype=cfg.runtime.dtype, device=cfg.runtime.device)
+        refs[p.name] = model.requires_grad_(False)
+    return refs
+
+
+def _transcript(records: Sequence[StepRecord]) -> str:
+    """A readable transcript of evaluation episodes (markdown)."""
+    lines = []
+    for r in records:
+        lines += [f"### task `{r.task_id}` · {r.role} · turn {r.turn} · reward {r.reward:.3f}",
+                  "", "```", r.prompt_text.strip(), "```", "", "```", r.response_text.strip(), "```", ""]
+    return "\n".join(lines)
