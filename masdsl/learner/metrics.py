@@ -42,7 +42,9 @@ def reward_metrics(records: Iterable[StepRecord]) -> dict[str, float]:
 
 
 def mean(values: Sequence[float]) -> float:
-    """>>> mean([]), mean([1, 0])
+    """The mean, 0 for no values.
+
+    >>> mean([]), mean([1, 0])
     (0.0, 0.5)
     """
     return sum(values) / len(values) if values else 0.0

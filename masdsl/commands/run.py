@@ -1,0 +1,108 @@
+"""`masdsl run FILE [overrides...] [--config YAML] [--resume RUN_DIR]`: train with AT-GRPO.
+
+Loads and checks the workflow, resolves the configuration (defaults < `train { }` <
+`--config` < overrides), checks it against the workflow before any model loads, then runs
+`masdsl.learner.trainer.train` in a fresh run folder (`runs/<workflow>/<timestamp>/`) or, with
+`--resume`, continues the newest complete checkpoint of an earlier run in its own folder
+(the configuration saved with the checkpoint, plus any overrides given now, e.g. more
+`train.steps`). Ends with a table: eval success before vs after, where the run, its
+checkpoints and its MLflow record are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from masdsl.errors import UserError
+
+
+def _options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="YAML", help="a YAML config file layered under the overrides")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue the run in RUN_DIR from its newest complete checkpoint")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="the .mas workflow")
+    _options(p)
+    p.add_argument("overrides", nargs=argparse.REMAINDER, help="dotted config overrides, e.g. train.steps=50")
+
+
+def split_options(args: argparse.Namespace) -> argparse.Namespace:
+    """Options written among the overrides (`FILE a=1 --resume D`) move into `args`.
+
+    >>> ns = argparse.Namespace(config=None, resume=None, overrides=["a=1", "--resume", "runs/x"])
+    >>> split_options(ns).resume, ns.overrides
+    ('runs/x', ['a=1'])
+    """
+    extra = argparse.ArgumentParser(prog="masdsl run", add_help=False)
+    _options(extra)
+    known, rest = extra.parse_known_args(args.overrides)
+    for name in ("config", "resume"):
+        if getattr(known, name) is not None:
+            setattr(args, name, getattr(known, name))
+    unknown = [r for r in rest if r.startswith("-")]
+    if unknown:
+        raise UserError(f"masdsl run: unknown option `{unknown[0]}` (see `masdsl run --help`)")
+    args.overrides = rest
+    return args
+
+
+def resume_dir(path: str) -> tuple[Path, Path]:
+    """(run folder, checkpoint folder) for `--resume PATH` (a run folder or one checkpoint)."""
+    from masdsl.learner import checkpoint
+
+    ck = checkpoint.find(path)
+    return ck.parent.parent, ck
+
+
+def resolve(args: argparse.Namespace, workflow: Any) -> tuple[Any, Path | None, Path | None]:
+    """The configuration, and for `--resume` the run and checkpoint folders."""
+    from masdsl.config import resolve_config
+    from masdsl.learner import checkpoint
+
+    if not args.resume:
+        return resolve_config(workflow.train, args.config, args.overrides), None, None
+    if args.config:
+        raise UserError("--resume continues with the configuration saved in the checkpoint; "
+                        "give changes as overrides (e.g. train.steps=20), not --config")
+    run_dir, ck = resume_dir(args.resume)
+    checkpoint.read_state(ck, workflow.file_hash)  # another workflow's checkpoint: refuse early
+    cfg = resolve_config(None, ck / "config.yaml", args.overrides)
+    return cfg, run_dir, ck
+
+
+def main(args: argparse.Namespace) -> int:
+    import masdsl
+    from rich.console import Console
+
+    from masdsl.learner.config import validate
+    from masdsl.learner.trainer import train
+    from masdsl.runtime.rundir import RunDir
+
+    err = Console(stderr=True)
+    split_options(args)
+    workflow = masdsl.load(args.file)
+    cfg, run_dir, ck = resolve(args, workflow)
+    validate(workflow, cfg)
+    if run_dir is None:
+        run_dir = RunDir.create(workflow, cfg).path
+    err.print(f"run folder {run_dir}", highlight=False, markup=False)
+    result = train(workflow, cfg, run_dir=run_dir, resume=ck, console=err)
+    summary = {
+        "workflow": workflow.name, "steps": result.steps, "eval_before": result.eval_before,
+        "eval_after": result.eval_after, "checkpoints": [str(p) for p in result.checkpoints],
+        "mlflow_run_id": result.mlflow_run_id, "wall_s": round(result.wall_s, 2),
+    }
+    (Path(run_dir) / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    from masdsl.cli import main as cli_main
+
+    sys.exit(cli_main(["run", *sys.argv[1:]]))
