@@ -131,7 +131,12 @@ def _merge(base: DictConfig, layer: Any, what: str) -> DictConfig:
         key = exc.full_key or str(exc.key)
         raise _unknown_key_error(key, base) from None
     except (ValidationError, OmegaConfBaseException) as exc:
-        raise ConfigError(f"{what}: {exc.msg if hasattr(exc, 'msg') else exc}") from None
+        # OmegaConf appends "full_key: ... reference_type=... object_type=..." lines: keep the
+        # first line, and name the key when `what` does not already
+        msg = str(getattr(exc, "msg", None) or exc).splitlines()[0]
+        key = getattr(exc, "full_key", None)
+        where = what if not key or f"`{key}`" in what else f"{what}, `{key}`"
+        raise ConfigError(f"{where}: {msg}") from None
 
 
 def resolve_config(
