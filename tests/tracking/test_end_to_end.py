@@ -48,3 +48,45 @@ def test_masdsl_eval_on_the_tiny_model_is_tracked(mlflow_server, tiny_model_dir,
     paths = artifact_paths(client, run.info.run_id)
     assert {"source/duo_math.mas", "config/resolved.yaml", "graph/workflow.mmd", "records/records.jsonl",
             "plots/progress.png"} <= paths
+
+
+TRAIN_METRICS = {"success/train", "groups/count", "groups/zero_variance_frac", "tokens/generated",
+                 "throughput/tokens_per_s", "time/rollout_s", "time/update_s", "memory/peak_rss_gb",
+                 "success/eval"}
+POLICY_METRICS = ("loss", "clip_frac", "kl", "grad_norm")
+
+
+def test_masdsl_run_on_the_tiny_model_is_tracked(mlflow_server, tiny_model_dir, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from masdsl.cli import main
+
+    experiment = f"duo_run_{tmp_path.name}"
+    args = ["runtime.engine=hf", f"policy.thinker.model={tiny_model_dir}", f"policy.critic.model={tiny_model_dir}",
+            f"runtime.runs_dir={tmp_path}", "train.steps=2", "train.kl_coef=0.01",
+            f"tracking.uri={mlflow_server.uri}", f"tracking.experiment={experiment}"]
+    assert main(["run", str(DUO), *args]) == 0
+
+    client = MlflowClient(mlflow_server.uri)
+    run, kids = parent_and_children(client, experiment, "run")
+    assert run.info.status == "FINISHED" and run.data.params["train.kl_coef"] == "0.01"
+    assert run.data.tags["masdsl.grouping"] == "at" and run.data.tags["masdsl.roles.critic"] == "checker"
+    metrics = set(run.data.metrics)
+    assert TRAIN_METRICS <= metrics, TRAIN_METRICS - metrics
+    assert {f"{m}/{p}" for m in POLICY_METRICS for p in ("thinker", "critic")} <= metrics
+    assert {"reward/reasoner/turn0/mean", "reward/checker/turn0/mean"} <= metrics
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "success/train")] == [1, 2]
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "success/eval")) == [0, 2]
+
+    assert set(kids) == {"thinker", "critic"}
+    for policy, role, other in (("thinker", "reasoner", "critic"), ("critic", "checker", "thinker")):
+        kid = kids[policy]
+        assert kid.info.status == "FINISHED" and kid.data.tags["masdsl.roles"] == role
+        assert {f"{m}/{policy}" for m in POLICY_METRICS} | {f"reward/{role}/turn0/mean"} <= set(kid.data.metrics)
+        assert not any(k.endswith(f"/{other}") for k in kid.data.metrics)
+        assert [m.step for m in client.get_metric_history(kid.info.run_id, f"loss/{policy}")] == [1, 2]
+
+    paths = artifact_paths(client, run.info.run_id)
+    assert {"source/duo_math.mas", "graph/workflow.mmd", "graph/workflow.dot", "config/resolved.yaml",
+            "plots/progress.png"} <= paths, paths
+    assert len([p for p in paths if p.startswith("traces/")]) == 2  # evaluations at steps 0 and 2
