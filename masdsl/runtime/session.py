@@ -128,16 +128,9 @@ def effective_policies(workflow: Workflow, cfg: Any) -> dict[str, PolicySpec]:
 
 def _build_one(spec: PolicySpec, cfg: Any, max_model_len: int) -> Any:
     """One engine for a policy's model through the engines' factory (`runtime.engine`)."""
-    from masdsl.runtime.backends import build_engine
+    from masdsl.runtime.backends import build_engine, engine_kwargs
 
-    kw: dict[str, Any] = dict(seed=int(cfg.train.seed), dtype=cfg.runtime.dtype, device=cfg.runtime.device,
-                              gpu_memory_utilization=cfg.runtime.vllm_gpu_memory_utilization,
-                              max_model_len=max_model_len)
-    if cfg.runtime.engine == "hf":
-        kw = {k: v for k, v in kw.items() if k not in ("gpu_memory_utilization", "max_model_len")}
-    elif cfg.runtime.engine == "vllm":
-        kw.pop("device")
-    return build_engine(cfg.runtime.engine, spec.model, **kw)
+    return build_engine(cfg.runtime.engine, spec.model, **engine_kwargs(cfg), max_model_len=max_model_len)
 
 
 def build_engines(workflow: Workflow, cfg: Any) -> dict[str, Any]:
