@@ -125,7 +125,8 @@ def main(args: argparse.Namespace) -> int:
         with Progress(*columns, console=err, transient=False) as bar:
             job = bar.add_task("eval", total=len(tasks))
             ro = rollout(workflow, env, tasks, engines, mode="eval", samples=1, step=-1, seed=cfg.train.seed,
-                         cfg=cfg, on_records=run_dir.write_records, progress=lambda k: bar.advance(job, k))
+                         cfg=cfg, on_records=run_dir.write_records, progress=lambda k: bar.advance(job, k),
+                         keep_records=False)
     finally:
         close_engines(engines)
     m = metrics(ro, "eval")

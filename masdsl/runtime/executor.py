@@ -422,11 +422,13 @@ def rollout(
     cfg: Any,
     on_records: Callable[[list[StepRecord]], None] | None = None,
     progress: Callable[[int], None] | None = None,
+    keep_records: bool = True,
 ) -> Rollout:
     """Run one episode per task; `samples` candidates per role step in training, one in eval.
 
     `on_records` receives each finished episode's records (a list per tick); `progress`
-    receives the number of episodes that finished in a tick.
+    receives the number of episodes that finished in a tick. `keep_records=False` leaves
+    `Rollout.records` empty (memory stays flat when `on_records` streams them to disk).
     """
     if mode not in ("train", "eval"):
         raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
@@ -454,7 +456,8 @@ def rollout(
             for ep in ended:
                 results[ep.index] = _finish(ep, run)
                 batch += ep.records
-            records += batch
+            if keep_records:
+                records += batch
             if batch and on_records is not None:
                 on_records(batch)
             if ended and progress is not None:

@@ -211,3 +211,11 @@ def test_records_stream_per_finished_episode_with_outcome(h, tmp_path):
     assert [r.episode_success for r in ro.records] == [1.0, 1.0, 1.0, 1.0]  # slow reaches 12 >= 10 at turn 2
     assert [e.task_id for e in ro.episodes] == ["slow", "fast"]  # in task order
     assert ro.episodes[0].rewards_by_role_turn == {("a", 0): 4.0, ("a", 1): 4.0, ("a", 2): 4.0}
+
+
+def test_keep_records_false_streams_only(h, tmp_path):
+    wf = h.workflow([h.role("a")], [("start", "a"), ("a", "end")])
+    batches = []
+    ro, _, _ = run(h, tmp_path, wf, {("t", "a", 0): ["1", "2"]}, ["t"], samples=2, on_records=batches.append,
+                   keep_records=False)
+    assert ro.records == [] and [len(b) for b in batches] == [2] and ro.episodes[0].rewards_by_role_turn == {("a", 0): 2.0}
