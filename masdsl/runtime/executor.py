@@ -21,19 +21,17 @@ count as 0/False and are tallied in `Rollout.errors` with their `.mas` position.
 
 from __future__ import annotations
 
-import copy
-import json
 import logging
-import re
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 from masdsl.errors import UserError
-from masdsl.lang.workflow import EvalContext, Expr, RoleSpec, Workflow
+from masdsl.lang.workflow import EvalContext, RoleSpec, Workflow
 from masdsl.runtime import prompts
 from masdsl.runtime.backends.base import Candidate, GenRequest
+from masdsl.runtime.parsing import initial_fields, json_safe, parse_output
 from masdsl.runtime.records import StepRecord
 from masdsl.runtime.sampling import (
     EnvJob,
@@ -131,66 +129,6 @@ class _Run:
         if message not in self.errors:
             log.warning("%s", message)
         self.errors[message] += 1
-
-
-# -- parsing ---------------------------------------------------------------------------------
-
-_CALL_NAME = re.compile(r"\s*([A-Za-z_][A-Za-z_0-9]*)\s*\(")
-
-
-def parser_empty(expr: Expr) -> Any:
-    """The registered `empty` value of the parser called by a `parse` expression (else None)."""
-    from masdsl.envs.registry import REGISTRY
-
-    m = _CALL_NAME.match(getattr(expr, "source", "") or "")
-    name = m.group(1) if m else None
-    spec = REGISTRY.functions.get(name) if name else None
-    return copy.deepcopy(spec.empty) if spec is not None else None
-
-
-def initial_fields(role: RoleSpec) -> dict[str, Any]:
-    """A role's fields before it first acts: each parser's empty value, `output` "", `ok` False."""
-    fields = {p.name: parser_empty(p.expr) for p in role.parses}
-    return {**fields, "output": "", "ok": False}
-
-
-def parse_output(role: RoleSpec, text: str, task: Mapping[str, Any], fields: Mapping[str, Mapping[str, Any]],
-                 turn: int, errors: list[str]) -> dict[str, Any]:
-    """A candidate's fields: each `parse` in order (None or an exception -> the parser's empty
-    value and `ok` False), plus `output` and `ok`."""
-    own: dict[str, Any] = {"output": text}
-    ok = True
-    for p in role.parses:
-        ctx = EvalContext(task=task, fields={**fields, role.name: own}, turn=turn, role=role.name, output=text)
-        try:
-            value = p.expr.evaluate(ctx)
-        except Exception as exc:  # noqa: BLE001 - a parser failure is a parse failure
-            errors.append(describe_error(f"parse `{p.name}` of `{role.name}`", p.expr, exc))
-            value = None
-        if value is None:
-            ok, value = False, parser_empty(p.expr)
-        own[p.name] = value
-    own["ok"] = ok
-    return own
-
-
-def json_safe(value: Any) -> Any:
-    """A JSON-serialisable copy (unknown objects become their repr).
-
-    >>> json_safe({"a": (1, 2), "b": {3}, "c": None})
-    {'a': [1, 2], 'b': '{3}', 'c': None}
-    """
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    try:
-        json.dumps(value)
-        return value
-    except (TypeError, ValueError):
-        return repr(value)
 
 
 # -- the flow --------------------------------------------------------------------------------
