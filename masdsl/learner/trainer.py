@@ -27,7 +27,7 @@ from masdsl.learner.grouping import group_records
 from masdsl.learner.metrics import eval_metrics, step_metrics
 from masdsl.learner.policies import describe, iter_trainable, load_policies
 from masdsl.learner.update import UpdateStats, update_policy
-from masdsl.runtime.records import StepRecord, read_records, write_records
+from masdsl.runtime.records import StepRecord, write_records
 from masdsl.runtime.rundir import RECORDS
 
 
@@ -240,11 +240,29 @@ def _eval_dir(run_dir: Path) -> Path:
 
 
 def _truncate_records(path: Path, step: int) -> None:
-    """Drop records of steps >= `step` (written after the checkpoint a run resumes from)."""
-    if path.is_file():
-        keep = [r for r in read_records(path) if r.step < step]
-        path.unlink()
-        write_records(path, keep)
+    """Drop records of steps >= `step` (written after the checkpoint a run resumes from).
+
+    Streams line by line into a temporary file that replaces the old one (a kill here never
+    loses the records the checkpoint covers; memory stays flat however long the run was).
+    A line that does not parse is the torn last write of a killed run: it is dropped.
+    """
+    import json
+    import os
+
+    if not path.is_file():
+        return
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(path, encoding="utf-8") as src, open(tmp, "w", encoding="utf-8") as dst:
+        for line in src:
+            try:
+                keep = json.loads(line)["step"] < step
+            except (ValueError, KeyError, TypeError):  # blank or torn
+                continue
+            if keep:
+                dst.write(line if line.endswith("\n") else line + "\n")
+        dst.flush()
+        os.fsync(dst.fileno())
+    os.replace(tmp, path)
 
 
 def _references(policies: dict[str, Any], cfg: Any) -> dict[str, Any]:
