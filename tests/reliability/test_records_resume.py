@@ -1,0 +1,71 @@
+"""On `--resume`, the trainer drops the step records written after the checkpoint
+(`trainer._truncate_records`). A run killed while appending records leaves a torn last line;
+a run killed while truncating must not lose the records the checkpoint covers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+
+def _record(step: int, i: int, pad: int = 0) -> str:
+    from masdsl.runtime.records import StepRecord
+
+    r = StepRecord(step, i, f"t{i}", "a", 0, "a", 0, True, "p", list(range(pad)), [1, 2], [0.0, 0.0],
+                   1.0, 0.0, 1.0, "stop", True)
+    return r.to_json() + "\n"
+
+
+def test_torn_last_line_is_dropped(tmp_path):
+    from masdsl.learner.trainer import _truncate_records
+    from masdsl.runtime.records import read_records
+
+    path = tmp_path / "records.jsonl"
+    good = "".join(_record(s, i) for s in range(3) for i in range(2))
+    path.write_text(good + _record(3, 0)[:40])  # killed in the middle of appending step 3
+    _truncate_records(path, 2)  # resume from the checkpoint after step index 1
+    assert [(r.step, r.episode) for r in read_records(path)] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+CHILD = """
+import sys
+from pathlib import Path
+from masdsl.learner.trainer import _truncate_records
+print("go", flush=True)
+_truncate_records(Path(sys.argv[1]), int(sys.argv[2]))
+print("done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("fraction", [0.2, 0.6, 0.95])
+def test_kill_during_truncation_keeps_the_records(tmp_path, fraction):
+    """SIGKILL while truncating a 60 MB records file: afterwards the file holds either all the
+    old records or exactly those before the checkpoint, never fewer."""
+    from masdsl.learner.trainer import _truncate_records
+
+    path = tmp_path / "records.jsonl"
+    lines = [_record(s, i, pad=2000) for s in range(10) for i in range(300)]
+    path.write_text("".join(lines))
+    keep = [line for line in lines if json.loads(line)["step"] < 8]
+    # how long a whole truncation takes here, on a copy
+    probe = tmp_path / "probe.jsonl"
+    probe.write_text("".join(lines))
+    t0 = time.perf_counter()
+    _truncate_records(probe, 8)
+    duration = time.perf_counter() - t0
+    assert probe.read_text() == "".join(keep)
+
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(path), "8"], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "go"
+    time.sleep(fraction * duration)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait(timeout=30)
+    text = path.read_text()
+    assert text == "".join(lines) or text == "".join(keep), f"{len(text.splitlines())} lines left"
