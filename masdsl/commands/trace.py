@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from collections import defaultdict
 from typing import Iterable, Iterator
 
@@ -80,7 +82,11 @@ def main(args: argparse.Namespace) -> int:
     from masdsl.runtime.rundir import open_run
 
     run = open_run(args.run_dir)
-    for line in render(run.records(), task=args.task, role=args.role, step=args.step,
-                       prompt=not args.no_prompt, selected_only=args.selected):
-        print(line)
+    try:
+        for line in render(run.records(), task=args.task, role=args.role, step=args.step,
+                           prompt=not args.no_prompt, selected_only=args.selected):
+            print(line)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `masdsl trace RUN | head`: the reader has had enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
