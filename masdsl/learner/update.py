@@ -1,10 +1,13 @@
 """One policy's update from one rollout: micro-batched forward/backward, grad clip, AdamW step.
 
 The sequences a policy trains on are its roles' step records: prompt ids + the exact sampled
-response ids, with the sampling log-probs as the PPO "old" log-probs. A micro-batch packs
-consecutive rows while `rows * longest_row <= train.micro_batch_tokens`, so peak memory is
-bounded by the token budget, not the batch size; the loss is a sum over tokens divided by the
-token count of the whole batch (see `losses.py`), so the gradient does not depend on the
+response ids, with the sampling log-probs as the PPO "old" log-probs. The K candidates of one
+decision share their prompt, so each distinct prompt is run once and its KV cache shared by
+its candidates' responses (`shared_prefix_logprobs`): with K = 4 and prompts as long as the
+responses this is ~40 % less compute than running every row whole. Micro-batches keep
+`groups * longest_prompt + rows * longest_response <= train.micro_batch_tokens`, so peak memory
+is bounded by the token budget, not the batch size; the loss is a sum over tokens divided by
+the token count of the whole batch (see `losses.py`), so the gradient does not depend on the
 packing.
 
 Rows whose advantage is 0 (flat groups) contribute exactly nothing to the PPO term; when the
@@ -21,25 +24,44 @@ from masdsl.learner.losses import LOSSES
 from masdsl.runtime.records import StepRecord
 
 
-def micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
-    """Split row indices (in order) into runs with `len(run) * max(length) <= budget`.
+def micro_batches(prompt_keys: Sequence[Any], prompt_lens: Sequence[int], resp_lens: Sequence[int],
+                  budget: int) -> list[list[list[int]]]:
+    """Plan micro-batches of rows: each is a list of prompt groups, each group a list of rows.
 
-    A row longer than the budget forms a micro-batch of its own.
+    Rows with the same prompt (the K candidates of one decision) go through the model's
+    prompt once (see `shared_prefix_logprobs`). A micro-batch's padded cost is
+    `groups * longest_prompt + rows * longest_response` tokens and stays within `budget`
+    unless a single row is larger on its own; a group too big for the budget is split.
 
-    >>> micro_batches([3, 3, 3, 10, 2, 2], budget=9)
-    [[0, 1, 2], [3], [4, 5]]
-    >>> micro_batches([], budget=8)
-    []
+    >>> micro_batches(["a", "a", "b", "b"], [4, 4, 4, 4], [2, 2, 2, 2], budget=12)
+    [[[0, 1]], [[2, 3]]]
+    >>> micro_batches(["a", "a", "b", "b"], [4, 4, 4, 4], [2, 2, 2, 2], budget=16)
+    [[[0, 1], [2, 3]]]
+    >>> micro_batches(["a", "a", "a"], [4, 4, 4], [4, 4, 4], budget=12)
+    [[[0, 1]], [[2]]]
     """
-    out: list[list[int]] = []
-    cur: list[int] = []
-    longest = 0
-    for i, n in enumerate(lengths):
-        if cur and (len(cur) + 1) * max(longest, n) > budget:
-            out.append(cur)
-            cur, longest = [], 0
-        cur.append(i)
-        longest = max(longest, n)
+    groups: dict[Any, list[int]] = {}
+    for i, key in enumerate(prompt_keys):
+        groups.setdefault(key, []).append(i)
+    out: list[list[list[int]]] = []
+    cur: list[list[int]] = []
+    longest_p = longest_r = rows = 0
+
+    def cost(g: int, p: int, r: int, t: int) -> int:
+        return g * p + r * t
+
+    for members in groups.values():
+        for i in members:
+            p, t = prompt_lens[i], resp_lens[i]
+            new_group = not cur or cur[-1][0] not in members
+            g = len(cur) + (1 if new_group else 0)
+            if cur and cost(g, max(longest_p, p), rows + 1, max(longest_r, t)) > budget:
+                out.append(cur)
+                cur, longest_p, longest_r, rows, new_group = [], 0, 0, 0, True
+            if new_group:
+                cur.append([])
+            cur[-1].append(i)
+            longest_p, longest_r, rows = max(longest_p, p), max(longest_r, t), rows + 1
     if cur:
         out.append(cur)
     return out
@@ -90,6 +112,45 @@ def sequence_logprobs(model: Any, prompts: Sequence[Sequence[int]], responses: S
     return logp.gather(-1, target).squeeze(-1), rmask.to(device)
 
 
+def shared_prefix_logprobs(model: Any, prompts: Sequence[Sequence[int]], group_of_row: Sequence[int],
+                           responses: Sequence[Sequence[int]], pad_id: int) -> tuple[Any, Any]:
+    """Like `sequence_logprobs`, but each distinct prompt goes through the model once.
+
+    `prompts` are the G distinct prompts, `group_of_row[i]` the prompt of response i. The
+    prompts run with a KV cache (left-padded, real positions); the cache is gathered to one
+    row per response (with gradients), then the responses run on top of it. The first response
+    token is scored from the prompt's last logits. For K candidates per prompt, the prompt's
+    forward and backward cost is paid once instead of K times.
+    """
+    import torch
+
+    device = next(model.parameters()).device
+    ids_p, att_p, pos_p, _ = pad_rows(prompts, [[pad_id]] * len(prompts), pad_id)
+    ids_p, att_p, pos_p = ids_p[:, :-1], att_p[:, :-1], pos_p[:, :-1]  # drop the dummy response
+    out = model(input_ids=ids_p.to(device), attention_mask=att_p.to(device), position_ids=pos_p.to(device),
+                use_cache=True, logits_to_keep=1)
+    idx = torch.tensor(list(group_of_row), dtype=torch.long, device=device)
+    t = max(len(r) for r in responses)
+    resp = torch.full((len(responses), t), pad_id, dtype=torch.long)
+    rmask = torch.zeros((len(responses), t))
+    for i, r in enumerate(responses):
+        resp[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        rmask[i, : len(r)] = 1.0
+    resp, rmask = resp.to(device), rmask.to(device)
+    first = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)[idx]  # [R, V]
+    parts = [first.gather(-1, resp[:, :1])]
+    if t > 1:
+        cache = out.past_key_values
+        cache.batch_select_indices(idx)
+        att = torch.cat([att_p.to(device)[idx], rmask[:, :-1].long()], dim=1)
+        pos = att_p.sum(-1).to(device)[idx].unsqueeze(1) + torch.arange(t - 1, device=device).unsqueeze(0)
+        out2 = model(input_ids=resp[:, :-1], attention_mask=att, position_ids=pos, past_key_values=cache,
+                     use_cache=True)
+        rest = torch.log_softmax(out2.logits.float(), dim=-1)
+        parts.append(rest.gather(-1, resp[:, 1:].unsqueeze(-1)).squeeze(-1))
+    return torch.cat(parts, dim=1), rmask
+
+
 @dataclass
 class UpdateStats:
     loss: float = 0.0
@@ -124,7 +185,8 @@ def update_policy(
     loss_fn = LOSSES[tc.loss]
     pad_id = policy.tokenizer.pad_token_id if policy.tokenizer.pad_token_id is not None else 0
     params = policy.parameters()
-    lengths = [len(records[i].prompt_ids) + len(records[i].response_ids) for i in rows]
+    plan = micro_batches([tuple(records[i].prompt_ids) for i in rows], [len(records[i].prompt_ids) for i in rows],
+                         [len(records[i].response_ids) for i in rows], tc.micro_batch_tokens)
     with policy.lock:
         policy.activate()
         policy.model.train()
@@ -132,14 +194,20 @@ def update_policy(
             for _ in range(tc.epochs):
                 optimizer.zero_grad(set_to_none=True)
                 totals = [0.0, 0.0, 0.0]
-                for mb in micro_batches(lengths, tc.micro_batch_tokens):
+                for mb_groups in plan:
+                    mb = [j for g in mb_groups for j in g]
                     batch = [records[rows[j]] for j in mb]
-                    prompts = [r.prompt_ids for r in batch]
+                    prompts = [records[rows[g[0]]].prompt_ids for g in mb_groups]
+                    group_of_row = [gi for gi, g in enumerate(mb_groups) for _ in g]
                     responses = [r.response_ids for r in batch]
-                    logp, mask = sequence_logprobs(policy.model, prompts, responses, pad_id)
+                    if tc.gradient_checkpointing:  # HF turns the KV cache off under checkpointing
+                        logp, mask = sequence_logprobs(policy.model, [r.prompt_ids for r in batch], responses, pad_id)
+                    else:
+                        logp, mask = shared_prefix_logprobs(policy.model, prompts, group_of_row, responses, pad_id)
                     old = _pad_like([r.logprobs for r in batch], logp)
                     adv = torch.tensor([advantages[rows[j]] for j in mb], dtype=logp.dtype, device=logp.device)
-                    ref_logp = _reference_logprobs(reference, policy, prompts, responses, pad_id) if use_kl else None
+                    ref_logp = (_reference_logprobs(reference, policy, [r.prompt_ids for r in batch], responses, pad_id)
+                                if use_kl else None)
                     out = loss_fn(logp, old, adv, mask, clip_eps=tc.clip_eps, ref_logp=ref_logp,
                                   kl_coef=tc.kl_coef, n_tokens=stats.tokens)
                     out.loss.backward()
