@@ -50,6 +50,17 @@ class Progress:
         if self._bar is not None:
             self._bar.update(self._task, description=text)
 
+    def counter(self, what: str, total: int) -> Any:
+        """A `progress(n)` callback for a rollout: shows `what: done/total episodes`."""
+        done = [0]
+        self.status(f"{what} 0/{total} episodes")
+
+        def advance(n: int) -> None:
+            done[0] += n
+            self.status(f"{what} {done[0]}/{total} episodes")
+
+        return advance
+
     def step(self, step: int, metrics: Mapping[str, float]) -> None:
         if self._bar is not None:
             self._bar.update(self._task, completed=step, description=step_line(step, self.steps, metrics))

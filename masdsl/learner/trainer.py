@@ -76,7 +76,7 @@ def next_batch(n: int, batch: int, seed: int, cursor: int) -> tuple[list[int], i
     return [int(i) for i in order[pos : pos + batch]], cursor + batch
 
 
-def collect(workflow, env, tasks, engines, cfg, step: int, on_records=None) -> Any:
+def collect(workflow, env, tasks, engines, cfg, step: int, on_records=None, progress=None) -> Any:
     """The training rollout. `trajectory` grouping (vanilla GRPO) needs K independent episodes
     per task instead of tree sampling: K rollouts of one sample, with different seeds."""
     from masdsl.runtime.executor import rollout
@@ -84,11 +84,11 @@ def collect(workflow, env, tasks, engines, cfg, step: int, on_records=None) -> A
     tc = cfg.train
     if tc.grouping != "trajectory":
         return rollout(workflow, env, tasks, engines, mode="train", samples=tc.samples, step=step,
-                       seed=tc.seed, cfg=cfg, on_records=on_records)
+                       seed=tc.seed, cfg=cfg, on_records=on_records, progress=progress)
     parts = []
     for k in range(tc.samples):
         part = rollout(workflow, env, tasks, engines, mode="train", samples=1, step=step,
-                       seed=tc.seed + 1_000_003 * k, cfg=cfg)
+                       seed=tc.seed + 1_000_003 * k, cfg=cfg, progress=progress)
         for r in part.records:
             r.episode += k * len(tasks)  # distinct episodes of the same task
         if on_records is not None:
@@ -103,11 +103,12 @@ def collect(workflow, env, tasks, engines, cfg, step: int, on_records=None) -> A
     return merged
 
 
-def evaluate(workflow, env, tasks, engines, cfg, step: int, run_dir: Path, tracker: Any) -> dict[str, float]:
+def evaluate(workflow, env, tasks, engines, cfg, step: int, run_dir: Path, tracker: Any, progress=None) -> dict[str, float]:
     """Plain sampling (one candidate, `train.eval_temperature`) on the eval tasks."""
     from masdsl.runtime.executor import rollout
 
-    roll = rollout(workflow, env, tasks, engines, mode="eval", samples=1, step=step, seed=cfg.train.seed, cfg=cfg)
+    roll = rollout(workflow, env, tasks, engines, mode="eval", samples=1, step=step, seed=cfg.train.seed, cfg=cfg,
+                   progress=progress)
     write_records(_eval_dir(run_dir) / f"step_{step:06d}.jsonl", roll.records)
     result = {"step": step, **eval_metrics(roll.records, roll.episodes)}
     tracker.log_metrics({k: v for k, v in result.items() if k != "step"}, step=step)
@@ -175,15 +176,16 @@ def train(workflow: Any, cfg: Any, *, run_dir: str | Path, resume: str | Path | 
     try:
         with show.live():
             if not state.evals:  # 3. evaluation before any update
-                show.status("evaluating (step 0)")
-                state.evals.append(evaluate(workflow, env, eval_rows, engines, cfg, 0, run_dir, tracker))
+                state.evals.append(evaluate(workflow, env, eval_rows, engines, cfg, 0, run_dir, tracker,
+                                            show.counter("evaluating (step 0)", len(eval_rows))))
             while state.step < tc.steps:  # 4. the loop
                 step = state.step
                 idx, cursor = next_batch(len(train_rows), tc.batch, tc.seed, state.cursor)
                 tasks = [train_rows[i] for i in idx]
-                show.status(f"step {step + 1}/{tc.steps}: rollout")
                 t0 = time.perf_counter()
-                roll = collect(workflow, env, tasks, engines, cfg, step)
+                n_episodes = len(tasks) * (tc.samples if tc.grouping == "trajectory" else 1)
+                roll = collect(workflow, env, tasks, engines, cfg, step,
+                               progress=show.counter(f"step {step + 1}/{tc.steps}: rollout", n_episodes))
                 t_roll = time.perf_counter() - t0
                 records = roll.records
                 write_records(run_dir / RECORDS, records)
@@ -206,8 +208,8 @@ def train(workflow: Any, cfg: Any, *, run_dir: str | Path, resume: str | Path | 
                 # 4c. evaluate every N steps (and at the end); checkpoint every M (and at the end)
                 last = state.step == tc.steps
                 if last or (tc.eval_every and state.step % tc.eval_every == 0):
-                    show.status(f"evaluating (step {state.step})")
-                    state.evals.append(evaluate(workflow, env, eval_rows, engines, cfg, state.step, run_dir, tracker))
+                    state.evals.append(evaluate(workflow, env, eval_rows, engines, cfg, state.step, run_dir, tracker,
+                                                show.counter(f"evaluating (step {state.step})", len(eval_rows))))
                 if last or (tc.checkpoint_every and state.step % tc.checkpoint_every == 0):
                     saved.append(ckpt.save(run_dir, state, policies=policies, optimizers=optimizers, config_yaml=to_yaml(cfg)))
                 if on_step is not None:

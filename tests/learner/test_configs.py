@@ -1,0 +1,58 @@
+"""The shipped config overlay and the learner's config checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import get_args
+
+import pytest
+
+import masdsl
+from masdsl.config import ConfigError, resolve_config
+from masdsl.learner.config import Grouping, Loss, validate
+from masdsl.learner.grouping import GROUPINGS
+from masdsl.learner.losses import LOSSES
+from masdsl.learner.policies import describe
+
+ROOT = Path(__file__).resolve().parents[2]
+TOY = Path(__file__).parent / "toy"
+
+
+def test_literals_match_registries():
+    assert get_args(Grouping) == tuple(GROUPINGS)
+    assert get_args(Loss) == tuple(LOSSES)
+
+
+@pytest.mark.parametrize("name", ["coder_tester", "math_tool", "sudoku", "sokoban", "plan_path"])
+def test_paper_overlay_applies_to_shipped_workflows(name):
+    wf = masdsl.load(ROOT / "workflows" / f"{name}.mas")
+    cfg = resolve_config(wf.train, ROOT / "configs" / "paper.yaml")
+    t = cfg.train
+    assert (t.samples, t.batch, t.steps, t.lr, t.grouping) == (4, 32, 200, 1e-6, "at")
+    assert cfg.runtime.engine == "vllm" and cfg.policy["shared"].model == "Qwen/Qwen3-1.7B"
+    validate(wf, cfg)
+    assert describe(wf, cfg.policy) == ["policy shared <- roles " + ", ".join(wf.roles) + " (full weights, Qwen/Qwen3-1.7B)"]
+
+
+def test_validate_collects_problems_before_models_load():
+    wf = masdsl.load(TOY / "toy_digits.mas")
+    cfg = resolve_config(wf.train, overrides=["train.clip_eps=2", "train.loss=ppo", "train.lr=-1"])
+    with pytest.raises(ConfigError) as e:
+        validate(wf, cfg)
+    text = str(e.value)
+    assert "clip_eps" in text and "train.loss" in text and "train.lr" in text
+    with pytest.raises(ConfigError, match="no policy `sharde`"):
+        validate(wf, resolve_config(wf.train, overrides=["policy.sharde.model=x"]))
+    with pytest.raises(ConfigError, match="every policy is frozen"):
+        validate(wf, resolve_config(wf.train, overrides=["policy.shared.frozen=true"]))
+    with pytest.raises(ConfigError, match="unknown lora key"):
+        validate(wf, resolve_config(wf.train, overrides=["policy.shared.lora={rank: 4}"]))
+
+
+def test_describe_lora_and_frozen():
+    wf = masdsl.load(TOY / "toy_digits_lora.mas")
+    cfg = resolve_config(wf.train, overrides=["policy.copier_p.frozen=true"])
+    assert describe(wf, cfg.policy) == [
+        "policy namer_p <- role namer (LoRA r=4 adapter on a shared base, smollm2-135m-instruct)",
+        "policy copier_p <- role copier (frozen, smollm2-135m-instruct)",
+    ]
