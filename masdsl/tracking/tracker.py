@@ -205,6 +205,8 @@ class Tracker:
             if png is not None:
                 self._put("upload progress plot",
                           lambda: self._client.log_artifact(self.run_id, str(png), "plots"))
+            if self.cfg.tracking.log_weights and self.kind == "run" and status == "FINISHED":
+                self._log_final_weights()
             for policy in self.workflow.policies:
                 self._put(f"end child run {policy}",
                           lambda p=policy: self._end(self.child_ids.get(p), status))
@@ -213,6 +215,21 @@ class Tracker:
             if self.run_id and not len(self.outbox):
                 say(f"run {self.run_id} in experiment `{self.experiment_name}`; open the dashboard with:"
                     f"\n    {self.ui_command()}")
+
+    def _log_final_weights(self) -> None:
+        """`tracking.log_weights`: each policy's weights (or LoRA adapter) from the newest
+        complete checkpoint, as `weights/<policy>.pt` in that policy's child run."""
+        from masdsl.learner.checkpoint import latest
+
+        ckpt = latest(self.run_dir)
+        if ckpt is None:
+            say(f"tracking.log_weights: no complete checkpoint in {self.run_dir}")
+            return
+        for policy in self.workflow.policies:
+            path = ckpt / "policies" / f"{policy}.pt"
+            if path.is_file():  # frozen policies have no weights of their own to save
+                self._put(f"upload weights {policy}", lambda p=policy, f=path: self._client.log_artifact(
+                    self.child_ids.get(p) or self.run_id, str(f), "weights"))
 
     def _end(self, run_id: str | None, status: str) -> None:
         if run_id is not None:

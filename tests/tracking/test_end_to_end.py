@@ -63,7 +63,7 @@ def test_masdsl_run_on_the_tiny_model_is_tracked(mlflow_server, tiny_model_dir, 
 
     experiment = f"duo_run_{tmp_path.name}"
     args = ["runtime.engine=hf", f"policy.thinker.model={tiny_model_dir}", f"policy.critic.model={tiny_model_dir}",
-            f"runtime.runs_dir={tmp_path}", "train.steps=2", "train.kl_coef=0.01",
+            f"runtime.runs_dir={tmp_path}", "train.steps=2", "train.kl_coef=0.01", "tracking.log_weights=true",
             f"tracking.uri={mlflow_server.uri}", f"tracking.experiment={experiment}"]
     assert main(["run", str(DUO), *args]) == 0
 
@@ -85,6 +85,10 @@ def test_masdsl_run_on_the_tiny_model_is_tracked(mlflow_server, tiny_model_dir, 
         assert {f"{m}/{policy}" for m in POLICY_METRICS} | {f"reward/{role}/turn0/mean"} <= set(kid.data.metrics)
         assert not any(k.endswith(f"/{other}") for k in kid.data.metrics)
         assert [m.step for m in client.get_metric_history(kid.info.run_id, f"loss/{policy}")] == [1, 2]
+        assert artifact_paths(client, kid.info.run_id) == {f"weights/{policy}.pt"}  # tracking.log_weights
+        got = Path(client.download_artifacts(kid.info.run_id, f"weights/{policy}.pt", str(tmp_path)))
+        saved = Path(run.data.tags["masdsl.run_dir"]) / "checkpoints" / "step_000002" / "policies" / f"{policy}.pt"
+        assert got.read_bytes() == saved.read_bytes()
 
     paths = artifact_paths(client, run.info.run_id)
     assert {"source/duo_math.mas", "graph/workflow.mmd", "graph/workflow.dot", "config/resolved.yaml",
