@@ -10,6 +10,7 @@ mean reward by role and turn, episodes, tokens generated, tokens/s, wall time.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -103,6 +104,7 @@ def main(args: argparse.Namespace) -> int:
 
     err, out = Console(stderr=True), Console()
     split_options(args)
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # vLLM logs its start-up to stdout
     workflow = masdsl.load(args.file)
     cfg = resolve_config(workflow.train, args.config, args.overrides)
     if "eval" not in workflow.data:
