@@ -1,0 +1,200 @@
+"""One GRPO step of masdsl's learner vs TRL's `GRPOTrainer`, same model, prompts, K, max tokens, reward.
+
+    .venv/bin/pip install trl datasets "torch==2.13.0"     # into the venv, for this benchmark only
+    .venv/bin/python benchmarks/vs_trl.py [--steps 2] [--write-docs]
+
+Single agent (one role), SmolLM2-135M-Instruct (the embedded model, fp32, CPU), 8 prompts x
+K = 4 candidates, at most 64 new tokens, temperature 1, no top-k (TRL's default; our hf engine
+too), no KL (beta 0), one optimizer step per batch, PPO clip 0.2, token-mean loss ("dapo" in
+TRL), group-std scaling, grad clip 1.0, AdamW lr 1e-6. TRL's CPU defaults that differ from
+ours are switched off for fairness: bf16 and gradient checkpointing (MACHINE-NOTES.md).
+The reward (`length_score`, characters of the answer / 256, capped) is never flat within a
+group, so our learner gets no advantage from skipping zero-advantage rows here.
+
+Each trainer runs in its own subprocess (so peak RSS is its own), both with the generation
+engine each uses by default on CPU without vLLM: transformers `generate`. A step is timed
+from the start of generation to the end of the optimizer step (TRL: `on_step_begin` to
+`on_step_end`); the first step is a warm-up, the reported time is the mean of the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+K, MAX_TOKENS, LR = 4, 64, 1e-6
+
+WORKFLOW = f"""
+workflow vs_trl "single agent: answer a prompt"
+import "vs_trl_env.py"
+env bench_prompts
+data train bench_prompts("train")
+data eval  bench_prompts("eval")
+policy shared {{ model: "smollm2-135m-instruct" }}
+role answerer {{
+  policy shared
+  prompt "{{{{ task.prompt }}}}"
+  sample {{ temperature: 1.0, max_tokens: {MAX_TOKENS} }}
+  reward length_score(output)
+}}
+flow {{ start -> answerer -> end }}
+train {{ samples: {K}, batch: 8, lr: {LR} }}
+"""
+
+
+def peak_rss_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def run_ours(steps: int) -> dict:
+    import torch
+
+    import masdsl
+    from masdsl.config import resolve_config
+    from masdsl.learner.advantages import compute_advantages
+    from masdsl.learner.grouping import group_records
+    from masdsl.learner.policies import build_engines, load_policies
+    from masdsl.learner.trainer import collect, seed_everything, sync
+    from masdsl.learner.update import update_policy
+    from masdsl.runtime.session import prepare
+
+    wf = masdsl.loads(WORKFLOW, name="vs_trl.mas", base_dir=HERE)
+    cfg = resolve_config(wf.train, overrides=["runtime.engine=hf", "tracking.enabled=false"])
+    seed_everything(0)
+    policies = load_policies(wf, cfg)
+    engines = build_engines(policies, cfg)
+    env, data = prepare(wf, cfg)
+    p = policies["shared"]
+    opt = torch.optim.AdamW(p.parameters(), lr=LR, weight_decay=0.0)
+    times, gen, upd, tokens = [], [], [], []
+    for step in range(steps):
+        t0 = time.perf_counter()
+        roll = collect(wf, env, data["train"][:8], engines, cfg, step)
+        t1 = time.perf_counter()
+        adv, _ = compute_advantages(group_records(roll.records, "at"), len(roll.records))
+        update_policy(p, opt, roll.records, adv, cfg.train)
+        sync(p, engines["shared"])
+        t2 = time.perf_counter()
+        times.append(t2 - t0)
+        gen.append(t1 - t0)
+        upd.append(t2 - t1)
+        tokens.append(sum(len(r.response_ids) for r in roll.records))
+    return {"step_s": times, "generate_s": gen, "update_s": upd, "completion_tokens": tokens,
+            "rows": len(roll.records), "peak_rss_gb": peak_rss_gb()}
+
+
+def run_trl(steps: int) -> dict:
+    import tempfile
+
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    sys.path.insert(0, str(HERE))
+    from vs_trl_env import PROMPTS, length_score
+
+    from masdsl.runtime.models import resolve_model
+
+    path = resolve_model("smollm2-135m-instruct")
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": p}]} for p in PROMPTS])
+
+    def reward(completions, **kwargs):
+        return [length_score(c[0]["content"]) for c in completions]
+
+    marks: dict[str, list[float]] = {"begin": [], "end": []}
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            marks["begin"].append(time.perf_counter())
+
+        def on_step_end(self, args, state, control, **kw):
+            marks["end"].append(time.perf_counter())
+
+    args = GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="trl-bench-"), per_device_train_batch_size=8 * K, num_generations=K,
+        max_completion_length=MAX_TOKENS, temperature=1.0, top_k=0, learning_rate=LR, beta=0.0,
+        num_iterations=1, loss_type="dapo", scale_rewards="group", epsilon=0.2, max_grad_norm=1.0,
+        bf16=False, gradient_checkpointing=False, use_cpu=True, max_steps=steps, save_strategy="no",
+        logging_steps=1, report_to=[], seed=0, shuffle_dataset=False, dataloader_num_workers=0,
+        weight_decay=0.0,
+    )
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds, processing_class=tok,
+                          callbacks=[Timer()])
+    trainer.train()
+    times = [e - b for b, e in zip(marks["begin"], marks["end"])]
+    lengths = [h.get("completions/mean_length") for h in trainer.state.log_history if "completions/mean_length" in h]
+    return {"step_s": times, "mean_completion_length": lengths, "peak_rss_gb": peak_rss_gb()}
+
+
+def write_docs(result: dict) -> None:
+    from learner_docs import replace_block
+
+    o, t = result["ours"], result["trl"]
+    text = "\n".join([
+        "One GRPO step, single agent, SmolLM2-135M-Instruct fp32 on CPU, 8 prompts x K=4, <= 64 new tokens,",
+        "same reward, both with transformers `generate` (command: `.venv/bin/python benchmarks/vs_trl.py"
+        " --write-docs`; each trainer in its own process; mean of the steps after a warm-up step):",
+        "",
+        "| trainer | s / step | generate s | update s | peak RSS GiB |",
+        "|---|---|---|---|---|",
+        f"| masdsl | {o['mean_step_s']:.1f} | {o['mean_generate_s']:.1f} | {o['mean_update_s']:.1f} | {o['peak_rss_gb']:.1f} |",
+        f"| TRL {result['trl_version']} GRPOTrainer | {t['mean_step_s']:.1f} | - | - | {t['peak_rss_gb']:.1f} |",
+        "",
+        f"Ratio masdsl / TRL: **{result['ratio']:.2f}x** the time per step (goal: <= 0.7x). "
+        f"Measured {result['date']} on a shared 2-core machine (other jobs running; expect +-30 %).",
+    ])
+    replace_block("vs_trl", "### One GRPO step vs TRL", text)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=2, help="optimizer steps per trainer (first is warm-up)")
+    ap.add_argument("--which", choices=("ours", "trl"), help=argparse.SUPPRESS)
+    ap.add_argument("--write-docs", action="store_true", help="update docs/performance.md")
+    args = ap.parse_args()
+    if args.which:
+        out = run_ours(args.steps) if args.which == "ours" else run_trl(args.steps)
+        print("RESULT " + json.dumps(out), flush=True)
+        return 0
+    result = {}
+    for which in ("ours", "trl"):
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, __file__, "--which", which, "--steps", str(args.steps)],
+                              capture_output=True, text=True)
+        line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+        if proc.returncode != 0 or not line:
+            print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
+            return 1
+        r = json.loads(line[-1][7:])
+        steps = r["step_s"][1:] or r["step_s"]
+        r["mean_step_s"] = sum(steps) / len(steps)
+        for key in ("generate_s", "update_s"):
+            if key in r:
+                vals = r[key][1:] or r[key]
+                r[f"mean_{key}"] = sum(vals) / len(vals)
+        r["wall_s"] = time.perf_counter() - t0
+        result[which] = r
+        print(which, json.dumps(r), flush=True)
+    import trl
+
+    result["trl_version"] = trl.__version__
+    result["ratio"] = result["ours"]["mean_step_s"] / result["trl"]["mean_step_s"]
+    result["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    print(f"ours {result['ours']['mean_step_s']:.1f} s/step, TRL {result['trl']['mean_step_s']:.1f} s/step, "
+          f"ratio {result['ratio']:.2f}")
+    if args.write_docs:
+        write_docs(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
