@@ -60,6 +60,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--append", type=Path, help="append the results under `## tracking`")
     args = ap.parse_args()
+    if args.append:
+        args.append = args.append.resolve()  # the default-store part changes directory
     n = args.steps
     lines = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -99,6 +101,7 @@ def main() -> int:
                      f"{time.perf_counter() - t0:.2f} s")
         lines.append(f"- `log_metrics` on the default store: {ms(timed_steps(local, range(n)))}")
         local.finish()
+        os.chdir(ROOT)
     load = os.getloadavg()[0]
     head = (f"Command: `.venv/bin/python benchmarks/tracking.py --steps {n}` "
             f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs shared, "
