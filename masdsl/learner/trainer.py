@@ -214,6 +214,8 @@ def train(workflow: Any, cfg: Any, *, run_dir: str | Path, resume: str | Path | 
                     saved.append(ckpt.save(run_dir, state, policies=policies, optimizers=optimizers, config_yaml=to_yaml(cfg)))
                 if on_step is not None:
                     on_step(state.step, metrics)
+        if cfg.tracking.log_weights and saved:  # the final weights or adapters, when asked
+            tracker.log_artifact(saved[-1] / "policies", "weights")
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"

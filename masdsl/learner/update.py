@@ -205,6 +205,7 @@ def update_policy(
                     else:
                         logp, mask = shared_prefix_logprobs(policy.model, prompts, group_of_row, responses, pad_id)
                     old = _pad_like([r.logprobs for r in batch], logp)
+                    old = torch.where(torch.isnan(old), logp.detach(), old)  # an engine without a log-prob
                     adv = torch.tensor([advantages[rows[j]] for j in mb], dtype=logp.dtype, device=logp.device)
                     ref_logp = (_reference_logprobs(reference, policy, [r.prompt_ids for r in batch], responses, pad_id)
                                 if use_kl else None)

@@ -211,3 +211,18 @@ def test_engine_samples_from_updated_weights(tiny_model_dir, tmp_path):
         lp, _ = sequence_logprobs(p.model, [prompt], [cand.token_ids], p.tokenizer.pad_token_id)
     assert torch.allclose(lp[0, : len(cand.token_ids)], torch.tensor(cand.logprobs), atol=1e-4)
     assert before[0].logprobs != cand.logprobs or before[0].token_ids != cand.token_ids
+
+
+def test_trajectory_grouping_runs_k_independent_episodes(tiny_model_dir, tmp_path):
+    """Vanilla GRPO for the ablation: K whole episodes per task (not tree sampling), equal samples."""
+    wf = dense_toy()
+    _run(wf, tiny_model_dir, tmp_path / "t", "train.grouping=trajectory", "train.steps=1")
+    recs = _records(tmp_path / "t")
+    assert len(recs) == 5 * 4 * 2  # tasks * K episodes * roles: the same count as `at`
+    by_task: dict[str, set[int]] = {}
+    for r in recs:
+        assert r.candidate == 0 and r.selected
+        by_task.setdefault(r.task_id, set()).add(r.episode)
+    assert len(by_task) == 5 and all(len(eps) == 4 for eps in by_task.values())
+    texts = {(r.task_id, r.response_text) for r in recs if r.role == "namer"}
+    assert len(texts) > 5  # the K episodes of a task were sampled with different seeds
