@@ -15,6 +15,7 @@ absolute so the printed `mlflow ui` command works from any folder.
 from __future__ import annotations
 
 import os
+import ssl
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -90,7 +91,13 @@ def apply_http_defaults(env: dict[str, str] | os._Environ = os.environ) -> dict[
 
 
 def reachable(uri: str, timeout_s: float = 2.0) -> bool:
-    """Whether a tracking server answers its `/health` endpoint. Non-HTTP stores: True."""
+    """Whether a tracking server answers its `/health` endpoint. Non-HTTP stores: True.
+
+    False only when nothing answers (refused, timed out, unknown host, 5xx from a proxy).
+
+    >>> reachable("sqlite:////tmp/x.db"), reachable("http://127.0.0.1:9", timeout_s=0.5)
+    (True, False)
+    """
     if not is_http(uri):
         return True
     try:
@@ -98,6 +105,8 @@ def reachable(uri: str, timeout_s: float = 2.0) -> bool:
             return 200 <= resp.status < 500
     except urllib.error.HTTPError as exc:  # an answer, even 401/403, means it is up
         return exc.code < 500
+    except urllib.error.URLError as exc:  # a TLS complaint is an answer too (MLflow may accept it)
+        return isinstance(exc.reason, ssl.SSLError)
     except (OSError, ValueError):
         return False
 
