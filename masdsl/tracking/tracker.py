@@ -51,6 +51,7 @@ class Tracker:
         self.metrics_file = self.run_dir / "metrics.jsonl"
         self.finish_wait_s = finish_wait_s
         self.finished = False
+        self._status = "RUNNING"
         self._lock = threading.RLock()
         self._role_policy = {r.name: r.policy for r in workflow.roles.values()}
         try:
@@ -163,7 +164,14 @@ class Tracker:
                 self._client.log_batch(run_id, metrics=items[i : i + METRICS_PER_BATCH])
 
     def _keep_locally(self, values: dict[str, float], step: int, ts: int) -> None:
-        row = {"step": step, "timestamp": ts, "metrics": values, "run_id": self.run_id}
+        self._append_row({"step": step, "timestamp": ts, "metrics": values, "run_id": self.run_id, "uri": self.uri})
+
+    def _keep_end_locally(self) -> None:
+        """The run's final status, for `resend` to end runs whose end call never got through."""
+        if self.run_id is not None:
+            self._append_row({"end": self._status, "run_id": self.run_id, "uri": self.uri})
+
+    def _append_row(self, row: dict[str, Any]) -> None:
         try:
             with open(self.metrics_file, "a", encoding="utf-8") as f:
                 f.write(json.dumps(row) + "\n")
@@ -196,6 +204,7 @@ class Tracker:
             if self.finished:
                 return
             self.finished = True
+            self._status = status
             try:
                 png = plot.plot_progress(self.history, self.run_dir / PLOT_FILE,
                                          title=f"{self.workflow.name} ({self.kind})")
@@ -239,8 +248,10 @@ class Tracker:
         deadline = time.monotonic() + wait_s
         while not self.outbox.pump(force=True) and not self.outbox.broken:
             if time.monotonic() >= deadline:
+                self._keep_end_locally()
                 say(f"{len(self.outbox)} tracking calls could not be sent before the end of the run; "
-                    f"its metrics are in {self.metrics_file}")
+                    f"its metrics are in {self.metrics_file}"
+                    + (f" (send them later: python -m masdsl.tracking.resend {self.run_dir})" if self.run_id else ""))
                 return
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
 

@@ -192,6 +192,39 @@ def test_server_outage_mid_run_buffers_and_flushes(mlflow_server, make_workflow,
     assert "plots/progress.png" in artifact_paths(client, tracker.run_id)
 
 
+def test_run_ending_during_an_outage_is_completed_by_resend(mlflow_server, make_workflow, tmp_path, capsys):
+    from mlflow.tracking import MlflowClient
+
+    from masdsl.tracking.resend import main as resend_main
+
+    wf = make_workflow(unique("resend"))
+    run_dir = tmp_path / "run"
+    tracker = start_run(wf, resolve_config(overrides=[f"tracking.uri={mlflow_server.uri}"]), kind="run",
+                        run_dir=run_dir)
+    tracker.log_metrics(step_metrics(0), step=0)
+    mlflow_server.stop()
+    try:
+        tracker.log_metrics(step_metrics(1), step=1)
+        tracker.log_metrics(step_metrics(2), step=2)
+        tracker.finish_wait_s = 1.0
+        tracker.finish()  # the server is still away: the end of the run cannot be sent
+        err = capsys.readouterr().err
+        assert f"python -m masdsl.tracking.resend {run_dir}" in err, err
+    finally:
+        mlflow_server.start()
+    client = MlflowClient(mlflow_server.uri)
+    assert client.get_run(tracker.run_id).info.status == "RUNNING"
+    assert resend_main([str(run_dir)]) == 0
+    assert "sent 32 metric values" in capsys.readouterr().out  # 2 steps x 16 metrics
+    assert [s for s, _ in history(client, tracker.run_id, "success/train")] == [0, 1, 2]
+    kids = children(client, client.get_run(tracker.run_id))
+    assert [s for s, _ in history(client, kids["checker"].info.run_id, "loss/checker")] == [0, 1, 2]
+    assert client.get_run(tracker.run_id).info.status == "FINISHED"
+    assert {k.info.status for k in kids.values()} == {"FINISHED"}
+    assert resend_main([str(run_dir)]) == 0  # twice is harmless: no duplicate points
+    assert len(client.get_metric_history(tracker.run_id, "success/train")) == 3
+
+
 def test_unreachable_from_the_start_never_raises(make_workflow, tmp_path, capsys):
     import socket
 
