@@ -117,9 +117,10 @@ def ui_command(uri: str, experiment_id: str | None = None, run_id: str | None = 
     >>> ui_command("sqlite:////w/mlflow.db")
     'mlflow ui --backend-store-uri sqlite:////w/mlflow.db'
     >>> ui_command("http://127.0.0.1:5000", "3", "abc")
-    'python -m webbrowser http://127.0.0.1:5000/#/experiments/3/runs/abc'
+    'python -m webbrowser "http://127.0.0.1:5000/#/experiments/3/runs/abc?workflowType=machine_learning"'
     """
-    if is_http(uri):
-        page = f"{uri}/#/experiments/{experiment_id}/runs/{run_id}" if experiment_id and run_id else uri
+    if is_http(uri):  # MLflow 3's UI opens in its GenAI layout unless asked for model training
+        page = (f'"{uri}/#/experiments/{experiment_id}/runs/{run_id}?workflowType=machine_learning"'
+                if experiment_id and run_id else uri)
         return f"python -m webbrowser {page}"
     return f"mlflow ui --backend-store-uri {uri}"

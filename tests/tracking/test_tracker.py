@@ -82,7 +82,7 @@ def test_run_records_parent_children_params_tags_metrics_artifacts(mlflow_server
     (tmp_path / "adapter" / "sub" / "a.json").write_text("{}")
     tracker.log_artifact(tmp_path / "adapter", "weights")
     tracker.finish()
-    assert tracker.ui_command().endswith(f"/#/experiments/{tracker.experiment_id}/runs/{tracker.run_id}")
+    assert f"/#/experiments/{tracker.experiment_id}/runs/{tracker.run_id}?" in tracker.ui_command()
 
     client = MlflowClient(mlflow_server.uri)
     exp = client.get_experiment_by_name(wf.name)  # experiment named after the workflow
