@@ -72,7 +72,7 @@ def table(workflow: Any, m: dict[str, float], run_dir: Any) -> Any:
     """The rich table of an eval run's metrics."""
     from rich.table import Table
 
-    t = Table(title=f"masdsl eval · {workflow.name}", caption=f"records: {run_dir}")
+    t = Table(title=f"masdsl eval · {workflow.name}", caption=f"records: {run_dir}  ·  transcripts: masdsl trace {run_dir}")
     t.add_column("metric")
     t.add_column("value", justify="right")
     t.add_row("success rate", f"{m['success/eval']:.3f}")
