@@ -58,7 +58,10 @@ class LocalPool:
 
 
 def init_ray(cfg: Any) -> None:
-    """Join `cfg.runtime.ray_address`, or start Ray locally sized to this machine (idempotent)."""
+    """Join `cfg.runtime.ray_address`, or start Ray locally sized to this machine (idempotent).
+
+    `address="local"` starts a new instance even when another Ray instance runs on the machine
+    (plain `ray.init()` would join it, and refuses `num_cpus` when it does)."""
     import ray
 
     if ray.is_initialized():
@@ -67,7 +70,8 @@ def init_ray(cfg: Any) -> None:
     if address:
         ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
     else:
-        ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+        ray.init(address="local", num_cpus=os.cpu_count() or 2, include_dashboard=False,
+                 ignore_reinit_error=True, log_to_driver=False)
 
 
 # Custom resources a multi-node cluster advertises (runtime/start_head.sh, start_worker.sh,
