@@ -23,6 +23,12 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 TOY = ROOT / "tests" / "learner" / "toy" / "toy_digits.mas"
 PNG = ROOT / "docs" / "img" / "learner_grouping_ablation.png"
+NOTE = (
+    '`trajectory` scores each episode only by its outcome (the team reward: both digits right), so\n'
+    "a task's K episodes differ only when one of them gets both digits right, which a random model\n"
+    "almost never does; `at` scores each role's K candidates at their own decision (the namer on the\n"
+    "target, the copier on the namer's digit), so both roles get a signal from the first steps."
+)
 
 
 def run(mode: str, seed: int, steps: int, model_dir: Path) -> dict:
@@ -112,7 +118,7 @@ def main() -> int:
             "Eval success (greedy, both digits right, 10 eval tasks); command:\n"
             f"`.venv/bin/python benchmarks/grouping_ablation.py --seeds {' '.join(map(str, args.seeds))} "
             f"--steps {args.steps} --write-docs` ({time.strftime('%Y-%m-%d', time.gmtime())}).\n\n"
-            f"{text}\n\nCurves (step: success):\n\n{curves}\n\n"
+            f"{text}\n\n{NOTE}\n\nCurves (step: success):\n\n{curves}\n\n"
             "![grouping ablation](img/learner_grouping_ablation.png)"
         )
         replace_block("grouping_ablation", "### Grouping ablation: `at` vs `trajectory`", body)
