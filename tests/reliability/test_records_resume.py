@@ -46,12 +46,12 @@ print("done", flush=True)
 
 @pytest.mark.parametrize("fraction", [0.2, 0.6, 0.95])
 def test_kill_during_truncation_keeps_the_records(tmp_path, fraction):
-    """SIGKILL while truncating a 60 MB records file: afterwards the file holds either all the
+    """SIGKILL while truncating a 25 MB records file: afterwards the file holds either all the
     old records or exactly those before the checkpoint, never fewer."""
     from masdsl.learner.trainer import _truncate_records
 
     path = tmp_path / "records.jsonl"
-    lines = [_record(s, i, pad=2000) for s in range(10) for i in range(300)]
+    lines = [_record(s, i, pad=1600) for s in range(10) for i in range(160)]
     path.write_text("".join(lines))
     keep = [line for line in lines if json.loads(line)["step"] < 8]
     # how long a whole truncation takes here, on a copy

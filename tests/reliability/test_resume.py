@@ -55,9 +55,11 @@ def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted_run(tmp_path,
     full, killed = tmp_path / "full", tmp_path / "killed"
     full.mkdir(), killed.mkdir()
 
-    # the interrupted run: SIGKILL as soon as the first checkpoint is complete
-    proc = subprocess.Popen(_cmd(*args), cwd=killed, env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    # the uninterrupted run, and beside it the interrupted one: SIGKILLed as soon as its first
+    # checkpoint is complete
+    logs = {name: (tmp_path / f"{name}.log").open("w") for name in ("full", "killed")}
+    reference = subprocess.Popen(_cmd(*args), cwd=full, env=_env(), stdout=logs["full"], stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(_cmd(*args), cwd=killed, env=_env(), stdout=logs["killed"], stderr=subprocess.STDOUT)
     try:
         deadline = time.time() + 300
         while time.time() < deadline and proc.poll() is None:
@@ -67,16 +69,17 @@ def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted_run(tmp_path,
                 break
             time.sleep(0.02)
         proc.wait(timeout=60)
+        reference.wait(timeout=600)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.read()[-3000:]
+        for p in (proc, reference):
+            if p.poll() is None:
+                p.kill()
+        for f in logs.values():
+            f.close()
+    assert proc.returncode == -signal.SIGKILL, (tmp_path / "killed.log").read_text()[-3000:]
+    assert reference.returncode == 0, (tmp_path / "full.log").read_text()[-3000:]
     run_dir = _run_dir(killed)
     assert not (run_dir / "checkpoints" / f"step_{steps:06d}").exists()  # it really was cut short
-
-    # the uninterrupted run (meanwhile nothing else runs: the machine has 2 cores)
-    p = subprocess.run(_cmd(*args), cwd=full, env=_env(), capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
 
     # resume: picks the newest complete checkpoint, drops the records written after it
     p = subprocess.run(_cmd(str(DATA / "lengths.mas"), "--resume", str(run_dir)), cwd=killed, env=_env(),
