@@ -209,3 +209,36 @@ def test_inference_actor_killed_mid_generate_is_restarted_with_latest_weights(tw
         return [(c.token_ids, c.text, [round(x, 4) for x in c.logprobs]) for r in res for c in r]
 
     assert key(got) == key(expected)
+
+
+@pytest.mark.slow
+def test_training_on_the_cluster_equals_training_on_one_machine(two_node_cluster, tiny_model_dir, tmp_path):
+    """`masdsl run` of the same file: in-process, and on the cluster (env steps as Ray tasks on
+    the worker node, the user's env file shipped to them). Same weights, same step records."""
+    import subprocess
+    import sys
+
+    import torch
+
+    args = [str(DATA / "lengths.mas"), "runtime.engine=hf", f"policy.shared.model={tiny_model_dir}",
+            "tracking.enabled=false", "train.steps=2", "train.seed=5"]
+    runs = {"local": [], "cluster": ["runtime.ray=true", f"runtime.ray_address={two_node_cluster.address}"]}
+    procs = {}
+    for name, extra in runs.items():
+        (tmp_path / name).mkdir()
+        log = (tmp_path / f"{name}.log").open("w")
+        procs[name] = (subprocess.Popen([sys.executable, "-m", "masdsl.cli", "run", *args, *extra],
+                                        cwd=tmp_path / name, stdout=log, stderr=subprocess.STDOUT,
+                                        env={**os.environ, "MASDSL_NO_VLLM": "1", "RAY_AUTH_MODE": "disabled"}), log)
+    for name, (proc, log) in procs.items():
+        proc.wait(timeout=600)
+        log.close()
+        assert proc.returncode == 0, (tmp_path / f"{name}.log").read_text()[-3000:]
+    out = {}
+    for name in runs:
+        (run_dir,) = (tmp_path / name).glob("runs/rel_lengths/*/")
+        rows = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
+        out[name] = ([{k: v for k, v in r.items() if k not in ("gen_s", "env_s")} for r in rows],
+                     torch.load(run_dir / "checkpoints" / "step_000002" / "policies" / "shared.pt", weights_only=True))
+    assert out["local"][0] == out["cluster"][0] and len(out["local"][0]) > 0
+    assert all(torch.equal(out["local"][1][k], out["cluster"][1][k]) for k in out["local"][1])
