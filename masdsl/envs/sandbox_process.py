@@ -100,6 +100,12 @@ def _bwrap_mode(as_root: bool, own_uid: bool) -> _Mode:
     a root without CAP_SYS_ADMIN (a default container), as a root whose capabilities are dropped
     (then the process limit is not enforced: the kernel exempts root from it)."""
     prefix = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    # A virtualenv under /tmp (a CI checkout there) would vanish under the private /tmp.
+    for path in _needed_paths():
+        if Path(path).is_relative_to("/tmp"):
+            for parent in reversed(Path(path).relative_to("/tmp").parents[:-1]):
+                prefix += ["--perms", "0755", "--dir", str(Path("/tmp", parent))]
+            prefix += ["--ro-bind", path, path]
     hidden = _hidden_dirs() if as_root else ()
     if as_root and not own_uid:  # the code reads files as root here: hide the usual secrets
         prefix += [arg for f in ("/etc/shadow", "/etc/gshadow") if os.path.exists(f) for arg in ("--ro-bind", "/dev/null", f)]
