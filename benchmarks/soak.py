@@ -179,7 +179,7 @@ def sparkline(values: list[float], width: int = 60) -> str:
     """An ASCII sparkline, `width` buckets (max of each bucket), scaled to the values' range.
 
     >>> sparkline([1, 1, 2, 3], width=4)
-    '▁▁▄█'
+    '▁▁▅█'
     """
     bars = "▁▂▃▄▅▆▇█"
     if not values:
