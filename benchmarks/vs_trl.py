@@ -11,7 +11,8 @@ ours are switched off for fairness: bf16 and gradient checkpointing (MACHINE-NOT
 The reward (`length_score`, characters of the answer / 256, capped) is never flat within a
 group, so our learner gets no advantage from skipping zero-advantage rows here.
 
-Each trainer runs in its own subprocess (so peak RSS is its own), both with the generation
+Memory: TRL's step peaks near 12 GiB RSS here (ours about 7 GiB); run it with that much free
+(the script warns below 14 GiB available). Each trainer runs in its own subprocess (so peak RSS is its own), both with the generation
 engine each uses by default on CPU without vLLM: transformers `generate`. A step is timed
 from the start of generation to the end of the optimizer step (TRL: `on_step_begin` to
 `on_step_end`); the first step is a warm-up, the reported time is the mean of the others.
@@ -165,6 +166,14 @@ def main() -> int:
         out = run_ours(args.steps) if args.which == "ours" else run_trl(args.steps)
         print("RESULT " + json.dumps(out), flush=True)
         return 0
+    try:
+        import psutil
+
+        free_gb = psutil.virtual_memory().available / 2**30
+        if free_gb < 14:
+            print(f"warning: {free_gb:.1f} GiB available; TRL's step needs about 12 GiB", file=sys.stderr)
+    except ImportError:
+        pass
     result = {}
     for which in ("ours", "trl"):
         t0 = time.perf_counter()
