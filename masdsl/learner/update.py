@@ -146,8 +146,9 @@ def shared_prefix_logprobs(model: Any, prompts: Sequence[Sequence[int]], group_o
         pos = att_p.sum(-1).to(device)[idx].unsqueeze(1) + torch.arange(t - 1, device=device).unsqueeze(0)
         out2 = model(input_ids=resp[:, :-1], attention_mask=att, position_ids=pos, past_key_values=cache,
                      use_cache=True)
-        rest = torch.log_softmax(out2.logits.float(), dim=-1)
-        parts.append(rest.gather(-1, resp[:, 1:].unsqueeze(-1)).squeeze(-1))
+        logits = out2.logits.float()  # gather - logsumexp: no second [R, T, V] tensor (log_softmax's)
+        picked = logits.gather(-1, resp[:, 1:].unsqueeze(-1)).squeeze(-1)
+        parts.append(picked - torch.logsumexp(logits, dim=-1))
     return torch.cat(parts, dim=1), rmask
 
 
