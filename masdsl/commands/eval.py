@@ -120,6 +120,7 @@ def main(args: argparse.Namespace) -> int:
         err.print(summary if summary.startswith("sandbox") else f"sandbox: {summary}", highlight=False, markup=False)
     with err.status("loading models ..."):
         engines = build_engines(workflow, cfg)
+    tracker = None
     try:
         run_dir = RunDir.create(workflow, cfg)
         tracker = _start_tracking(workflow, cfg, run_dir.path)
@@ -129,6 +130,10 @@ def main(args: argparse.Namespace) -> int:
             ro = rollout(workflow, env, tasks, engines, mode="eval", samples=1, step=-1, seed=cfg.train.seed,
                          cfg=cfg, on_records=run_dir.write_records, progress=lambda k: bar.advance(job, k),
                          keep_records=False)
+    except BaseException as exc:
+        if tracker is not None:  # never leave the MLflow run marked RUNNING
+            tracker.finish("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+        raise
     finally:
         close_engines(engines)
     m = metrics(ro, "eval")
