@@ -179,6 +179,8 @@ class VLLMEngine:
         if not gpu:
             for k, v in cpu_env_defaults().items():
                 os.environ.setdefault(k, v)
+        # vLLM logs its whole start-up at INFO on stdout, burying our progress display
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         from transformers import AutoTokenizer
         from vllm import LLM
 
