@@ -46,6 +46,7 @@ def _probe_vllm() -> tuple[bool, str]:
     if importlib.util.find_spec("vllm") is None:
         return False, "vllm is not installed"
     try:
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its logger reads this at import
         import vllm
         from vllm.platforms import current_platform
     except Exception as e:  # a broken install (e.g. CUDA torchvision beside CPU torch)
