@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import warnings
 from typing import Any
 
 from masdsl.envs.registry import parser
@@ -44,9 +45,16 @@ def _safe(fn):
     return wrapped
 
 
+def _parse_quietly(text: str) -> ast.Module:
+    """`ast.parse` without the SyntaxWarnings that model noise triggers (such as `1st`)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        return ast.parse(text)
+
+
 def _looks_like_python(text: str) -> bool:
     try:
-        tree = ast.parse(text)
+        tree = _parse_quietly(text)
     except (SyntaxError, ValueError):
         return False
     return any(isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom, ast.Assign,
@@ -155,8 +163,8 @@ def _statement_at(lines: list[str], start: int) -> tuple[str, int] | None:
     for stop in range(start + 1, min(start + 12, len(lines)) + 1):
         chunk = "\n".join(line.strip() if i == start else line for i, line in enumerate(lines[start:stop], start))
         try:
-            tree = ast.parse(chunk)
-        except SyntaxError:
+            tree = _parse_quietly(chunk)
+        except (SyntaxError, ValueError):
             continue
         if len(tree.body) == 1 and isinstance(tree.body[0], ast.Assert):
             return chunk, stop
