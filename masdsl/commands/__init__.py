@@ -1,0 +1,30 @@
+"""Subcommands of the `masdsl` CLI; shared argument handling lives here."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Callable, Sequence
+
+from masdsl.errors import UserError
+
+
+def split_options(args: argparse.Namespace, prog: str, add_options: Callable[[argparse.ArgumentParser], None],
+                  names: Sequence[str]) -> argparse.Namespace:
+    """Move options written among the dotted overrides into `args`; any other dash-led word is an error.
+
+    >>> def opts(p): p.add_argument("--tasks", type=int)
+    >>> ns = argparse.Namespace(tasks=None, overrides=["a=1", "--tasks", "2", "b=2"])
+    >>> split_options(ns, "masdsl eval", opts, ["tasks"]).tasks, ns.overrides
+    (2, ['a=1', 'b=2'])
+    """
+    extra = argparse.ArgumentParser(prog=prog, add_help=False)
+    add_options(extra)
+    known, rest = extra.parse_known_args(args.overrides)
+    for name in names:
+        if getattr(known, name) is not None:
+            setattr(args, name, getattr(known, name))
+    unknown = [r for r in rest if r.startswith("-")]
+    if unknown:
+        raise UserError(f"{prog}: unknown option `{unknown[0]}` (see `{prog} --help`)")
+    args.overrides = rest
+    return args

@@ -37,17 +37,9 @@ def split_options(args: argparse.Namespace) -> argparse.Namespace:
     >>> split_options(ns).tasks, ns.overrides
     (2, ['a=1', 'b=2'])
     """
-    extra = argparse.ArgumentParser(prog="masdsl eval", add_help=False)
-    _options(extra)
-    known, rest = extra.parse_known_args(args.overrides)
-    for name in ("config", "tasks"):
-        if getattr(known, name) is not None:
-            setattr(args, name, getattr(known, name))
-    unknown = [r for r in rest if r.startswith("-")]
-    if unknown:
-        raise UserError(f"masdsl eval: unknown option `{unknown[0]}` (see `masdsl eval --help`)")
-    args.overrides = rest
-    return args
+    from masdsl.commands import split_options as split
+
+    return split(args, "masdsl eval", _options, ("config", "tasks"))
 
 
 def _isolation_summary(cfg: Any) -> str | None:

@@ -39,17 +39,9 @@ def split_options(args: argparse.Namespace) -> argparse.Namespace:
     >>> split_options(ns).resume, ns.overrides
     ('runs/x', ['a=1'])
     """
-    extra = argparse.ArgumentParser(prog="masdsl run", add_help=False)
-    _options(extra)
-    known, rest = extra.parse_known_args(args.overrides)
-    for name in ("config", "resume"):
-        if getattr(known, name) is not None:
-            setattr(args, name, getattr(known, name))
-    unknown = [r for r in rest if r.startswith("-")]
-    if unknown:
-        raise UserError(f"masdsl run: unknown option `{unknown[0]}` (see `masdsl run --help`)")
-    args.overrides = rest
-    return args
+    from masdsl.commands import split_options as split
+
+    return split(args, "masdsl run", _options, ("config", "resume"))
 
 
 def resume_dir(path: str) -> tuple[Path, Path]:

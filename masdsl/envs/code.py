@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from masdsl.envs.registry import env
-from masdsl.envs.sandbox import Limits, TestReport, limits_from_config, run_tests, set_default_limits
+from masdsl.envs.sandbox import Limits, TestReport, UsesSandboxLimits, limits_from_config, run_tests
 
 MAX_FAILURES_SHOWN = 5
 MAX_LINE = 240
@@ -124,7 +124,7 @@ class LazyView(Mapping):
 
 
 @env("code", fields=("failures", "code", "tests"))
-class CodeEnv:
+class CodeEnv(UsesSandboxLimits):
     """Sandboxed Python: `code` from a coder, `tests` from a tester (asserts or stdin/stdout pairs).
 
     Fields: `env.code` (latest code), `env.tests` (latest generated tests), `env.failures` (a
@@ -133,15 +133,6 @@ class CodeEnv:
 
     def __init__(self, limits: Limits | Mapping[str, Any] | None = None, **_: Any) -> None:
         self.limits = limits_from_config(limits) if limits is not None else None
-        self._use_limits()
-
-    def _use_limits(self) -> None:
-        """The run's limits also govern `pass_rate`, `run_answer`, ... called from expressions."""
-        if self.limits is not None:
-            set_default_limits(self.limits)
-
-    def __setstate__(self, state: dict) -> None:  # unpickled in a worker process (Ray env tasks)
-        self.__dict__.update(state)
         self._use_limits()
 
     def reset(self, task: Mapping[str, Any]) -> CodeState:

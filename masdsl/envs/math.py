@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 from masdsl.envs.registry import env
 from masdsl.envs.rewards import equivalent
-from masdsl.envs.sandbox import Limits, limits_from_config, run_python, set_default_limits
+from masdsl.envs.sandbox import Limits, UsesSandboxLimits, limits_from_config, run_python
 
 TOOL_OUTPUT_CHARS = 2000
 
@@ -63,7 +63,7 @@ def tool_output(code: str, limits: Limits | None = None) -> str:
 
 
 @env("math", fields=("tool_output", "tool_code"))
-class MathEnv:
+class MathEnv(UsesSandboxLimits):
     """Math word problems with a Python tool. Fields: `env.tool_output` (stdout of the tool
     role's last program, or its error), `env.tool_code` (that program).
     Success: the reasoner's answer equals the task's `answer`."""
@@ -72,15 +72,6 @@ class MathEnv:
                  **_: Any) -> None:
         self.limits = limits_from_config(limits) if limits is not None else None
         self.answer_role = answer_role
-        self._use_limits()
-
-    def _use_limits(self) -> None:
-        """The run's limits also govern `pass_rate`, `run_answer`, ... called from expressions."""
-        if self.limits is not None:
-            set_default_limits(self.limits)
-
-    def __setstate__(self, state: dict) -> None:  # unpickled in a worker process (Ray env tasks)
-        self.__dict__.update(state)
         self._use_limits()
 
     def reset(self, task: Mapping[str, Any]) -> MathState:

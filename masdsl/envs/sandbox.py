@@ -403,3 +403,18 @@ __all__ = [
     "CACHE", "DEFAULT_LIMITS", "Limits", "SandboxResult", "TestReport", "TestResult", "isolation_summary",
     "limits_from_config", "normalize_output", "pool_size", "set_default_limits", "run_python", "run_python_many", "run_tests", "run_tests_many",
 ]
+
+
+class UsesSandboxLimits:
+    """For envs built with sandbox limits: the run's limits also govern `pass_rate`,
+    `run_answer`, ... called from expressions, in this process and in Ray workers."""
+
+    limits: Limits | None = None
+
+    def _use_limits(self) -> None:
+        if self.limits is not None:
+            set_default_limits(self.limits)
+
+    def __setstate__(self, state: dict) -> None:  # unpickled in a worker process (Ray env tasks)
+        self.__dict__.update(state)
+        self._use_limits()
