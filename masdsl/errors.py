@@ -2,7 +2,8 @@
 
 Subclasses: `masdsl.lang.errors.MasError` (a .mas file), `masdsl.config.ConfigError`,
 `DataError` (a data file or row), `ModelError` (a model that cannot be resolved or loaded),
-`CheckpointError`. Anything else reaching the CLI is a bug in masdsl (exit 3).
+`CheckpointError`, `StepFailed` (a rollout step whose env or engine kept failing). Anything
+else reaching the CLI is a bug in masdsl (exit 3).
 """
 
 from __future__ import annotations
@@ -25,3 +26,23 @@ class ModelError(UserError):
 
 class CheckpointError(UserError):
     """A checkpoint is missing, incomplete, or belongs to another workflow."""
+
+
+class StepFailed(UserError):
+    """A rollout step whose infrastructure still failed after its retries: an env call that
+    kept raising (or whose Ray worker kept dying), or an inference engine that died too often.
+
+    A malformed model output is never this (it scores 0 or the parser's penalty). `masdsl run`
+    stops on it after saving a checkpoint of the last completed step (`checkpoint`), from which
+    `--resume` continues; `masdsl eval` stops with its message.
+
+    >>> e = StepFailed("env step failed", role="tester", task_id="t3", turn=1, error="OSError: gone")
+    >>> str(e), e.role, e.checkpoint is None
+    ('env step failed', 'tester', True)
+    """
+
+    def __init__(self, message: str, *, role: str | None = None, task_id: str | None = None,
+                 turn: int | None = None, error: str = "", checkpoint: object = None):
+        super().__init__(message)
+        self.role, self.task_id, self.turn, self.error = role, task_id, turn, error
+        self.checkpoint = checkpoint  # the saved checkpoint folder (a Path), once train() saved one

@@ -8,6 +8,12 @@ The knobs are `masdsl.config.TrainConfig` (one comment per knob there). Everythi
 seeded from `train.seed`: sampling seeds are derived per (step, task, role, turn) by the
 executor, and the data order per epoch from (seed, epoch); so the same seed on the same CPU
 machine gives identical step records and final weights, and a resumed run continues exactly.
+
+A rollout whose env call (or inference engine) still fails after its retries stops the run
+(`StepFailed`): the trainer first saves a checkpoint of the last completed step, i.e. the
+state from before the failed rollout (weights, optimizer, RNG, data cursor), so that `--resume`
+redoes exactly that rollout. A failed evaluation saves the step it follows, marked so that
+`--resume` evaluates it first.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from masdsl.config import ConfigError, to_yaml
+from masdsl.errors import StepFailed
 from masdsl.learner import checkpoint as ckpt
 from masdsl.learner.advantages import compute_advantages
 from masdsl.learner.config import validate
@@ -84,11 +91,11 @@ def collect(workflow, env, tasks, engines, cfg, step: int, on_records=None, prog
     tc = cfg.train
     if tc.grouping != "trajectory":
         return rollout(workflow, env, tasks, engines, mode="train", samples=tc.samples, step=step,
-                       seed=tc.seed, cfg=cfg, on_records=on_records, progress=progress)
+                       seed=tc.seed, cfg=cfg, on_records=on_records, progress=progress, on_env_failure="fail")
     parts = []
     for k in range(tc.samples):
         part = rollout(workflow, env, tasks, engines, mode="train", samples=1, step=step,
-                       seed=tc.seed + 1_000_003 * k, cfg=cfg, progress=progress)
+                       seed=tc.seed + 1_000_003 * k, cfg=cfg, progress=progress, on_env_failure="fail")
         for r in part.records:
             r.episode += k * len(tasks)  # distinct episodes of the same task
         if on_records is not None:
@@ -108,7 +115,7 @@ def evaluate(workflow, env, tasks, engines, cfg, step: int, run_dir: Path, track
     from masdsl.runtime.executor import rollout
 
     roll = rollout(workflow, env, tasks, engines, mode="eval", samples=1, step=step, seed=cfg.train.seed, cfg=cfg,
-                   progress=progress)
+                   progress=progress, on_env_failure="fail")
     write_records(_eval_dir(run_dir) / f"step_{step:06d}.jsonl", roll.records)
     result = {"step": step, **eval_metrics(roll.records, roll.episodes)}
     tracker.log_metrics({k: v for k, v in result.items() if k != "step"}, step=step)
@@ -173,50 +180,69 @@ def train(workflow: Any, cfg: Any, *, run_dir: str | Path, resume: str | Path | 
     tracker = start_run(workflow, cfg, kind="run", run_dir=run_dir)
     saved: list[Path] = []
     status = "FAILED"
+    # what runs now, and what a StepFailed there saves: (label, RNG before it, step unfinished)
+    attempt: tuple[str, Any, bool] = ("evaluation before training", ckpt.rng_state(), False)
+    unfinished = bool(state.extra.pop(UNFINISHED, False))  # a failed run left this step's eval/checkpoint
     try:
         with show.live():
             if not state.evals:  # 3. evaluation before any update
                 state.evals.append(evaluate(workflow, env, eval_rows, engines, cfg, 0, run_dir, tracker,
                                             show.counter("evaluating (step 0)", len(eval_rows))))
-            while state.step < tc.steps:  # 4. the loop
-                step = state.step
-                idx, cursor = next_batch(len(train_rows), tc.batch, tc.seed, state.cursor)
-                tasks = [train_rows[i] for i in idx]
-                t0 = time.perf_counter()
-                n_episodes = len(tasks) * (tc.samples if tc.grouping == "trajectory" else 1)
-                roll = collect(workflow, env, tasks, engines, cfg, step,
-                               progress=show.counter(f"step {step + 1}/{tc.steps}: rollout", n_episodes))
-                t_roll = time.perf_counter() - t0
-                records = roll.records
-                write_records(run_dir / RECORDS, records)
-                # 4a. group and score: (task, role, turn) groups, advantages within each group
-                adv, gstats = compute_advantages(group_records(records, tc.grouping), len(records))
-                # 4b. update each policy on its own roles' samples, then sync its engine
-                show.status(f"step {step + 1}/{tc.steps}: update")
-                t0 = time.perf_counter()
-                updates: dict[str, UpdateStats] = {}
-                for p in iter_trainable(policies):
-                    updates[p.name] = update_policy(p, optimizers[p.name], records, adv, tc, references.get(p.name))
-                    sync(p, engines[p.name])
-                t_upd = time.perf_counter() - t0
-                metrics = step_metrics(records, roll.episodes, gstats, updates, tokens=roll.tokens_generated,
-                                       rollout_s=t_roll, update_s=t_upd, kl_on=tc.kl_coef > 0)
-                state.step, state.cursor = step + 1, cursor
-                state.history.append({"step": state.step, **metrics})
-                tracker.log_metrics(metrics, step=state.step)
-                show.step(state.step, metrics)
-                # 4c. evaluate every N steps (and at the end); checkpoint every M (and at the end)
-                last = state.step == tc.steps
-                if last or (tc.eval_every and state.step % tc.eval_every == 0):
+            while state.step < tc.steps or unfinished:  # 4. the loop
+                if not unfinished:
+                    step = state.step
+                    idx, cursor = next_batch(len(train_rows), tc.batch, tc.seed, state.cursor)
+                    tasks = [train_rows[i] for i in idx]
+                    attempt = (f"step {step + 1}/{tc.steps}", ckpt.rng_state(), False)
+                    t0 = time.perf_counter()
+                    n_episodes = len(tasks) * (tc.samples if tc.grouping == "trajectory" else 1)
+                    roll = collect(workflow, env, tasks, engines, cfg, step,
+                                   progress=show.counter(f"step {step + 1}/{tc.steps}: rollout", n_episodes))
+                    t_roll = time.perf_counter() - t0
+                    records = roll.records
+                    write_records(run_dir / RECORDS, records)
+                    # 4a. group and score: (task, role, turn) groups, advantages within each group
+                    adv, gstats = compute_advantages(group_records(records, tc.grouping), len(records))
+                    # 4b. update each policy on its own roles' samples
+                    show.status(f"step {step + 1}/{tc.steps}: update")
+                    t0 = time.perf_counter()
+                    updates: dict[str, UpdateStats] = {}
+                    for p in iter_trainable(policies):
+                        updates[p.name] = update_policy(p, optimizers[p.name], records, adv, tc, references.get(p.name))
+                    metrics = step_metrics(records, roll.episodes, gstats, updates, tokens=roll.tokens_generated,
+                                           rollout_s=t_roll, update_s=time.perf_counter() - t0, kl_on=tc.kl_coef > 0)
+                    state.step, state.cursor = step + 1, cursor
+                    state.history.append({"step": state.step, **metrics})
+                    # 4c. sync each policy's engine (from here on, a failure saves the updated step)
+                    attempt = (f"step {state.step}/{tc.steps} (weight sync)", ckpt.rng_state(), True)
+                    for p in iter_trainable(policies):
+                        sync(p, engines[p.name])
+                    metrics["time/update_s"] = state.history[-1]["time/update_s"] = time.perf_counter() - t0
+                    tracker.log_metrics(metrics, step=state.step)
+                    show.step(state.step, metrics)
+                unfinished = False
+                # 4d. evaluate every N steps (and at the end); checkpoint every M (and at the end)
+                if _due(state.step, tc.eval_every, tc.steps):
+                    attempt = (f"evaluation at step {state.step}/{tc.steps}", ckpt.rng_state(), True)
                     state.evals.append(evaluate(workflow, env, eval_rows, engines, cfg, state.step, run_dir, tracker,
                                                 show.counter(f"evaluating (step {state.step})", len(eval_rows))))
-                if last or (tc.checkpoint_every and state.step % tc.checkpoint_every == 0):
-                    saved.append(ckpt.save(run_dir, state, policies=policies, optimizers=optimizers, config_yaml=to_yaml(cfg)))
+                if _due(state.step, tc.checkpoint_every, tc.steps):
+                    saved.append(ckpt.save(run_dir, state, policies=policies, optimizers=optimizers,
+                                           config_yaml=to_yaml(cfg)))
                 if on_step is not None:
-                    on_step(state.step, metrics)
+                    on_step(state.step, _strip(state.history[-1]))
         if cfg.tracking.log_weights and saved:  # the final weights or adapters, when asked
             tracker.log_artifact(saved[-1] / "policies", "weights")
         status = "FINISHED"
+    except StepFailed as exc:  # 5. an env or engine failed for good: save, say how to continue
+        label, rng, step_unfinished = attempt
+        ckpt.set_rng_state(rng)
+        state.extra[UNFINISHED] = step_unfinished
+        path = ckpt.save(run_dir, state, policies=policies, optimizers=optimizers, config_yaml=to_yaml(cfg))
+        file = workflow.path if workflow.path is not None else f"{workflow.name}.mas"
+        raise StepFailed(f"{label} failed: {exc}. Saved checkpoint {path}; continue with: "
+                         f"masdsl run {file} --resume {run_dir}", role=exc.role, task_id=exc.task_id, turn=exc.turn,
+                         error=exc.error, checkpoint=path) from None
     except KeyboardInterrupt:
         status = "KILLED"
         raise
@@ -231,6 +257,19 @@ def train(workflow: Any, cfg: Any, *, run_dir: str | Path, resume: str | Path | 
     if console is not None:
         console.print(summary_table(result))
     return result
+
+
+UNFINISHED = "unfinished"  # TrainState.extra key: the step's evaluation/checkpoint/on_step did not run
+
+
+def _due(step: int, every: int, last: int) -> bool:
+    """Whether an every-N-steps event (eval, checkpoint) happens after `step`: every `every`
+    steps (0: never) and always after the last one.
+
+    >>> [s for s in range(1, 8) if _due(s, 3, 7)], [s for s in range(1, 4) if _due(s, 0, 3)]
+    ([3, 6, 7], [3])
+    """
+    return step == last or bool(every and step % every == 0)
 
 
 def _strip(ev: dict[str, Any]) -> dict[str, float]:

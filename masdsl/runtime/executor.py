@@ -17,6 +17,13 @@ One `rollout` runs a batch of episodes in lockstep ticks (DESIGN.md §4):
 Records of an episode are released (through `on_records`) when it ends, with the episode's
 success and final reward filled in. User expressions that raise (rewards, guards, success)
 count as 0/False and are tallied in `Rollout.errors` with their `.mas` position.
+
+An env call that still fails after `runtime.env_retries` retries (the env raised, or its Ray
+worker died or timed out) is infrastructure, not the model: with `on_env_failure="fail"` (what
+`masdsl run` and `masdsl eval` use) the rollout stops with `StepFailed`, naming the role, task,
+turn and last error; with `"score"` (the default) the step scores 0 and is tallied like an
+expression error. A malformed model output never fails a rollout: the parser's empty value is
+stored, the role's `ok` is False, and the env applies it as a no-op or penalised move.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping, Sequence
 
-from masdsl.errors import UserError
+from masdsl.errors import StepFailed, UserError
 from masdsl.lang.workflow import EvalContext, RoleSpec, Workflow
 from masdsl.runtime import prompts
 from masdsl.runtime.backends.base import Candidate, GenRequest
@@ -124,6 +131,7 @@ class _Run:
     env_s: float = 0.0
     truncated_prompts: int = 0
     errors: Counter = field(default_factory=Counter)
+    fail_on_env: bool = False  # an env call failing after its retries raises StepFailed
 
     def error(self, message: str) -> None:
         if message not in self.errors:
@@ -260,6 +268,11 @@ def _score(steps: Sequence[_RoleStep], run: _Run) -> None:
     results = run.pool.map(run_env_job, jobs)
     run.env_s += time.perf_counter() - t0
     for s, job, (ok, value) in zip(steps, jobs, results):
+        if not ok and run.fail_on_env:
+            raise StepFailed(
+                f"env step of `{s.role.name}` on task `{s.episode.task_id}` (turn {s.turn}) failed after "
+                f"{run.cfg.runtime.env_retries} retries: {value}",
+                role=s.role.name, task_id=s.episode.task_id, turn=s.turn, error=str(value))
         if not ok:
             run.error(f"env step of `{s.role.name}` failed after {run.cfg.runtime.env_retries} retries (scored 0): {value}")
         s.outcomes = value if ok else failed_outcomes(job)
@@ -306,6 +319,12 @@ def _advance(steps: Sequence[_RoleStep], run: _Run) -> None:
         for group, (ok, value) in zip(chained, run.pool.map(apply_chain_job, chains)):
             if ok:
                 group[0].episode.state = value
+            elif run.fail_on_env:
+                first = group[0]
+                raise StepFailed(
+                    f"applying the winners of `{first.node}` on task `{first.episode.task_id}` (turn {first.turn}) "
+                    f"failed after {run.cfg.runtime.env_retries} retries: {value}",
+                    role=first.role.name, task_id=first.episode.task_id, turn=first.turn, error=str(value))
             else:
                 run.error(f"applying the winners of `{group[0].node}` failed (state kept after `{group[0].role.name}`): {value}")
         run.env_s += time.perf_counter() - t0
@@ -361,15 +380,20 @@ def rollout(
     on_records: Callable[[list[StepRecord]], None] | None = None,
     progress: Callable[[int], None] | None = None,
     keep_records: bool = True,
+    on_env_failure: Literal["score", "fail"] = "score",
 ) -> Rollout:
     """Run one episode per task; `samples` candidates per role step in training, one in eval.
 
     `on_records` receives each finished episode's records (a list per tick); `progress`
     receives the number of episodes that finished in a tick. `keep_records=False` leaves
     `Rollout.records` empty (memory stays flat when `on_records` streams them to disk).
+    `on_env_failure`: what an env call that still fails after `runtime.env_retries` retries
+    does: `"score"` scores the step 0 (tallied in `Rollout.errors`), `"fail"` raises `StepFailed`.
     """
     if mode not in ("train", "eval"):
         raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
+    if on_env_failure not in ("score", "fail"):
+        raise ValueError(f"on_env_failure must be 'score' or 'fail', got {on_env_failure!r}")
     missing = sorted({r.policy for r in workflow.roles.values()} - set(engines))
     if missing:
         raise UserError(f"no inference engine for polic{'ies' if len(missing) > 1 else 'y'} {', '.join(f'`{m}`' for m in missing)}")
@@ -378,7 +402,7 @@ def rollout(
     t0 = time.perf_counter()
     k = max(1, int(samples)) if mode == "train" else 1
     pool = make_pool(env, cfg, k)
-    run = _Run(workflow, env, engines, cfg, mode, k, step, seed, pool)
+    run = _Run(workflow, env, engines, cfg, mode, k, step, seed, pool, fail_on_env=on_env_failure == "fail")
     results: list[EpisodeResult | None] = [None] * len(tasks)
     records: list[StepRecord] = []
     try:
