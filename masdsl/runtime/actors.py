@@ -1,8 +1,8 @@
 """Where environment steps and engines run: in-process, in threads, or in Ray. Thin wrappers.
 
 A pool maps `fn(env, item)` over items and returns `(True, result)` or `(False, reason)` per
-item, retrying a failed item `cfg.runtime.env_retries` times; the executor scores a final
-failure as reward 0. `RemoteEngine` holds an engine inside a Ray actor and forwards calls.
+item, retrying a failed item `cfg.runtime.env_retries` times; the executor then stops the
+rollout (`StepFailed`) or scores the step 0 (see `executor.rollout`'s `on_env_failure`). `RemoteEngine` holds an engine inside a Ray actor and forwards calls.
 
 Ray rules learnt on these machines: fractional CPUs for every task and actor (whole CPUs let
 two actors take both cores, and later tasks hang with no error), and a timeout on every
@@ -161,6 +161,15 @@ def make_pool(env: Any, cfg: Any, k: int = 1) -> LocalPool | RayPool:
     return LocalPool(env, workers=int(cfg.runtime.env_workers), retries=retries)
 
 
+def engine_from_folder(kind: str, model_path: str, kwargs: dict[str, Any]) -> Any:
+    """Build engine `kind` ("hf" or "vllm") of the model folder `model_path`: the factory that
+    `masdsl run` gives a `RemoteEngine`, so the engine loads where the actor runs (and loads again
+    there after a restart; the driver then sends the latest weights)."""
+    from masdsl.runtime.backends import build_engine
+
+    return build_engine(kind, model_path, **kwargs)
+
+
 class _EngineHost:
     """The actor body: builds the engine where it runs and forwards calls to it."""
 
@@ -224,11 +233,12 @@ class RemoteEngine:
 
     def _recover(self, exc: BaseException) -> None:
         """Wait for Ray to restart the actor, then give it the latest weights again."""
-        from masdsl.errors import UserError
+        from masdsl.errors import StepFailed
 
         self.restarts += 1
         if self.restarts > self.max_restarts:
-            raise UserError(f"the inference engine died {self.restarts} times; last error: {_reason(exc)}") from None
+            raise StepFailed(f"the inference engine died {self.restarts} times; last error: {_reason(exc)}",
+                             error=_reason(exc)) from None
         import logging
 
         logging.getLogger(__name__).warning("inference engine actor died (%s); restarting it", _reason(exc))
@@ -239,7 +249,8 @@ class RemoteEngine:
                 break
             except self._ray.exceptions.RayActorError as again:
                 if time.monotonic() > deadline:
-                    raise UserError(f"the inference engine did not come back after dying: {_reason(again)}") from None
+                    raise StepFailed(f"the inference engine did not come back after dying: {_reason(again)}",
+                                     error=_reason(again)) from None
                 time.sleep(0.5)
         if self._weights is not None:
             self._ray.get(self.actor.update_weights.remote(self._weights), timeout=self.call_timeout_s)
