@@ -7,6 +7,11 @@ Loads and checks the workflow, resolves the configuration (defaults < `train { }
 (the configuration saved with the checkpoint, plus any overrides given now, e.g. more
 `train.steps`). Ends with a table: eval success before vs after, where the run, its
 checkpoints and its MLflow record are.
+
+A step that cannot be completed (an env call still failing after `runtime.env_retries`
+retries, an engine actor that keeps dying) ends the command with exit status 2 and one line
+naming the step, the role, task and error, the checkpoint saved from before that step, and
+the `masdsl run FILE --resume RUN_DIR` that continues it (`masdsl.errors.StepFailed`).
 """
 
 from __future__ import annotations

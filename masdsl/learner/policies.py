@@ -211,10 +211,10 @@ def build_engines(policies: Mapping[str, Policy], cfg: Any) -> dict[str, Any]:
     policies on one base share one engine, each syncing its adapter as a new LoRA request.
 
     `runtime.ray`: each full (non-LoRA) policy's engine lives in its own Ray actor
-    (`actors.RemoteEngine`), built there from the policy's model folder (hf, or vllm where the
-    driver would use vllm), and receives new weights through `update_weights`; a dead actor
-    is restarted and given the latest weights again. The learner's model stays in the driver.
-    LoRA policies keep their engines in the driver.
+    (`actors.RemoteEngine`), built there from the policy's model folder with the `runtime.engine`
+    kind, and receives new weights through `update_weights`; a dead actor is restarted and
+    given the latest weights again. The learner's model stays in the driver. LoRA policies
+    keep their engines in the driver.
     """
     from masdsl.runtime.backends import build_engine, engine_kwargs
 
@@ -227,13 +227,16 @@ def build_engines(policies: Mapping[str, Policy], cfg: Any) -> dict[str, Any]:
         if name in remote:
             from functools import partial
 
+            import torch
+
             from masdsl.runtime import actors
 
             actors.init_ray(cfg)
-            in_actor = "hf" if kind == "hf" or _stale_tied_head(p) else "vllm"
-            gpus = 1.0 / len(remote) if str(cfg.runtime.device).startswith("cuda") else 0.0
-            engines[name] = actors.RemoteEngine(partial(actors.engine_from_folder, in_actor, p.model_path, kw),
-                                                num_gpus=gpus)
+            on_gpu = str(cfg.runtime.device).startswith("cuda")
+            threads = None if on_gpu else torch.get_num_threads()  # sample as the driver would
+            engines[name] = actors.RemoteEngine(
+                partial(actors.engine_from_folder, kind, p.model_path, kw, threads),
+                num_gpus=1.0 / len(remote) if on_gpu else 0.0)
         elif kind == "hf":
             engines[name] = build_engine("hf", (p.model, p.tokenizer), seed=kw["seed"], adapter=p.adapter)
         elif p.adapter is None and _stale_tied_head(p):

@@ -2,7 +2,8 @@
 
 A pool maps `fn(env, item)` over items and returns `(True, result)` or `(False, reason)` per
 item, retrying a failed item `cfg.runtime.env_retries` times; the executor then stops the
-rollout (`StepFailed`) or scores the step 0 (see `executor.rollout`'s `on_env_failure`). `RemoteEngine` holds an engine inside a Ray actor and forwards calls.
+rollout (`StepFailed`) or scores the step 0 (see `executor.rollout`'s `on_env_failure`).
+`RemoteEngine` holds an engine inside a Ray actor and forwards calls.
 
 Ray rules learnt on these machines: fractional CPUs for every task and actor (whole CPUs let
 two actors take both cores, and later tasks hang with no error), and a timeout on every
@@ -161,10 +162,19 @@ def make_pool(env: Any, cfg: Any, k: int = 1) -> LocalPool | RayPool:
     return LocalPool(env, workers=int(cfg.runtime.env_workers), retries=retries)
 
 
-def engine_from_folder(kind: str, model_path: str, kwargs: dict[str, Any]) -> Any:
+def engine_from_folder(kind: str, model_path: str, kwargs: dict[str, Any], threads: int | None = None) -> Any:
     """Build engine `kind` ("hf" or "vllm") of the model folder `model_path`: the factory that
     `masdsl run` gives a `RemoteEngine`, so the engine loads where the actor runs (and loads again
-    there after a restart; the driver then sends the latest weights)."""
+    there after a restart; the driver then sends the latest weights).
+
+    `threads`: torch's intra-op threads in the actor. Ray starts an actor that asks for under
+    one CPU with OMP_NUM_THREADS=1; a CPU engine then generates on one core, and its float
+    sums (log-probs) differ in the last bits from the same engine in a driver using all cores.
+    """
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
     from masdsl.runtime.backends import build_engine
 
     return build_engine(kind, model_path, **kwargs)

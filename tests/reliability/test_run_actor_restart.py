@@ -56,11 +56,11 @@ def test_engine_actor_killed_mid_rollout_run_equals_uninterrupted_run(local_ray,
     # and this test SIGKILLs the actor process during the sleep
     armed, log = tmp_path / "armed", tmp_path / "victim.json"
 
-    def slow_first_armed_call(kind, model_path, kwargs, armed=str(armed), log=str(log)):
-        # runs inside the actor (pickled by value): wraps the real engine
-        from masdsl.runtime.backends import build_engine
+    def slow_first_armed_call(kind, model_path, kwargs, threads=None, armed=str(armed), log=str(log)):
+        # runs inside the actor (pickled by value; there `actors` is not patched): wraps the real engine
+        from masdsl.runtime.actors import engine_from_folder
 
-        inner = build_engine(kind, model_path, **kwargs)
+        inner = engine_from_folder(kind, model_path, kwargs, threads)
 
         class Engine:
             tokenizer = inner.tokenizer
