@@ -98,6 +98,7 @@ def wf_dir(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("step_failure")
     (d / "faultenv.py").write_text(ENV_FILE)
     (d / "wf.mas").write_text(WORKFLOW.format(faults=d / "faults.txt"))
+    (d / "wf_never_fails.mas").write_text(WORKFLOW.format(faults=d / "no-faults.txt"))  # never written
     return d
 
 
@@ -166,11 +167,11 @@ def _env(wf, cfg):
     return make_env(wf, cfg)
 
 
-def _cli(wf_dir: Path, cwd: Path, *args: str, command: str = "run") -> subprocess.Popen:
+def _cli(wf_dir: Path, cwd: Path, *args: str, command: str = "run", file: str = "wf.mas") -> subprocess.Popen:
     cwd.mkdir(exist_ok=True)
     log = (cwd / "log.txt").open("w")
     env = {**os.environ, "MASDSL_NO_VLLM": "1", "RAY_AUTH_MODE": "disabled", "PYTHONHASHSEED": "0"}
-    return subprocess.Popen([sys.executable, "-m", "masdsl.cli", command, str(wf_dir / "wf.mas"), *args],
+    return subprocess.Popen([sys.executable, "-m", "masdsl.cli", command, str(wf_dir / file), *args],
                             cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=log)
 
 
@@ -224,17 +225,18 @@ def test_failed_step_stops_the_run_and_resume_equals_an_uninterrupted_run(wf_dir
              "runtime.env_retries=1"]
     cursor = 2 * 2  # two batches of 2 before step 3
     step3 = [f"train{i}" for i in next_batch(8, 2, seed=7, cursor=cursor)[0]]
+    # the run that never fails (the same workflow, its env reading a fault file that never exists)
+    # runs beside the others. It saves a checkpoint after every step, as the runs test_resume
+    # compares do: measured here, a run that saved no checkpoint before step 3 differs from one
+    # that did (or that resumed from one) in the last bit of step-3 log-probs (5e-7) and weights
+    # (3e-8), so the save itself perturbs later float results
+    reference = _cli(wf_dir, tmp_path / "reference", *model, "train.checkpoint_every=1", file="wf_never_fails.mas")
     _faults(wf_dir, step3)
     try:
         failing = _cli(wf_dir, tmp_path / "failing", *model)
         code, log = _finish(failing, tmp_path / "failing")
     finally:
         _faults(wf_dir, None)
-    # the run that never failed (beside the resume). It saves a checkpoint after every step, as the
-    # runs test_resume compares do: measured here, a run that saved no checkpoint before step 3
-    # differs from one that did (or that resumed from one) in the last bit of step-3 log-probs
-    # (5e-7) and weights (3e-8), so the save itself perturbs later float results
-    reference = _cli(wf_dir, tmp_path / "reference", *model, "train.checkpoint_every=1")
     run_dir = _run_dir(tmp_path / "failing")
     assert code == 2, log[-3000:]
     assert "Traceback" not in log
