@@ -137,11 +137,11 @@ def shared_prefix_logprobs(model: Any, prompts: Sequence[Sequence[int]], group_o
         resp[i, : len(r)] = torch.tensor(r, dtype=torch.long)
         rmask[i, : len(r)] = 1.0
     resp, rmask = resp.to(device), rmask.to(device)
-    first = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)[idx]  # [R, V]
+    first = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1).index_select(0, idx)  # [R, V]
     parts = [first.gather(-1, resp[:, :1])]
     if t > 1:
         cache = out.past_key_values
-        cache.batch_select_indices(idx)
+        select_cache_rows(cache, idx)
         att = torch.cat([att_p.to(device)[idx], rmask[:, :-1].long()], dim=1)
         pos = att_p.sum(-1).to(device)[idx].unsqueeze(1) + torch.arange(t - 1, device=device).unsqueeze(0)
         out2 = model(input_ids=resp[:, :-1], attention_mask=att, position_ids=pos, past_key_values=cache,
@@ -150,6 +150,35 @@ def shared_prefix_logprobs(model: Any, prompts: Sequence[Sequence[int]], group_o
         picked = logits.gather(-1, resp[:, 1:].unsqueeze(-1)).squeeze(-1)
         parts.append(picked - torch.logsumexp(logits, dim=-1))
     return torch.cat(parts, dim=1), rmask
+
+
+def select_cache_rows(cache: Any, idx: Any) -> None:
+    """Keep the KV cache rows `idx` (repeated rows allowed), with a run-to-run exact backward.
+
+    transformers' `cache.batch_select_indices(idx)` gathers with `keys[idx]`, whose backward
+    (`index_put_` with accumulate) adds the rows of a repeated index with parallel atomic float
+    adds on CPU when torch runs more than one thread: the order of those additions, and so the
+    last bits of the prompt's gradient, change from run to run. `index_select`'s backward
+    (`index_add_`) adds them in index order. Cache layers of other kinds keep transformers' own
+    selection.
+
+    >>> import torch
+    >>> from transformers import DynamicCache
+    >>> cache = DynamicCache()
+    >>> _ = cache.update(torch.arange(4.0).view(2, 1, 2, 1), torch.zeros(2, 1, 2, 1), 0)
+    >>> select_cache_rows(cache, torch.tensor([1, 1, 0]))
+    >>> cache.layers[0].keys.flatten().tolist()
+    [2.0, 3.0, 2.0, 3.0, 0.0, 1.0]
+    """
+    from transformers.cache_utils import DynamicLayer
+
+    for layer in getattr(cache, "layers", None) or [cache]:
+        plain = type(layer).batch_select_indices is DynamicLayer.batch_select_indices  # keys, values only
+        if not (isinstance(layer, DynamicLayer) and plain):
+            layer.batch_select_indices(idx)
+        elif layer.keys is not None and layer.keys.numel() > 0:
+            layer.keys = layer.keys.index_select(0, idx)
+            layer.values = layer.values.index_select(0, idx)
 
 
 @dataclass
