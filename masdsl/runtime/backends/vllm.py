@@ -215,8 +215,10 @@ def _unquantized_embedding(module: Any) -> bool:
 
 
 class _HandledHeadFilter:
-    """Drops vLLM's "<Head>: Failed to load weights" warning for heads `refresh_tied_heads`
-    re-processes (a tied head gets no weight of its own; the warning would mislead)."""
+    """Drops vLLM's "<Module>: Failed to load weights" warning where it is expected: heads
+    `refresh_tied_heads` re-processes (a tied head gets no weight of its own), and modules with
+    buffers but no parameters (rotary embeddings' cos/sin cache, derived from the config and
+    never trained; vLLM keeps the old copy). Printed on every update, it would mislead."""
 
     def __init__(self, names: set[str]) -> None:
         self.names = names
@@ -226,9 +228,12 @@ class _HandledHeadFilter:
         return not (failed and record.args and record.args[0] in self.names)
 
 
-def mute_handled_head_warnings(pairs: list[tuple[Any, Any]]) -> None:
-    """Once per process: hide the reload's "Failed to load weights" for heads we refresh."""
+def mute_handled_head_warnings(pairs: list[tuple[Any, Any]], model: Any = None) -> None:
+    """Once per process: hide the reload's expected "Failed to load weights" (see the filter)."""
     names = {type(h).__name__ for h, _ in pairs if _unquantized_embedding(h)}
+    for module in model.modules() if model is not None else ():
+        if next(module.parameters(recurse=False), None) is None and next(module.buffers(recurse=False), None) is not None:
+            names.add(type(module).__name__)
     logger = logging.getLogger(_RELOAD_LOGGER)
     if names and not any(isinstance(f, _HandledHeadFilter) for f in logger.filters):
         logger.addFilter(_HandledHeadFilter(names))
@@ -260,7 +265,7 @@ class WeightSyncExtension:
         staged, self._masdsl_staged = self.__dict__.get("_masdsl_staged", []), []
         model = self.model_runner.model
         tied = tied_weight_pairs(model)  # before the reload, which unties them while it runs
-        mute_handled_head_warnings(tied)
+        mute_handled_head_warnings(tied, model)
         if hasattr(self, "reload_weights"):
             self.reload_weights(weights_iterator=iter(staged), is_checkpoint_format=True)
         else:  # older vLLM
