@@ -138,3 +138,33 @@ def test_on_policy_shared_object(tiny_model_dir, prompts):
     engine.update_weights(dict(model.named_parameters()))  # no copy needed, still correct
     out = engine.generate([GenRequest(prompt_ids=prompts[1], n=3, max_tokens=4)])[0]
     assert all(c.token_ids == [301] * 4 for c in out)
+
+
+
+def test_candidates_of_one_prompt_share_one_prefill(hf_engine, prompts, monkeypatch):
+    """K candidates of a request reuse one prompt prefill, and sample what a prefill per row
+    samples (same seeds): same tokens, log-probs equal up to float rounding."""
+    import torch
+
+    import masdsl.runtime.backends.hf as hf
+
+    rows = [tuple(prompts[0])] * 3 + [tuple(prompts[1])]
+    width = max(len(r) for r in rows)
+    ids = torch.zeros((len(rows), width), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r):], mask[i, width - len(r):] = torch.tensor(r), 1
+    cache = hf._shared_prompt_cache(hf_engine.model, ids, mask, rows)
+    assert cache is not None and cache.get_seq_length() == width - 1
+    assert cache.layers[0].keys.shape[0] == len(rows)
+    assert hf._shared_prompt_cache(hf_engine.model, ids[2:], mask[2:], rows[2:]) is None  # nothing repeats
+
+    reqs = [GenRequest(prompt_ids=prompts[0], n=3, max_tokens=12, seed=11),
+            GenRequest(prompt_ids=prompts[1], n=2, max_tokens=12, seed=12)]
+    shared = hf_engine.generate(reqs)
+    monkeypatch.setattr(hf, "_shared_prompt_cache", lambda *a: None)
+    per_row = hf_engine.generate(reqs)
+    for a_cands, b_cands in zip(shared, per_row):
+        for a, b in zip(a_cands, b_cands):
+            assert a.token_ids == b.token_ids
+            assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-5
