@@ -44,15 +44,19 @@ id per version, so vLLM cannot serve a stale cached adapter).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
 import os
 import random
 import shutil
+import subprocess
+import sys
 import tempfile
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from masdsl.runtime.backends.base import Candidate, GenRequest
 
@@ -329,7 +333,9 @@ class VLLMEngine:
             kwargs["max_loras"] = int(lora.get("max_loras", 1))
         kwargs.update(llm_kwargs)
         self._checkpoint_names = set(checkpoint_names(self.model_path))
+        before = set(descendant_pids())
         self.llm = LLM(**kwargs)
+        self._reaper = reap_when_parent_dies(sorted(set(descendant_pids()) - before))
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.tokenizer.padding_side = "left"
 
@@ -362,7 +368,8 @@ class VLLMEngine:
                     skip_special_tokens=True,
                 )
             )
-        outs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=lora_request)
+        with _raise_if_engine_dies(self.llm):
+            outs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=lora_request)
         return [[_candidate(o) for o in sorted(ro.outputs, key=lambda o: o.index)] for ro in outs]
 
     def update_weights(self, state_dict: dict[str, Any]) -> None:
@@ -426,8 +433,107 @@ class VLLMEngine:
             if core is not None and hasattr(core, "shutdown"):
                 core.shutdown()
             del llm
+        reaper, self._reaper = getattr(self, "_reaper", None), None
+        if reaper is not None:
+            reaper.kill()
+            reaper.wait()
         if self._lora_dir is not None:
             shutil.rmtree(self._lora_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _raise_if_engine_dies(llm: Any) -> Iterator[None]:
+    """Turn a vLLM engine process that dies during the block into `StepFailed`, not a hang.
+
+    vLLM 0.32's synchronous client notices a dead engine core (its monitor thread sets
+    `engine_dead`) but never wakes the caller blocked on its output queue, so `generate` would
+    wait forever (seen after the engine's processes were killed). While the block runs, a
+    watcher thread checks that flag and, once set, puts vLLM's own `EngineDeadError` on the
+    queue, which `generate` then raises.
+    """
+    from masdsl.errors import StepFailed
+
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    flagged = getattr(getattr(core, "resources", None), "engine_dead", None)
+    if core is None or flagged is None or not hasattr(core, "outputs_queue"):
+        yield  # another vLLM layout: nothing to watch
+        return
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.5):
+            if core.resources.engine_dead:
+                from vllm.v1.engine.exceptions import EngineDeadError
+
+                core.outputs_queue.put_nowait(EngineDeadError())
+                return
+
+    watcher = threading.Thread(target=watch, name="masdsl-vllm-liveness", daemon=True)
+    watcher.start()
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - only a dead engine becomes StepFailed
+        if not core.resources.engine_dead:
+            raise
+        raise StepFailed(f"the vLLM engine process died during generate ({type(exc).__name__}); "
+                         "it may have run out of memory", error=repr(exc)) from None
+    finally:
+        done.set()
+        watcher.join()
+
+
+def descendant_pids(pid: int | None = None) -> list[int]:
+    """Pids of every live descendant of `pid` (default: this process), from /proc.
+
+    >>> os.getpid() in descendant_pids(1) or os.getpid() == 1
+    True
+    """
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue  # exited while we read
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [os.getpid() if pid is None else pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+_REAPER = """
+import os, signal, sys, time
+parent, pids = int(sys.argv[1]), [int(p) for p in sys.argv[2:]]
+while os.getppid() == parent:
+    time.sleep(1)
+for pid in pids:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if not f.read().startswith(b"VLLM"):
+                continue  # exited and its pid reused: not ours to kill
+        os.kill(pid, signal.SIGKILL)
+    except (OSError, ProcessLookupError):
+        pass
+"""
+
+
+def reap_when_parent_dies(pids: list[int]) -> subprocess.Popen | None:
+    """A watchdog that SIGKILLs vLLM's engine processes `pids` once this process is gone.
+
+    vLLM's engine core and workers are separate processes; when the process that started them
+    is killed (SIGKILL, the OOM killer), they are left running, holding the model and a share
+    of the CPUs, and a `--resume`d run would start a second set beside them. The watchdog
+    notices its parent is gone (it is re-parented) and kills them; `close()` stops it first.
+    """
+    if not pids or not os.path.isdir("/proc"):
+        return None
+    return subprocess.Popen([sys.executable, "-c", _REAPER, str(os.getpid()), *map(str, pids)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
 
 
 class VLLMAdapterEngine:
