@@ -121,7 +121,7 @@ def main(args: argparse.Namespace) -> int:
             job = bar.add_task("eval", total=len(tasks))
             ro = rollout(workflow, env, tasks, engines, mode="eval", samples=1, step=-1, seed=cfg.train.seed,
                          cfg=cfg, on_records=run_dir.write_records, progress=lambda k: bar.advance(job, k),
-                         keep_records=False, on_env_failure="fail")
+                         keep_records=False)
     except BaseException as exc:
         if tracker is not None:  # never leave the MLflow run marked RUNNING
             tracker.finish("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")

@@ -91,11 +91,11 @@ def collect(workflow, env, tasks, engines, cfg, step: int, on_records=None, prog
     tc = cfg.train
     if tc.grouping != "trajectory":
         return rollout(workflow, env, tasks, engines, mode="train", samples=tc.samples, step=step,
-                       seed=tc.seed, cfg=cfg, on_records=on_records, progress=progress, on_env_failure="fail")
+                       seed=tc.seed, cfg=cfg, on_records=on_records, progress=progress)
     parts = []
     for k in range(tc.samples):
         part = rollout(workflow, env, tasks, engines, mode="train", samples=1, step=step,
-                       seed=tc.seed + 1_000_003 * k, cfg=cfg, progress=progress, on_env_failure="fail")
+                       seed=tc.seed + 1_000_003 * k, cfg=cfg, progress=progress)
         for r in part.records:
             r.episode += k * len(tasks)  # distinct episodes of the same task
         if on_records is not None:
@@ -115,7 +115,7 @@ def evaluate(workflow, env, tasks, engines, cfg, step: int, run_dir: Path, track
     from masdsl.runtime.executor import rollout
 
     roll = rollout(workflow, env, tasks, engines, mode="eval", samples=1, step=step, seed=cfg.train.seed, cfg=cfg,
-                   progress=progress, on_env_failure="fail")
+                   progress=progress)
     write_records(_eval_dir(run_dir) / f"step_{step:06d}.jsonl", roll.records)
     result = {"step": step, **eval_metrics(roll.records, roll.episodes)}
     tracker.log_metrics({k: v for k, v in result.items() if k != "step"}, step=step)

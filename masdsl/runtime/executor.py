@@ -19,10 +19,10 @@ success and final reward filled in. User expressions that raise (rewards, guards
 count as 0/False and are tallied in `Rollout.errors` with their `.mas` position.
 
 An env call that still fails after `runtime.env_retries` retries (the env raised, or its Ray
-worker died or timed out) is infrastructure, not the model: with `on_env_failure="fail"` (what
-`masdsl run` and `masdsl eval` use) the rollout stops with `StepFailed`, naming the role, task,
-turn and last error; with `"score"` (the default) the step scores 0 and is tallied like an
-expression error. A malformed model output never fails a rollout: the parser's empty value is
+worker died or timed out) is infrastructure, not the model: by default (`on_env_failure="fail"`,
+what `masdsl run` and `masdsl eval` get) the rollout stops with `StepFailed`, naming the role,
+task, turn and last error; with `"score"` the step scores 0 and is tallied like an expression
+error. A malformed model output never fails a rollout: the parser's empty value is
 stored, the role's `ok` is False, and the env applies it as a no-op or penalised move.
 """
 
@@ -380,7 +380,7 @@ def rollout(
     on_records: Callable[[list[StepRecord]], None] | None = None,
     progress: Callable[[int], None] | None = None,
     keep_records: bool = True,
-    on_env_failure: Literal["score", "fail"] = "score",
+    on_env_failure: Literal["score", "fail"] = "fail",
 ) -> Rollout:
     """Run one episode per task; `samples` candidates per role step in training, one in eval.
 
@@ -388,7 +388,7 @@ def rollout(
     receives the number of episodes that finished in a tick. `keep_records=False` leaves
     `Rollout.records` empty (memory stays flat when `on_records` streams them to disk).
     `on_env_failure`: what an env call that still fails after `runtime.env_retries` retries
-    does: `"score"` scores the step 0 (tallied in `Rollout.errors`), `"fail"` raises `StepFailed`.
+    does: `"fail"` raises `StepFailed`, `"score"` scores the step 0 (tallied in `Rollout.errors`).
     """
     if mode not in ("train", "eval"):
         raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")

@@ -20,6 +20,7 @@ slots, one worker offers only env slots.
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from contextlib import contextmanager
@@ -181,6 +182,49 @@ def slow_hf_engine(model_dir: str, delay_s: float, log_path: str, seed: int = 0)
     from masdsl.runtime.backends import build_engine
 
     return SlowEngine(build_engine("hf", str(model_dir), seed=seed), delay_s, log_path)
+
+
+def kill_first_logged(log_path: str | os.PathLike, delay_s: float, timeout_s: float = 120.0) -> tuple[Any, dict]:
+    """SIGKILL the process that logs the first row to the JSONL file `log_path` (as `WhereEnv`
+    and `SlowEngine` do, with its "pid"), `delay_s` after the row appears, so that it dies in
+    the middle of its work. Runs in a started daemon thread: returns (thread, killed), where
+    `killed` receives the row of the process killed (stays empty if none logged in time).
+
+    >>> import pathlib, subprocess, sys, tempfile
+    >>> victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    >>> log = pathlib.Path(tempfile.mkdtemp()) / "where.jsonl"
+    >>> thread, killed = kill_first_logged(log, delay_s=0.1, timeout_s=30)
+    >>> _ = log.write_text(json.dumps({"pid": victim.pid}) + "\\n")
+    >>> thread.join(30); victim.wait(30), killed == {"pid": victim.pid}
+    (-9, True)
+    """
+    import signal
+    import threading
+    import time
+    from pathlib import Path
+
+    killed: dict = {}
+
+    def first_row() -> dict | None:
+        try:
+            return json.loads(Path(log_path).read_text().splitlines()[0])
+        except (OSError, IndexError, ValueError):  # not written yet, or half a line
+            return None
+
+    def kill() -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            row = first_row()
+            if row is not None:
+                time.sleep(delay_s)
+                os.kill(row["pid"], signal.SIGKILL)
+                killed.update(row)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=kill, name="kill-first-logged", daemon=True)
+    thread.start()
+    return thread, killed
 
 
 def placement_summary(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from pathlib import Path
 
 import pytest
+
+from masdsl.testing.cluster import kill_first_logged
 
 DATA = Path(__file__).parent / "data"
 TIMING = ("gen_s", "env_s")  # wall-clock fields of a record: the only ones allowed to differ
@@ -82,21 +83,7 @@ def test_engine_actor_killed_mid_rollout_run_equals_uninterrupted_run(local_ray,
         return Engine()
 
     monkeypatch.setattr(actors, "engine_from_folder", slow_first_armed_call)
-    killed: dict = {}
-
-    def killer():
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            if log.exists():
-                victim = json.loads(log.read_text())
-                time.sleep(0.5)  # inside the sleep, before it generates
-                os.kill(victim["pid"], 9)
-                killed.update(victim)
-                return
-            time.sleep(0.05)
-
-    thread = threading.Thread(target=killer, daemon=True)
-    thread.start()
+    thread, killed = kill_first_logged(log, delay_s=0.5, timeout_s=300)  # inside the sleep, before it generates
     run = train(wf, cfg, run_dir=tmp_path / "run", on_step=lambda step, m: step == 1 and armed.touch())
     thread.join(timeout=5)
     (engine,) = {id(e): e for e in built[1].values()}.values()

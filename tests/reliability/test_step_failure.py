@@ -136,8 +136,7 @@ def test_malformed_output_scores_its_penalty_and_an_env_failure_raises(wf_dir, t
                                     "outputs": ["no number at all", "{{}} ]]", "7"]}) + "\n")
     engines = {"shared": ReplayEngine(replay)}
     _faults(wf_dir, None)
-    ro = rollout(wf, _env(wf, cfg), tasks, engines, mode="train", samples=3, step=0, seed=0, cfg=cfg,
-                 on_env_failure="fail")
+    ro = rollout(wf, _env(wf, cfg), tasks, engines, mode="train", samples=3, step=0, seed=0, cfg=cfg)
     bad = [r for r in ro.records if r.candidate in (0, 1)]
     assert len(ro.episodes) == 2 and bad and not any(r.parse_ok for r in bad)
     assert {r.fields["n"] for r in bad} == {-1}
@@ -146,11 +145,11 @@ def test_malformed_output_scores_its_penalty_and_an_env_failure_raises(wf_dir, t
 
     _faults(wf_dir, ["train1"])
     try:
-        with pytest.raises(StepFailed) as info:
-            rollout(wf, _env(wf, cfg), tasks, engines, mode="train", samples=3, step=0, seed=0, cfg=cfg,
-                    on_env_failure="fail")
-        # the default keeps scoring a failed step 0 (what direct callers of rollout rely on)
-        ro = rollout(wf, _env(wf, cfg), tasks, engines, mode="train", samples=3, step=0, seed=0, cfg=cfg)
+        with pytest.raises(StepFailed) as info:  # the default: a step that cannot be completed stops
+            rollout(wf, _env(wf, cfg), tasks, engines, mode="train", samples=3, step=0, seed=0, cfg=cfg)
+        # asked for, a failed step scores 0 instead
+        ro = rollout(wf, _env(wf, cfg), tasks, engines, mode="train", samples=3, step=0, seed=0, cfg=cfg,
+                     on_env_failure="score")
     finally:
         _faults(wf_dir, None)
     e = info.value

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-import time
 from pathlib import Path
 
 import pytest
+
+from masdsl.testing.cluster import kill_first_logged
 
 DATA = Path(__file__).parent / "data"
 WORKFLOW = DATA / "coder.mas"
@@ -89,22 +89,7 @@ def test_env_worker_killed_mid_rollout_is_retried(two_node_cluster, tmp_path):
             outs = [f"```python\nimport time\ntime.sleep(1.0)\n# candidate {k}\n{body}```" for k in range(2)]
             f.write(json.dumps({"task_id": t["id"], "role": "coder", "turn": 0, "outputs": outs}) + "\n")
     log = tmp_path / "where.jsonl"
-    killed: dict = {}
-
-    def killer():
-        deadline = time.time() + 120
-        while time.time() < deadline and not killed:
-            rows = _log(log)
-            if rows:
-                victim = rows[0]
-                time.sleep(0.5)  # it is now inside the sandbox run of the reward
-                os.kill(victim["pid"], 9)
-                killed.update(victim)
-                return
-            time.sleep(0.05)
-
-    thread = threading.Thread(target=killer, daemon=True)
-    thread.start()
+    thread, killed = kill_first_logged(log, delay_s=0.5)  # 0.5 s: inside the sandbox run of the reward
     ro = rollout(wf, WhereEnv(env, str(log)), tasks, {"shared": ReplayEngine(replay)}, mode="train",
                  samples=2, step=0, seed=0, cfg=cfg)
     thread.join(timeout=5)
@@ -180,21 +165,7 @@ def test_inference_actor_killed_mid_generate_is_restarted_with_latest_weights(tw
     engine = RemoteEngine(partial(slow_hf_engine, str(tiny_model_dir), 1.5, str(log)))
     try:
         engine.update_weights(new_weights)
-        killed: dict = {}
-
-        def killer():
-            deadline = time.time() + 120
-            while time.time() < deadline:
-                rows = _log(log)
-                if rows:
-                    time.sleep(0.3)  # inside the call's sleep, before it generates
-                    os.kill(rows[0]["pid"], 9)
-                    killed.update(rows[0])
-                    return
-                time.sleep(0.05)
-
-        thread = threading.Thread(target=killer, daemon=True)
-        thread.start()
+        thread, killed = kill_first_logged(log, delay_s=0.3)  # inside the call's sleep, before it generates
         got = engine.generate(requests)
         thread.join(timeout=5)
         rows = _log(log)

@@ -142,7 +142,7 @@ def test_env_failure_is_retried_then_scored_zero(h, tmp_path):
     wf = h.workflow([h.role("a")], [("start", "a"), ("a", "end")])
     env = h.CounterEnv(fail_apply=True)
     ro, _, _ = run(h, tmp_path, wf, {("t", "a", 0): ["5", "6"]}, ["t"], samples=2, env=env,
-                   cfg=h.config("runtime.env_retries=2", "runtime.env_workers=1"))
+                   cfg=h.config("runtime.env_retries=2", "runtime.env_workers=1"), on_env_failure="score")
     assert [r.reward for r in ro.records] == [0.0, 0.0] and ro.records[0].selected
     assert list(ro.errors.values()) == [1] and "env exploded" in next(iter(ro.errors))
 

@@ -76,6 +76,7 @@ def test_ray_env_failure_after_retries_is_scored_zero(h, tmp_path, ray_session):
     path = h.replay_file(tmp_path / "r.jsonl", {("t", "a", 0): ["3", "4"]})
     wf = h.workflow([h.role("a")], [("start", "a"), ("a", "end")])
     ro = rollout(wf, FlakyEnv(str(tmp_path), always=True), [{"id": "t"}], {"p": ReplayEngine(path)}, mode="train",
-                 samples=2, step=0, seed=0, cfg=h.config("runtime.ray=true", "runtime.env_retries=1"))
+                 samples=2, step=0, seed=0, cfg=h.config("runtime.ray=true", "runtime.env_retries=1"),
+                 on_env_failure="score")
     assert [r.reward for r in ro.records] == [0.0, 0.0]
     assert list(ro.errors.values()) == [1] and "flaky a" in next(iter(ro.errors))

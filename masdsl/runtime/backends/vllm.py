@@ -218,7 +218,7 @@ def _unquantized_embedding(module: Any) -> bool:
     return isinstance(getattr(module, "quant_method", None), UnquantizedEmbeddingMethod)
 
 
-class _HandledHeadFilter:
+class _ExpectedReloadWarnings:
     """Drops vLLM's "<Module>: Failed to load weights" warning where it is expected: heads
     `refresh_tied_heads` re-processes (a tied head gets no weight of its own), and modules with
     buffers but no parameters (rotary embeddings' cos/sin cache, derived from the config and
@@ -232,15 +232,15 @@ class _HandledHeadFilter:
         return not (failed and record.args and record.args[0] in self.names)
 
 
-def mute_handled_head_warnings(pairs: list[tuple[Any, Any]], model: Any = None) -> None:
+def mute_expected_reload_warnings(pairs: list[tuple[Any, Any]], model: Any = None) -> None:
     """Once per process: hide the reload's expected "Failed to load weights" (see the filter)."""
     names = {type(h).__name__ for h, _ in pairs if _unquantized_embedding(h)}
     for module in model.modules() if model is not None else ():
         if next(module.parameters(recurse=False), None) is None and next(module.buffers(recurse=False), None) is not None:
             names.add(type(module).__name__)
     logger = logging.getLogger(_RELOAD_LOGGER)
-    if names and not any(isinstance(f, _HandledHeadFilter) for f in logger.filters):
-        logger.addFilter(_HandledHeadFilter(names))
+    if names and not any(isinstance(f, _ExpectedReloadWarnings) for f in logger.filters):
+        logger.addFilter(_ExpectedReloadWarnings(names))
 
 
 class WeightSyncExtension:
@@ -269,7 +269,7 @@ class WeightSyncExtension:
         staged, self._masdsl_staged = self.__dict__.get("_masdsl_staged", []), []
         model = self.model_runner.model
         tied = tied_weight_pairs(model)  # before the reload, which unties them while it runs
-        mute_handled_head_warnings(tied, model)
+        mute_expected_reload_warnings(tied, model)
         if hasattr(self, "reload_weights"):
             self.reload_weights(weights_iterator=iter(staged), is_checkpoint_format=True)
         else:  # older vLLM
@@ -333,9 +333,9 @@ class VLLMEngine:
             kwargs["max_loras"] = int(lora.get("max_loras", 1))
         kwargs.update(llm_kwargs)
         self._checkpoint_names = set(checkpoint_names(self.model_path))
-        before = set(descendant_pids())
+        before = child_pids()
         self.llm = LLM(**kwargs)
-        self._reaper = reap_when_parent_dies(sorted(set(descendant_pids()) - before))
+        self._reaper = reap_when_parent_dies(sorted(child_pids() - before))
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.tokenizer.padding_side = "left"
 
@@ -482,27 +482,11 @@ def _raise_if_engine_dies(llm: Any) -> Iterator[None]:
         watcher.join()
 
 
-def descendant_pids(pid: int | None = None) -> list[int]:
-    """Pids of every live descendant of `pid` (default: this process), from /proc.
+def child_pids() -> set[int]:
+    """Pids of every live descendant of this process."""
+    import psutil
 
-    >>> os.getpid() in descendant_pids(1) or os.getpid() == 1
-    True
-    """
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue  # exited while we read
-            children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [os.getpid() if pid is None else pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
+    return {c.pid for c in psutil.Process().children(recursive=True)}
 
 
 _REAPER = """
@@ -529,7 +513,7 @@ def reap_when_parent_dies(pids: list[int]) -> subprocess.Popen | None:
     of the CPUs, and a `--resume`d run would start a second set beside them. The watchdog
     notices its parent is gone (it is re-parented) and kills them; `close()` stops it first.
     """
-    if not pids or not os.path.isdir("/proc"):
+    if not pids or not os.path.isdir("/proc"):  # the reaper checks /proc/PID/cmdline
         return None
     return subprocess.Popen([sys.executable, "-c", _REAPER, str(os.getpid()), *map(str, pids)],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
