@@ -33,7 +33,7 @@ def group_advantages(rewards: Sequence[float], eps: float = EPS) -> list[float]:
     n = len(rewards)
     if n < 2:
         return [0.0] * n
-    if max(rewards) - min(rewards) <= 1e-12:  # equal up to float noise: nothing to compare
+    if _is_flat(rewards):  # equal up to float noise: nothing to compare
         return [0.0] * n
     mean = sum(rewards) / n
     var = sum((r - mean) ** 2 for r in rewards) / (n - 1)
@@ -73,3 +73,32 @@ def compute_advantages(groups: Sequence[Group], n_records: int, eps: float = EPS
             for i in member:
                 adv[i] = a
     return adv, AdvantageStats(len(groups), flat)
+
+
+def select_groups(groups: Sequence[Group], *, drop_flat: bool = False, drop_lowest: float = 0.0) -> list[Group]:
+    """The groups an update trains on (`train.drop_flat_groups`, `train.drop_lowest_groups`).
+
+    `drop_flat` leaves out groups whose rewards are all equal (their advantages are 0 anyway;
+    leaving them out also takes their tokens out of the token mean and their rows out of the
+    mini-batches). `drop_lowest` leaves out that fraction of the groups (rounded down) with the
+    lowest mean reward, as the paper's code and math runs do with 0.3; ties leave out the
+    earlier group. Order is kept.
+
+    >>> from masdsl.learner.grouping import Group
+    >>> gs = [Group((k,), ((0,), (1,)), r) for k, r in [("a", (0.0, 0.0)), ("b", (1.0, 0.0)), ("c", (2.0, 1.0))]]
+    >>> [g.key[0] for g in select_groups(gs, drop_flat=True)]
+    ['b', 'c']
+    >>> [g.key[0] for g in select_groups(gs, drop_lowest=0.34)], [g.key[0] for g in select_groups(gs, drop_lowest=0.3)]
+    (['b', 'c'], ['a', 'b', 'c'])
+    """
+    kept = [g for g in groups if not (drop_flat and _is_flat(g.rewards))]
+    n_drop = int(drop_lowest * len(kept) + 1e-9)
+    if n_drop:
+        by_mean = sorted(range(len(kept)), key=lambda i: (sum(kept[i].rewards) / len(kept[i].rewards), i))
+        dropped = set(by_mean[:n_drop])
+        kept = [g for i, g in enumerate(kept) if i not in dropped]
+    return kept
+
+
+def _is_flat(rewards: Sequence[float]) -> bool:
+    return len(rewards) < 2 or max(rewards) - min(rewards) <= 1e-12

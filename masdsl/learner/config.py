@@ -37,6 +37,12 @@ def problems(tc: Any) -> list[str]:
     for name in ("kl_coef", "weight_decay", "eval_every", "checkpoint_every", "eval_tasks"):
         if getattr(tc, name) < 0:
             out.append(f"`train.{name}` must be >= 0; got {getattr(tc, name)}")
+    if tc.dual_clip != 0 and tc.dual_clip <= 1:
+        out.append(f"`train.dual_clip` must be 0 (off) or greater than 1 (the paper uses 3); got {tc.dual_clip}")
+    if tc.mini_batch_size < 0:
+        out.append(f"`train.mini_batch_size` must be >= 0 (0: one optimizer step per rollout); got {tc.mini_batch_size}")
+    if not 0 <= tc.drop_lowest_groups < 1:
+        out.append(f"`train.drop_lowest_groups` must be in [0, 1); got {tc.drop_lowest_groups}")
     if tc.max_grad_norm <= 0:
         out.append(f"`train.max_grad_norm` must be positive; got {tc.max_grad_norm}")
     if tc.micro_batch_tokens < 1:

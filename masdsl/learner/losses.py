@@ -6,16 +6,17 @@ positions, `mask` 1 on real response tokens) and per-sequence advantages [B], an
 count of the whole batch of that policy: adding the micro-batches' outputs (and gradients)
 gives exactly the token mean over the batch, whatever the micro-batching.
 
-`old_logp` are the sampling log-probs stored in the step records (strictly on-policy, one
-epoch by default: the ratio starts at 1 and PPO's clip only matters for later epochs or a
-sampler whose numerics differ from the trainer's). torch is imported inside the functions so
-that importing this module (for `LOSSES`' names, by the config check) stays cheap.
+`old_logp` are the log-probs of the policy that sampled the rollout, fixed before the first
+optimizer step of the update (see `update.py`): the first mini-batch sees ratios of 1, the
+later mini-batches and epochs see the policy drift away, and that is where PPO's clip and the
+dual clip act. torch is imported inside the functions so that importing this module (for
+`LOSSES`' names, by the config check) stays cheap.
 
 >>> import torch
 >>> logp = torch.tensor([[-1.0, -2.0], [-0.5, 0.0]], requires_grad=True)
 >>> out = grpo_loss(logp, logp.detach(), torch.tensor([1.0, -1.0]), torch.tensor([[1.0, 1.0], [1.0, 0.0]]))
->>> round(out.loss.item(), 4), out.clip_frac.item(), out.kl.item()
-(-0.3333, 0.0, 0.0)
+>>> round(out.loss.item(), 4), out.clip_frac.item(), out.kl.item(), out.ratio_dev.item()
+(-0.3333, 0.0, 0.0, 0.0)
 >>> out.loss.backward(); [[round(g, 4) for g in row] for row in logp.grad.tolist()]  # -A / n_tokens
 [[-0.3333, -0.3333], [0.3333, 0.0]]
 """
@@ -31,6 +32,8 @@ class LossOut:
     loss: Any  # scalar tensor with grad: the contribution of this micro-batch
     clip_frac: Any  # scalar tensor: clipped tokens / n_tokens
     kl: Any  # scalar tensor: summed k3 KL to the reference / n_tokens (0 when off)
+    dual_clip_frac: Any = 0.0  # scalar tensor: tokens bounded by the dual clip / n_tokens
+    ratio_dev: Any = 0.0  # scalar tensor: summed |ratio - 1| / n_tokens (0 on-policy)
 
 
 def k3_kl(logp: Any, ref_logp: Any) -> Any:
@@ -53,6 +56,7 @@ def grpo_loss(
     mask: Any,
     *,
     clip_eps: float = 0.2,
+    dual_clip: float = 0.0,
     ref_logp: Any = None,
     kl_coef: float = 0.0,
     n_tokens: float | None = None,
@@ -67,6 +71,17 @@ def grpo_loss(
     >>> out = grpo_loss(lp, torch.log(torch.tensor([[0.25, 0.9]])), torch.tensor([1.0]), torch.ones(1, 2))
     >>> out.clip_frac.item(), round(out.loss.item(), 4)    # token 0: ratio 2 > 1.2, clipped at 1.2
     (0.5, -1.1)
+
+    Dual clip (Ye et al. 2020, `dual_clip` = c > 1, 3 in the paper's recipe): for a negative
+    advantage the PPO objective grows without bound with the ratio; the dual clip caps a token's
+    loss at `-c * A`, and such a token gets no gradient either:
+
+    >>> lp = torch.log(torch.tensor([[0.8]])); old = torch.log(torch.tensor([[0.1]]))   # ratio 8
+    >>> round(grpo_loss(lp, old, torch.tensor([-1.0]), torch.ones(1, 1)).loss.item(), 4)
+    8.0
+    >>> out = grpo_loss(lp, old, torch.tensor([-1.0]), torch.ones(1, 1), dual_clip=3.0)
+    >>> round(out.loss.item(), 4), out.dual_clip_frac.item()
+    (3.0, 1.0)
     """
     import torch
 
@@ -78,6 +93,11 @@ def grpo_loss(
     clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * a
     per_token = -torch.minimum(unclipped, clipped)
     is_clipped = ((ratio < 1.0 - clip_eps) & (a < 0)) | ((ratio > 1.0 + clip_eps) & (a > 0))
+    is_dual = torch.zeros_like(is_clipped)
+    if dual_clip > 0:
+        bound = -dual_clip * a  # the largest loss a negative-advantage token may have
+        is_dual = (a < 0) & (per_token > bound)
+        per_token = torch.where(is_dual, bound.expand_as(per_token), per_token)
     kl = torch.zeros((), dtype=logp.dtype)
     if ref_logp is not None and kl_coef > 0:
         kl_tok = k3_kl(logp, ref_logp)
@@ -85,7 +105,9 @@ def grpo_loss(
         kl = (kl_tok * mask).sum().detach() / n
     loss = (per_token * mask).sum() / n
     clip_frac = (is_clipped.to(logp.dtype) * mask).sum().detach() / n
-    return LossOut(loss, clip_frac, kl)
+    dual_frac = (is_dual.to(logp.dtype) * mask).sum().detach() / n
+    ratio_dev = ((ratio.detach() - 1.0).abs() * mask).sum() / n
+    return LossOut(loss, clip_frac, kl, dual_frac, ratio_dev)
 
 
 LOSSES: dict[str, Callable[..., LossOut]] = {"grpo": grpo_loss}

@@ -62,6 +62,7 @@ def step_metrics(
     groups: Any,
     updates: Mapping[str, Any],
     *,
+    kept_groups: int | None = None,
     tokens: int,
     rollout_s: float,
     update_s: float,
@@ -72,9 +73,16 @@ def step_metrics(
     m["success/train"] = mean([float(e.success) for e in episodes])
     m["groups/count"] = float(groups.groups)
     m["groups/zero_variance_frac"] = groups.zero_variance_frac
+    m["groups/nonflat_frac"] = 1.0 - groups.zero_variance_frac if groups.groups else 0.0
+    m["groups/kept"] = float(groups.groups if kept_groups is None else kept_groups)
     for name, u in updates.items():
         m[f"loss/{name}"] = u.loss
         m[f"clip_frac/{name}"] = u.clip_frac
+        m[f"dual_clip_frac/{name}"] = u.dual_clip_frac
+        m[f"ratio_dev/{name}"] = u.ratio_dev
+        m[f"optimizer_steps/{name}"] = float(u.optimizer_steps)
+        if u.logprob_gap == u.logprob_gap:  # measured (not nan)
+            m[f"logprob_gap/{name}"] = u.logprob_gap
         m[f"grad_norm/{name}"] = u.grad_norm
         if kl_on:
             m[f"kl/{name}"] = u.kl
@@ -86,11 +94,99 @@ def step_metrics(
     return m
 
 
-def eval_metrics(records: Sequence[StepRecord], episodes: Sequence[Any]) -> dict[str, float]:
-    """Evaluation summary: success rate, mean final reward, and reward by role and turn."""
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k estimator (Chen et al. 2021): 1 - C(n-c, k) / C(n, k).
+
+    The chance that at least one of k samples, drawn without replacement from n samples of
+    which c are correct, is correct.
+
+    >>> pass_at_k(5, 2, 1)   # 1 - C(3,1)/C(5,1) = 1 - 3/5
+    0.4
+    >>> pass_at_k(5, 2, 2)   # 1 - C(3,2)/C(5,2) = 1 - 3/10
+    0.7
+    >>> pass_at_k(10, 3, 4)  # 1 - C(7,4)/C(10,4) = 1 - 35/210
+    0.833333
+    >>> pass_at_k(4, 3, 2), pass_at_k(4, 0, 4), pass_at_k(1, 1, 1)   # n - c < k: a correct one is always drawn
+    (1.0, 0.0, 1.0)
+    >>> pass_at_k(2, 1, 3)
+    Traceback (most recent call last):
+    ...
+    ValueError: pass@3 needs at least 3 samples per task, got 2
+    """
+    if not 0 <= c <= n:
+        raise ValueError(f"need 0 <= c <= n, got n={n}, c={c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"pass@{k} needs at least {k} samples per task, got {n}")
+    if n - c < k:
+        return 1.0
+    return round(1.0 - math.comb(n - c, k) / math.comb(n, k), 6)
+
+
+def pass_ks(n: int) -> list[int]:
+    """The k reported for n samples per task: 1, the powers of 2 below n, and n.
+
+    >>> pass_ks(1), pass_ks(5), pass_ks(8)
+    ([1], [1, 2, 4, 5], [1, 2, 4, 8])
+    """
+    ks, k = [], 1
+    while k < n:
+        ks.append(k)
+        k *= 2
+    return ks + [n]
+
+
+def solved(success: Any) -> bool:
+    """An episode counts as correct for pass@k when its success is 1 (true)."""
+    return float(success) >= 1.0 - 1e-9
+
+
+def eval_metrics(records: Sequence[StepRecord], episodes: Sequence[Any], rollout: Any = None) -> dict[str, float]:
+    """Evaluation summary, the one function `masdsl eval` and the trainer's evaluation share.
+
+    - `success/eval`: mean success over all episodes (N episodes per task: that is mean@N);
+      `reward/eval`: mean final reward; `eval_reward/<role>/turn<t>`: mean reward of the
+      selected candidates by role and turn (from `records`, or the episodes without them);
+    - `mean@N/eval`: mean over tasks of the mean success of their N episodes, and
+      `pass@k/eval` for k in `pass_ks(N)`: the unbiased estimator averaged over tasks
+      (an episode is correct when its success is 1). N is the number of episodes per task
+      (the smallest, should tasks differ). The tracker logs `@` as `_` (MLflow's names).
+    - with `rollout` (an `executor.Rollout`): also `executor.metrics(rollout)`'s run figures
+      (`episodes`, `tokens_generated`, `tokens_per_s`, times, truncations, expression errors)
+      and its `reward/<role>/turn<t>` keys.
+
+    >>> from types import SimpleNamespace as E
+    >>> eps = [E(task_id=t, success=s, team_reward=float(s), rewards_by_role_turn={("a", 0): float(s)})
+    ...        for t, s in [("x", 1), ("x", 0), ("x", 0), ("x", 1), ("y", 0), ("y", 0), ("y", 0), ("y", 1)]]
+    >>> m = eval_metrics([], eps)
+    >>> m["success/eval"], m["mean@4/eval"], m["pass@1/eval"], m["pass@2/eval"], m["pass@4/eval"]
+    (0.375, 0.375, 0.375, 0.666667, 1.0)
+    >>> m["eval_reward/a/turn0"], m["reward/eval"]
+    (0.375, 0.375)
+    """
     rewards = [float(e.team_reward) if e.team_reward is not None else mean(list(e.rewards_by_role_turn.values()))
                for e in episodes]
     out = {"success/eval": mean([float(e.success) for e in episodes]), "reward/eval": mean(rewards)}
-    for (role, turn), (m, _) in reward_stats(records).items():
-        out[f"eval_reward/{role}/turn{turn}"] = m
+    if records:
+        for (role, turn), (m, _) in reward_stats(records).items():
+            out[f"eval_reward/{role}/turn{turn}"] = m
+    else:
+        by_key: dict[tuple[str, int], list[float]] = {}
+        for e in episodes:
+            for key, value in (getattr(e, "rewards_by_role_turn", None) or {}).items():
+                by_key.setdefault(key, []).append(float(value))
+        for (role, turn), values in by_key.items():
+            out[f"eval_reward/{role}/turn{turn}"] = round(mean(values), 6)
+    by_task: dict[str, list[float]] = {}
+    for e in episodes:
+        by_task.setdefault(str(e.task_id), []).append(float(e.success))
+    if by_task:
+        n = min(len(v) for v in by_task.values())
+        out[f"mean@{n}/eval"] = round(mean([mean(v) for v in by_task.values()]), 6)
+        for k in pass_ks(n):
+            estimates = [pass_at_k(len(v), sum(solved(s) for s in v), k) for v in by_task.values()]
+            out[f"pass@{k}/eval"] = round(mean(estimates), 6)
+    if rollout is not None:
+        from masdsl.runtime.executor import metrics
+
+        out.update({k: v for k, v in metrics(rollout, "eval").items() if k not in out})
     return out

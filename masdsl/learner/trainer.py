@@ -1,7 +1,8 @@
 """`train(workflow, cfg)`: AT-GRPO, read top to bottom like nanoGPT's train.py.
 
     rollout (tree sampling, K candidates per role step) -> group by (task, role, turn)
-    -> advantages -> one PPO-clip update per policy on its own roles' samples
+    -> advantages (optionally leaving out flat or low groups) -> per policy, PPO-clip
+       mini-batch steps on its own roles' samples
     -> sync the new weights into that policy's engine -> metrics, eval, checkpoint
 
 The knobs are `masdsl.config.TrainConfig` (one comment per knob there). Everything random is
@@ -27,7 +28,7 @@ from typing import Any, Callable, Sequence
 from masdsl.config import ConfigError, to_yaml
 from masdsl.errors import StepFailed
 from masdsl.learner import checkpoint as ckpt
-from masdsl.learner.advantages import compute_advantages
+from masdsl.learner.advantages import compute_advantages, select_groups
 from masdsl.learner.config import validate
 from masdsl.learner.display import Progress, summary_table
 from masdsl.learner.grouping import group_records
@@ -131,7 +132,14 @@ def sync(policy: Any, engine: Any) -> None:
     """
     if getattr(engine, "model", None) is policy.model:
         return
-    engine.update_weights(policy.state_dict())
+    state = policy.state_dict()
+    if policy.compute_dtype != "float32" and policy.adapter is None:  # fp32 master weights: send what the engine holds
+        import torch
+
+        dtype, cast = getattr(torch, policy.compute_dtype), {}
+        state = {k: cast.setdefault(v.data_ptr(), v.to(dtype)) if v.is_floating_point() else v  # tied stay tied
+                 for k, v in state.items()}
+    engine.update_weights(state)
 
 
 def train(workflow: Any, cfg: Any, *, run_dir: str | Path, resume: str | Path | None = None,
@@ -202,14 +210,22 @@ def train(workflow: Any, cfg: Any, *, run_dir: str | Path, resume: str | Path | 
                     records = roll.records
                     write_records(run_dir / RECORDS, records)
                     # 4a. group and score: (task, role, turn) groups, advantages within each group
-                    adv, gstats = compute_advantages(group_records(records, tc.grouping), len(records))
+                    groups = group_records(records, tc.grouping)
+                    adv, gstats = compute_advantages(groups, len(records))
+                    kept = select_groups(groups, drop_flat=tc.drop_flat_groups, drop_lowest=tc.drop_lowest_groups)
+                    keep = [False] * len(records)
+                    for g in kept:
+                        for i in g.indices:
+                            keep[i] = True
                     # 4b. update each policy on its own roles' samples
                     show.status(f"step {step + 1}/{tc.steps}: update")
                     t0 = time.perf_counter()
                     updates: dict[str, UpdateStats] = {}
                     for p in iter_trainable(policies):
-                        updates[p.name] = update_policy(p, optimizers[p.name], records, adv, tc, references.get(p.name))
-                    metrics = step_metrics(records, roll.episodes, gstats, updates, tokens=roll.tokens_generated,
+                        updates[p.name] = update_policy(p, optimizers[p.name], records, adv, tc, references.get(p.name),
+                                                        keep=keep)
+                    metrics = step_metrics(records, roll.episodes, gstats, updates, kept_groups=len(kept),
+                                           tokens=roll.tokens_generated,
                                            rollout_s=t_roll, update_s=time.perf_counter() - t0, kl_on=tc.kl_coef > 0)
                     state.step, state.cursor = step + 1, cursor
                     state.history.append({"step": state.step, **metrics})

@@ -1,14 +1,17 @@
 """One policy's update from one rollout: micro-batched forward/backward, grad clip, AdamW step.
 
 The sequences a policy trains on are its roles' step records: prompt ids + the exact sampled
-response ids, with the sampling log-probs as the PPO "old" log-probs. The K candidates of one
+response ids. As in the paper's recipe, one rollout gives several optimizer steps: the rows are
+split into mini-batches of `train.mini_batch_size` (16), each an optimizer step, for
+`train.ppo_epochs` passes; the "old" log-probs are fixed before the first step (the sampler's,
+or recomputed by the trainer, `old_logprob_source`). The K candidates of one
 decision share their prompt, so each distinct prompt is run once and its KV cache shared by
 its candidates' responses (`shared_prefix_logprobs`): with K = 4 and prompts as long as the
 responses this is ~40 % less compute than running every row whole. Micro-batches keep
 `groups * longest_prompt + rows * longest_response <= train.micro_batch_tokens`, so peak memory
 is bounded by the token budget, not the batch size; the loss is a sum over tokens divided by
-the token count of the whole batch (see `losses.py`), so the gradient does not depend on the
-packing.
+the token count of the whole mini-batch (see `losses.py`), so the gradient does not depend on
+the packing.
 
 Rows whose advantage is 0 (flat groups) contribute exactly nothing to the PPO term; when the
 KL term is off they are counted in the token-mean denominator but not run through the model.
@@ -17,8 +20,8 @@ KL term is off they are counted in the token-mean denominator but not run throug
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping, Sequence
 
 from masdsl.learner.losses import LOSSES
 from masdsl.runtime.records import StepRecord
@@ -183,13 +186,49 @@ def select_cache_rows(cache: Any, idx: Any) -> None:
 
 @dataclass
 class UpdateStats:
-    loss: float = 0.0
-    clip_frac: float = 0.0
+    loss: float = 0.0  # mean over optimizer steps
+    clip_frac: float = 0.0  # mean over optimizer steps
+    dual_clip_frac: float = 0.0
+    ratio_dev: float = 0.0  # mean |ratio - 1| per token, mean over optimizer steps
     kl: float = 0.0
-    grad_norm: float = 0.0
-    tokens: int = 0  # response tokens of this policy's rows
+    grad_norm: float = 0.0  # of the last optimizer step
+    tokens: int = 0  # response tokens of this policy's kept rows
     rows: int = 0  # rows run through the model (nonzero advantage, or KL on)
+    optimizer_steps: int = 0
+    logprob_gap: float = 0.0  # max |engine - trainer| log-prob before the update (nan: not measured)
+    per_step: list[dict[str, float]] = field(default_factory=list)  # loss, clip_frac, ratio_dev, ...
     seconds: float = 0.0
+
+
+def mini_batch_rows(rows: Sequence[int], size: int) -> list[list[int]]:
+    """Split a policy's rows (in record order) into optimizer steps of `size` rows (0: one step).
+
+    Record order keeps the K candidates of one decision next to each other, so a mini-batch of
+    16 rows at K = 4 holds 4 whole groups (and each prompt runs once, `shared_prefix_logprobs`).
+
+    >>> mini_batch_rows(list(range(10)), 4)
+    [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    >>> mini_batch_rows([3, 5], 0)
+    [[3, 5]]
+    """
+    if size <= 0:
+        return [list(rows)] if rows else []
+    return [list(rows[i : i + size]) for i in range(0, len(rows), size)]
+
+
+def old_logprob_source(tc: Any, compute_dtype: str = "float32") -> str:
+    """`train.old_logprobs` resolved: `engine` keeps the sampler's log-probs; `trainer` recomputes
+    them with the learner's model before the first optimizer step. `auto` recomputes unless the
+    model runs in float32, where the two agree to ~1e-6 (docs/concepts.md has the measurement)
+    and the extra forward pass would cost a third of the update.
+
+    >>> from types import SimpleNamespace as NS
+    >>> old_logprob_source(NS(old_logprobs="auto"), "bfloat16"), old_logprob_source(NS(old_logprobs="auto"))
+    ('trainer', 'engine')
+    """
+    if tc.old_logprobs != "auto":
+        return tc.old_logprobs
+    return "engine" if compute_dtype == "float32" else "trainer"
 
 
 def update_policy(
@@ -199,59 +238,123 @@ def update_policy(
     advantages: Sequence[float],
     tc: Any,
     reference: Any = None,
+    keep: Sequence[bool] | None = None,
 ) -> UpdateStats:
-    """Train `policy` on its own roles' records (one or `tc.epochs` passes, one optimizer step each)."""
+    """Train `policy` on its own roles' records: PPO as the paper's recipe runs it.
+
+    The policy's rows (those of dropped groups left out, `keep`) are split into mini-batches of
+    `tc.mini_batch_size` rows, one optimizer step each, repeated `tc.ppo_epochs` times. The old
+    log-probs are fixed before the first step (`old_logprob_source`), so later mini-batches see
+    ratios != 1 and the clip acts. Each step's loss is the token mean over its mini-batch.
+    """
     import torch
 
     t0 = time.perf_counter()
-    mine = [i for i, r in enumerate(records) if r.policy == policy.name and r.response_ids]
-    stats = UpdateStats(tokens=sum(len(records[i].response_ids) for i in mine))
+    mine = [i for i, r in enumerate(records)
+            if r.policy == policy.name and r.response_ids and (keep is None or keep[i])]
+    stats = UpdateStats(tokens=sum(len(records[i].response_ids) for i in mine), logprob_gap=float("nan"))
     use_kl = reference is not None and tc.kl_coef > 0
-    rows = [i for i in mine if advantages[i] != 0.0 or use_kl]
-    stats.rows = len(rows)
-    if not rows:  # nothing to learn from this batch: no optimizer step (no decay, no moments)
+    runnable = {i for i in mine if advantages[i] != 0.0 or use_kl}
+    stats.rows = len(runnable)
+    if not runnable:  # nothing to learn from this batch: no optimizer step (no decay, no moments)
         stats.seconds = time.perf_counter() - t0
         return stats
     loss_fn = LOSSES[tc.loss]
     pad_id = policy.tokenizer.pad_token_id if policy.tokenizer.pad_token_id is not None else 0
     params = policy.parameters()
-    plan = micro_batches([tuple(records[i].prompt_ids) for i in rows], [len(records[i].prompt_ids) for i in rows],
-                         [len(records[i].response_ids) for i in rows], tc.micro_batch_tokens)
+    compute_dtype = getattr(policy, "compute_dtype", "float32")
+    # each optimizer step: its rows that run through the model, and its token count (the mean's denominator)
+    steps = [([i for i in mb if i in runnable], sum(len(records[i].response_ids) for i in mb))
+             for mb in mini_batch_rows(mine, tc.mini_batch_size)]
+    steps = [(run, n) for run, n in steps if run]
     with policy.lock:
         policy.activate()
         policy.model.train()
         try:
-            for _ in range(tc.epochs):
-                optimizer.zero_grad(set_to_none=True)
-                totals = [0.0, 0.0, 0.0]
-                for mb_groups in plan:
-                    mb = [j for g in mb_groups for j in g]
-                    batch = [records[rows[j]] for j in mb]
-                    prompts = [records[rows[g[0]]].prompt_ids for g in mb_groups]
-                    group_of_row = [gi for gi, g in enumerate(mb_groups) for _ in g]
-                    responses = [r.response_ids for r in batch]
-                    if tc.gradient_checkpointing:  # HF turns the KV cache off under checkpointing
-                        logp, mask = sequence_logprobs(policy.model, [r.prompt_ids for r in batch], responses, pad_id)
-                    else:
-                        logp, mask = shared_prefix_logprobs(policy.model, prompts, group_of_row, responses, pad_id)
-                    old = _pad_like([r.logprobs for r in batch], logp)
-                    old = torch.where(torch.isnan(old), logp.detach(), old)  # an engine without a log-prob
-                    adv = torch.tensor([advantages[rows[j]] for j in mb], dtype=logp.dtype, device=logp.device)
-                    ref_logp = (_reference_logprobs(reference, policy, [r.prompt_ids for r in batch], responses, pad_id)
-                                if use_kl else None)
-                    out = loss_fn(logp, old, adv, mask, clip_eps=tc.clip_eps, ref_logp=ref_logp,
-                                  kl_coef=tc.kl_coef, n_tokens=stats.tokens)
-                    out.loss.backward()
-                    totals = [totals[0] + out.loss.item(), totals[1] + out.clip_frac.item(), totals[2] + out.kl.item()]
-                norm = torch.nn.utils.clip_grad_norm_(params, tc.max_grad_norm)
-                optimizer.step()
-                stats.loss, stats.clip_frac, stats.kl = totals
-                stats.grad_norm = float(norm)
+            old: dict[int, Any] = {}
+            first_gaps: list[float] = []
+            if old_logprob_source(tc, compute_dtype) == "trainer":
+                with torch.no_grad():
+                    for run, _ in steps:
+                        for idx, logp, _mask in _forward(policy, records, run, tc, pad_id, compute_dtype):
+                            old.update(zip(idx, logp.detach().unbind(0)))
+                stats.logprob_gap = _gap(records, old)
+            for _ in range(tc.ppo_epochs):
+                for run, n_tokens in steps:
+                    optimizer.zero_grad(set_to_none=True)
+                    totals = dict(loss=0.0, clip_frac=0.0, dual_clip_frac=0.0, ratio_dev=0.0, kl=0.0)
+                    for idx, logp, mask in _forward(policy, records, run, tc, pad_id, compute_dtype):
+                        if idx[0] in old:
+                            old_lp = torch.stack([old[i] for i in idx]).to(logp)
+                        else:
+                            old_lp = _pad_like([records[i].logprobs for i in idx], logp)
+                            old_lp = torch.where(torch.isnan(old_lp), logp.detach(), old_lp)  # an engine without a log-prob
+                            if stats.optimizer_steps == 0:  # before any update: the sampler vs the trainer
+                                first_gaps.append(((old_lp - logp.detach()).abs() * mask).max().item())
+                        adv = torch.tensor([advantages[i] for i in idx], dtype=logp.dtype, device=logp.device)
+                        responses = [records[i].response_ids for i in idx]
+                        ref_logp = (_reference_logprobs(reference, policy, [records[i].prompt_ids for i in idx],
+                                                        responses, pad_id) if use_kl else None)
+                        out = loss_fn(logp, old_lp, adv, mask, clip_eps=tc.clip_eps, dual_clip=tc.dual_clip,
+                                      ref_logp=ref_logp, kl_coef=tc.kl_coef, n_tokens=n_tokens)
+                        out.loss.backward()
+                        for k in totals:
+                            totals[k] += float(torch.as_tensor(getattr(out, k)).detach())
+                    norm = torch.nn.utils.clip_grad_norm_(params, tc.max_grad_norm)
+                    optimizer.step()
+                    stats.optimizer_steps += 1
+                    stats.grad_norm = float(norm)
+                    stats.per_step.append({**totals, "grad_norm": float(norm)})
         finally:
             policy.model.eval()
             optimizer.zero_grad(set_to_none=True)
+    if first_gaps:
+        stats.logprob_gap = max(first_gaps)
+    for k in ("loss", "clip_frac", "dual_clip_frac", "ratio_dev", "kl"):
+        setattr(stats, k, sum(s[k] for s in stats.per_step) / len(stats.per_step))
     stats.seconds = time.perf_counter() - t0
     return stats
+
+
+def _forward(policy: Any, records: Sequence[StepRecord], rows: Sequence[int], tc: Any, pad_id: int,
+             compute_dtype: str) -> Iterator[tuple[list[int], Any, Any]]:
+    """Log-probs of `rows` micro-batch by micro-batch: yields (row indices, log-probs [B, T], mask).
+
+    With a half-precision compute dtype the float32 master weights run under autocast, so the
+    optimizer updates float32 weights (an lr 1e-6 step on bfloat16 weights mostly rounds away).
+    """
+    import contextlib
+
+    import torch
+
+    plan = micro_batches([tuple(records[i].prompt_ids) for i in rows], [len(records[i].prompt_ids) for i in rows],
+                         [len(records[i].response_ids) for i in rows], tc.micro_batch_tokens)
+    device = next(policy.model.parameters()).device
+    half = compute_dtype in ("bfloat16", "float16")
+    autocast = (torch.autocast(device.type, dtype=getattr(torch, compute_dtype)) if half
+                else contextlib.nullcontext())
+    for mb_groups in plan:
+        idx = [rows[j] for g in mb_groups for j in g]
+        prompts = [records[rows[g[0]]].prompt_ids for g in mb_groups]
+        group_of_row = [gi for gi, g in enumerate(mb_groups) for _ in g]
+        responses = [records[i].response_ids for i in idx]
+        with autocast:
+            if tc.gradient_checkpointing:  # HF turns the KV cache off under checkpointing
+                logp, mask = sequence_logprobs(policy.model, [records[i].prompt_ids for i in idx], responses, pad_id)
+            else:
+                logp, mask = shared_prefix_logprobs(policy.model, prompts, group_of_row, responses, pad_id)
+        yield idx, logp.float(), mask
+
+
+def _gap(records: Sequence[StepRecord], trainer_logp: Mapping[int, Any]) -> float:
+    """Largest |sampler - trainer| log-prob over the response tokens the engine reported."""
+    gap = 0.0
+    for i, lp in trainer_logp.items():
+        engine = [x for x in records[i].logprobs[: lp.shape[0]]]
+        for a, b in zip(engine, lp[: len(engine)].tolist()):
+            if a == a:  # not nan
+                gap = max(gap, abs(a - b))
+    return gap
 
 
 def _pad_like(rows: Sequence[Sequence[float]], like: Any) -> Any:
