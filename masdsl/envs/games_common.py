@@ -12,13 +12,22 @@ first of these present is the action:
   a tool that prints a correct plan is rewarded like a planner that plays it.
 
 An empty value (what the runtime stores after a failed parse, `fields["ok"]` False) or a value
-of the wrong type is an **invalid action**: the board is unchanged, the reward is
-`INVALID_PENALTY` and `valid()` is False. A role with none of these fields is a no-op (reward 0).
+of the wrong type is **no action**: the board is unchanged, `valid()` is False and the reward is
+`no_action_penalty()` = `NO_ACTION_PENALTY` (-2, the reference's penalty for a planner with no
+action). A role with none of these fields is a no-op (reward 0).
+
+**Reward terms.** Every action's reward is a sum of named terms (PettingLLMs' reward shapes;
+docs/concepts.md "Rewards of the game workflows"), recorded in `GameState.last_terms`. Each term
+is a registered env-bound function a `.mas` reward adds up, for example
+`reward step_penalty() + invalid_penalty() + push_shaping() + ...`; a term the last action did
+not produce reads 0. `step_reward()` is the sum of all of them. The shared terms live here:
+`step_penalty()`, `invalid_penalty()`, `no_action_penalty()`, `tool_penalty()`, `win_bonus()`,
+`optimal_bonus()` and `step_limit_penalty()`; each game module registers its own shaping terms.
 
 **Env-bound functions.** `step_reward()`, `valid()`, `solved()` and `progress()` are registered
 once here, bound to all three envs (`FunctionSpec.envs`), and dispatch on the state they get:
-every game state is a `GameState`, which records the last action's reward and legality and
-implements `solved()` and `progress()`.
+every game state is a `GameState`, which records the last action's reward terms and legality
+and implements `solved()` and `progress()`.
 
 **Splits.** Train and eval are disjoint by construction twice over: train rows use even seeds
 and eval rows odd ones, and a puzzle is kept for a split only if the SHA-256 of its content
@@ -37,7 +46,11 @@ from masdsl.envs.registry import function
 from masdsl.errors import DataError, UserError
 
 GAMES = ("sudoku", "sokoban", "plan_path")
-INVALID_PENALTY = -0.5
+MOVE_GAMES = ("sokoban", "plan_path")
+STEP_PENALTY = -0.01  # every move played (sudoku: every grid scored), as in the reference
+NO_ACTION_PENALTY = -2.0  # the reference's planner with no (or an empty) action
+TOOL_NO_CODE_PENALTY = -1.0  # the reference's tool agent with no code block
+TOOL_FAILED_PENALTY = -2.0  # ... whose program failed (no output)
 SPLITS = ("train", "eval")
 DIRS = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
 TOOL_OUTPUT_CHARS = 2000  # the tool's stdout shown to the planner is cut to this many characters
@@ -51,13 +64,15 @@ class GameState:
     """Fields every game state has; game states subclass this and add their board.
 
     `moves` counts planner moves applied so far (sudoku: grid submissions); `last_*` describe
-    the most recent action (of any role), `feedback` says in words what happened to it.
+    the most recent action (of any role), `feedback` says in words what happened to it;
+    `last_terms` holds its reward split into named terms (`last_reward` is their sum).
     """
 
     moves: int = 0
     last_role: str = ""
     last_valid: bool = True
     last_reward: float = 0.0
+    last_terms: tuple[tuple[str, float], ...] = ()  # (term, value) pairs; they sum to last_reward
     tool_code: str = ""
     tool_output: str = ""
     feedback: str = ""
@@ -83,16 +98,52 @@ def pick_action(fields: Mapping[str, Any]) -> tuple[str | None, Any]:
     return None, None
 
 
-def invalid(state: GameState, role: str, why: str) -> GameState:
-    """`state` after an invalid action by `role`: board unchanged, penalty, `valid()` False."""
-    return replace(state, last_role=role, last_valid=False, last_reward=INVALID_PENALTY,
-                   feedback=f"invalid action: {why}")
+def add_terms(terms: dict[str, float], name: str, value: float) -> None:
+    """Add `value` to `terms[name]` (terms that never fire stay absent)."""
+    terms[name] = terms.get(name, 0.0) + value
+
+
+def scored(state: GameState, role: str, terms: Mapping[str, float], *, valid: bool, feedback: str,
+           **changes: Any) -> GameState:
+    """`state` after an action by `role` whose reward is the sum of `terms`.
+
+    >>> s = scored(GameState(), "planner", {"step_penalty": -0.02, "win_bonus": 10.0},
+    ...            valid=True, feedback="won")
+    >>> round(s.last_reward, 2), term(s, "win_bonus"), term(s, "push_shaping")
+    (9.98, 10.0, 0.0)
+    """
+    clean = tuple((name, float(value)) for name, value in terms.items())
+    return replace(state, last_role=role, last_valid=valid, last_terms=clean,
+                   last_reward=float(sum(v for _, v in clean)), feedback=feedback, **changes)
+
+
+def term(state: GameState, name: str) -> float:
+    """The value of reward term `name` in the last action (0.0 when it did not fire)."""
+    return float(dict(state.last_terms).get(name, 0.0))
+
+
+def no_action(state: GameState, role: str, why: str) -> GameState:
+    """`state` after an action that carries nothing to play (failed parse, empty or not a list
+    of moves/rows): board unchanged, `NO_ACTION_PENALTY`, `valid()` False."""
+    return scored(state, role, {"no_action_penalty": NO_ACTION_PENALTY}, valid=False,
+                  feedback=f"invalid action: {why}")
+
+
+def invalid(state: GameState, role: str, why: str, penalty: float) -> GameState:
+    """`state` after an illegal action by `role`: board unchanged, `invalid_penalty` = `penalty`."""
+    return scored(state, role, {"invalid_penalty": penalty}, valid=False,
+                  feedback=f"invalid action: {why}")
+
+
+def finished(state: GameState, role: str, why: str) -> GameState:
+    """`state` after an action on a finished episode (solved, or out of steps): nothing is
+    played and the reward is 0 (the reference's `if self.done: reward = 0`)."""
+    return scored(state, role, {}, valid=True, feedback=f"nothing played: {why}")
 
 
 def noop(state: GameState, role: str) -> GameState:
     """`state` after a role whose fields carry no game action (reward 0, still valid)."""
-    return replace(state, last_role=role, last_valid=True, last_reward=0.0,
-                   feedback="no action (no `grid`, `moves` or `code` field)")
+    return scored(state, role, {}, valid=True, feedback="no action (no `grid`, `moves` or `code` field)")
 
 
 def normalise_moves(moves: Any) -> list[str] | None:
@@ -145,18 +196,22 @@ def tool_step(state: GameState, role: str, code: Any, *, stdin: str, limits: Any
               score: Callable[[str], GameState]) -> GameState:
     """`state` after a tool program: output recorded, board unchanged, reward from `score`.
 
+    No program: `tool_penalty()` = `TOOL_NO_CODE_PENALTY` (-1); a program that fails (non-zero
+    exit, timeout, memory): `TOOL_FAILED_PENALTY` (-2), the reference's tool rewards. Otherwise
     `score(stdout)` returns the state a planner would reach by submitting `stdout`; only its
-    `last_valid`, `last_reward` and `feedback` are kept.
+    `last_valid`, `last_terms` (so `last_reward`) and `feedback` are kept.
     """
     if not isinstance(code, str) or not code.strip():
-        return replace(invalid(state, role, "no program"), tool_code="", tool_output="")
+        return scored(state, role, {"tool_penalty": TOOL_NO_CODE_PENALTY}, valid=False,
+                      feedback="invalid action: no program", tool_code="", tool_output="")
     text, stdout = run_tool(code, stdin, limits)
     if stdout is None:
-        return replace(invalid(state, role, "the program failed"), tool_code=code, tool_output=text)
+        return scored(state, role, {"tool_penalty": TOOL_FAILED_PENALTY}, valid=False,
+                      feedback="invalid action: the program failed", tool_code=code, tool_output=text)
     would = score(stdout)
-    return replace(state, last_role=role, tool_code=code, tool_output=text,
-                   last_valid=would.last_valid, last_reward=would.last_reward,
-                   feedback=f"tool output scored as a plan: {would.feedback}")
+    return scored(state, role, dict(would.last_terms), valid=would.last_valid,
+                  feedback=f"tool output scored as a plan: {would.feedback}",
+                  tool_code=code, tool_output=text)
 
 
 def parse_tool_output(parser_name: str, stdout: str) -> Any:
@@ -242,8 +297,39 @@ def _game_state(state: Any, name: str) -> GameState:
 
 @function("step_reward", returns="number", env=GAMES)
 def step_reward(state: Any) -> float:
-    """The paper's shaped reward of the last action (see each game module for its shape)."""
+    """The whole reward of the last action: the sum of all its terms (`step_penalty()`,
+    `invalid_penalty()`, the game's shaping, bonuses and penalties)."""
     return float(_game_state(state, "step_reward").last_reward)
+
+
+def register_term(name: str, envs: tuple[str, ...], doc: str) -> None:
+    """Register `name()`: an env-bound function reading reward term `name` of the last action
+    (0.0 when that action did not produce it)."""
+
+    def read(state: Any) -> float:
+        return term(_game_state(state, name), name)
+
+    read.__name__ = read.__qualname__ = name
+    read.__doc__ = doc
+    function(name, returns="number", env=envs)(read)
+
+
+register_term("step_penalty", GAMES,
+              "-0.01 for every move played (sokoban, plan_path) or grid scored (sudoku).")
+register_term("invalid_penalty", GAMES,
+              "Illegal actions: sokoban -0.05 and plan_path -0.1 per blocked move (the other moves "
+              "still run); sudoku -1 for a malformed grid (shape, a value out of range, a given changed).")
+register_term("no_action_penalty", GAMES,
+              "-2 when the action carries nothing to play (the parse failed, an empty list).")
+register_term("tool_penalty", GAMES,
+              "The tool role: -1 with no program, -2 when its program fails.")
+register_term("win_bonus", GAMES,
+              "Solving: sudoku +2, sokoban +10 (all boxes on goals), plan_path +1 (goal reached).")
+register_term("optimal_bonus", ("sudoku", "plan_path"),
+              "+0.5 for an optimal solve: plan_path in a shortest number of moves, sudoku "
+              "within as many submissions as empty cells.")
+register_term("step_limit_penalty", MOVE_GAMES,
+              "The move that reaches the step limit unsolved: sokoban -5, plan_path -1.")
 
 
 @function("valid", returns="bool", env=GAMES)

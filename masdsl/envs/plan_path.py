@@ -1,21 +1,32 @@
-"""Path planning on a 10x10 grid with about 22 % of the cells blocked: breadth-first distances, a
-generator whose start and goal are always connected, the `plan_path` env and the
-`plan_path(split, n)` data source.
+"""Path planning on a square grid (10x10 by default) with about 22 % of the cells blocked:
+breadth-first distances, a generator whose start and goal are always connected, the `plan_path`
+env and the `plan_path(split, n, size=10)` data source.
 
 Grid text: one row per line, `.` free and `#` blocked. The board (`env.board`, and the tool
 program's stdin) also marks the agent `A` and the goal `G`. Cells are (row, column), 0-based;
-"U" is row - 1, "D" row + 1, "L" column - 1, "R" column + 1. `env.position` is `[row, column]`.
+"U" is row - 1, "D" row + 1, "L" column - 1, "R" column + 1. `env.position` is `[row, column]`,
+`env.size` the side of the grid.
 
-**Reward of a list of moves** (`step_reward()`; the shape of DESIGN.md §6): each move executed
-earns `STEP_PENALTY` (-0.01), plus potential-based shaping `GAMMA * phi(after) - phi(before)`
-with `GAMMA` = 0.99 and `phi(cell) = -dist(cell) / max_dist`, where `dist` is the breadth-first
-distance to the goal and `max_dist` the largest such distance over the cells connected to the
-goal (so phi is in [-1, 0] and 0 at the goal; Ng, Harada & Russell 1999: shaping of this form
-leaves the optimal policy unchanged), plus `GOAL_REWARD` (+1) on the move that reaches the goal.
-Moves run in order and stop at the goal (later moves are ignored) or at the first blocked move
-(off the grid or into a `#`): the moves before it stay played, the action is invalid and
-`INVALID_PENALTY` (-0.5) is added. A list that is empty or holds something other than a
-direction is invalid as a whole and plays nothing.
+**Reward of a list of moves** (`step_reward()`, the sum of these terms; PettingLLMs'
+`PlanPathGridEnvState` with its default coefficients):
+
+- `step_penalty()`: -0.01 per legal move; `invalid_penalty()`: -0.1 per blocked move (off the
+  grid or into a `#`). A blocked move does not end the list: the agent stays put and the
+  remaining moves still run, as in the reference.
+- `distance_shaping()`: on every move, legal or not, `0.99 * phi(after) - phi(before)` with
+  `phi(cell) = -(Manhattan distance from cell to the goal)`: about +1 for a step toward the goal,
+  -1 for a step away, and `+0.01 * distance` for a blocked move (the reference's discount, kept
+  so that its numbers replay exactly; `env plan_path(gamma=1.0)` removes it).
+- `win_bonus()`: +1 on the move that reaches the goal; later moves are ignored.
+- `optimal_bonus()`: +0.5 when the goal is reached after exactly as many moves (blocked ones
+  included, counted over the episode) as the shortest path from the start.
+- `step_limit_penalty()`: -1 on the move that uses the last of `max_steps` (default 100; the
+  reference's 10 000 is never reached) moves counted over the episode; the episode is then over.
+- `no_action_penalty()`: -2 for an empty list or one holding something other than a direction
+  (nothing is played).
+
+After the goal or the step limit every action scores 0. `valid()` is False when a move was
+blocked.
 """
 
 from __future__ import annotations
@@ -28,14 +39,22 @@ from typing import Any, Mapping
 from masdsl.envs import games_common as gc
 from masdsl.envs.games_common import DIRS, Cell
 from masdsl.envs.registry import data_source, env
-from masdsl.errors import DataError
+from masdsl.errors import DataError, UserError
 
-SIZE = 10
-BLOCKED = 22  # blocked cells in a generated grid (22 % of 100)
-MIN_DISTANCE = 5  # generated start and goal are at least this many moves apart
-GAMMA = 0.99
-STEP_PENALTY = -0.01
+SIZE = 10  # default side of a generated grid
+MIN_SIZE, MAX_SIZE = 3, 30
+BLOCK_RATIO = 0.22  # the reference's share of blocked cells
+BLOCKED = 22  # blocked cells in a generated 10x10 grid (`blocked_cells(size)` in general)
+MIN_DISTANCE = 5  # a 10x10 start and goal are at least this many moves apart (`min_distance(size)`)
+# reward coefficients (PettingLLMs' PlanPathGridEnvState defaults, except MAX_STEPS)
+STEP_PENALTY = gc.STEP_PENALTY
+INVALID_MOVE_PENALTY = -0.1
 GOAL_REWARD = 1.0
+OPTIMAL_BONUS = 0.5
+STEP_LIMIT_PENALTY = -1.0
+SHAPING_WEIGHT = 1.0
+GAMMA = 0.99
+MAX_STEPS = 100
 # `env.legend`: how to read `env.board`, for prompts
 LEGEND = "# blocked, . free, A you, G the goal; U/D/L/R move you one cell (U is up)"
 
@@ -49,7 +68,6 @@ class Maze:
     blocked: frozenset[Cell]
     goal: Cell
     dist: tuple[tuple[int, ...], ...]
-    max_dist: int
 
     def free(self, cell: Cell) -> bool:
         r, c = cell
@@ -80,45 +98,78 @@ def make_maze(rows: list[str], goal: Cell) -> Maze:
     blocked = frozenset((r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch == "#")
     height, width = len(rows), len(rows[0])
     dist = distances(height, width, blocked, goal)
-    return Maze(height, width, blocked, goal, dist, max(1, max(max(row) for row in dist)))
+    return Maze(height, width, blocked, goal, dist)
 
 
-def potential(maze: Maze, cell: Cell) -> float:
-    """phi(cell) = -dist(cell) / max_dist: -1 at the farthest connected cell, 0 at the goal."""
-    return -maze.dist[cell[0]][cell[1]] / maze.max_dist
+def potential(maze: Maze, cell: Cell) -> int:
+    """phi(cell) = -(Manhattan distance from `cell` to the goal), the reference's potential.
+
+    >>> potential(make_maze(["...", "..."], (0, 2)), (1, 0))
+    -3
+    """
+    return -(abs(cell[0] - maze.goal[0]) + abs(cell[1] - maze.goal[1]))
 
 
-def play(maze: Maze, position: Cell, moves: list[str]) -> tuple[Cell, float, bool, int]:
-    """Play `moves` from `position`: `(position after, reward, all legal, moves executed)`.
+@dataclass(frozen=True)
+class Walked:
+    """What `play` did: the position after, the reward terms, the legal moves played, the
+    (1-based) positions of the blocked moves and the step count after."""
 
-    On a 1x4 corridor with the goal at the right end, max_dist is 3, and one step right from
-    the left end earns -0.01 + 0.99 * (-2/3) - (-3/3) = 0.33:
+    position: Cell
+    terms: dict[str, float]
+    executed: int
+    blocked: tuple[int, ...]
+    steps: int
+
+    @property
+    def reward(self) -> float:
+        return sum(self.terms.values())
+
+
+def play(maze: Maze, position: Cell, moves: list[str], *, steps: int = 0, shortest: int | None = None,
+         max_steps: int = MAX_STEPS, gamma: float = GAMMA) -> Walked:
+    """Play `moves` from `position`, `steps` moves into an episode whose shortest solution has
+    `shortest` moves (see the module doc for the reward).
+
+    On a 1x4 corridor with the goal at the right end, one step right from the left end earns
+    -0.01 + (0.99 * -2 - -3) = 1.01; walking the whole corridor adds the goal's +1 and the
+    optimal path's +0.5:
 
     >>> maze = make_maze(["...."], (0, 3))
-    >>> pos, reward, ok, done = play(maze, (0, 0), ["R"])
-    >>> pos, round(reward, 4), ok, done
-    ((0, 1), 0.33, True, 1)
-    >>> pos, reward, ok, done = play(maze, (0, 1), ["R", "R", "L"])  # "L" is never played
-    >>> pos, round(reward, 4), ok, done
-    ((0, 3), 1.65, True, 2)
-    >>> pos, reward, ok, done = play(maze, (0, 1), ["U"])
-    >>> pos, round(reward, 4), ok, done
-    ((0, 1), -0.5, False, 0)
+    >>> w = play(maze, (0, 0), ["R"])
+    >>> w.position, round(w.reward, 4), w.executed, w.blocked
+    ((0, 1), 1.01, 1, ())
+    >>> w = play(maze, (0, 0), ["R", "R", "R", "L"], shortest=3)  # "L" is never played
+    >>> w.position, round(w.reward, 4), sorted(w.terms)
+    ((0, 3), 4.5, ['distance_shaping', 'optimal_bonus', 'step_penalty', 'win_bonus'])
+    >>> w = play(maze, (0, 1), ["U", "R"])  # "U" leaves the grid; "R" still runs
+    >>> w.position, round(w.reward, 4), w.executed, w.blocked
+    ((0, 2), 0.92, 1, (1,))
     """
-    reward, executed = 0.0, 0
-    for move in moves:
-        if position == maze.goal:
+    terms: dict[str, float] = {}
+    executed, blocked = 0, []
+    for i, move in enumerate(moves):
+        if position == maze.goal or steps >= max_steps:
             break
+        before = potential(maze, position)
         dr, dc = DIRS[move]
         nxt = (position[0] + dr, position[1] + dc)
-        if not maze.free(nxt):
-            return position, reward + gc.INVALID_PENALTY, False, executed
-        executed += 1
-        reward += STEP_PENALTY + GAMMA * potential(maze, nxt) - potential(maze, position)
-        if nxt == maze.goal:
-            reward += GOAL_REWARD
-        position = nxt
-    return position, reward, True, executed
+        if maze.free(nxt):
+            gc.add_terms(terms, "step_penalty", STEP_PENALTY)
+            executed += 1
+            position = nxt
+        else:
+            gc.add_terms(terms, "invalid_penalty", INVALID_MOVE_PENALTY)
+            blocked.append(i + 1)
+        gc.add_terms(terms, "distance_shaping", SHAPING_WEIGHT * (gamma * potential(maze, position) - before))
+        steps += 1
+        if position == maze.goal:
+            gc.add_terms(terms, "win_bonus", GOAL_REWARD)
+            if steps == shortest:
+                gc.add_terms(terms, "optimal_bonus", OPTIMAL_BONUS)
+        elif steps >= max_steps:
+            gc.add_terms(terms, "step_limit_penalty", STEP_LIMIT_PENALTY)
+    return Walked(position, terms, executed, tuple(blocked), steps)
 
 
 def shortest_path(maze: Maze, start: Cell) -> list[str] | None:
@@ -140,22 +191,54 @@ def shortest_path(maze: Maze, start: Cell) -> list[str] | None:
     return path
 
 
-def generate(seed: int, max_tries: int = 10_000) -> tuple[list[str], Cell, Cell]:
-    """`(grid rows, start, goal)`: SIZE x SIZE, BLOCKED cells blocked, start and goal free and
-    connected, at least MIN_DISTANCE moves apart; deterministic in `seed`.
+def blocked_cells(size: int) -> int:
+    """Blocked cells in a generated `size` x `size` grid: 22 % of them, rounded.
+
+    >>> blocked_cells(10), blocked_cells(5)
+    (22, 6)
+    """
+    return round(BLOCK_RATIO * size * size)
+
+
+def min_distance(size: int) -> int:
+    """The shortest start-to-goal distance a generated grid allows: half the side, rounded up.
+
+    >>> min_distance(10), min_distance(5)
+    (5, 3)
+    """
+    return (size + 1) // 2
+
+
+def check_size(size: Any) -> int:
+    """`size` if it is a supported grid side, else a `UserError`."""
+    if not isinstance(size, int) or isinstance(size, bool) or not MIN_SIZE <= size <= MAX_SIZE:
+        raise UserError(f"plan_path: size must be an integer from {MIN_SIZE} to {MAX_SIZE}, got {size!r}")
+    return size
+
+
+def generate(seed: int, size: int = SIZE, max_tries: int = 10_000) -> tuple[list[str], Cell, Cell]:
+    """`(grid rows, start, goal)`: `size` x `size`, `blocked_cells(size)` cells blocked, start
+    and goal free and connected, at least `min_distance(size)` moves apart; deterministic in
+    (seed, size).
 
     >>> rows, start, goal = generate(0)
     >>> sum(row.count("#") for row in rows), len(shortest_path(make_maze(rows, goal), start)) >= MIN_DISTANCE
     (22, True)
+    >>> rows, start, goal = generate(0, size=5)
+    >>> len(rows), sum(row.count("#") for row in rows), len(shortest_path(make_maze(rows, goal), start)) >= 3
+    (5, 6, True)
     """
-    rng = random.Random(f"plan_path-{seed}")
-    cells = [(r, c) for r in range(SIZE) for c in range(SIZE)]
+    check_size(size)
+    # the 10x10 stream keeps its historical name, so its puzzles do not change
+    rng = random.Random(f"plan_path-{seed}" if size == SIZE else f"plan_path-{size}-{seed}")
+    cells = [(r, c) for r in range(size) for c in range(size)]
+    n_blocked, least = blocked_cells(size), min_distance(size)
     for _ in range(max_tries):
-        blocked = set(rng.sample(cells, BLOCKED))
+        blocked = set(rng.sample(cells, n_blocked))
         start, goal = rng.sample([cell for cell in cells if cell not in blocked], 2)
-        rows = ["".join("#" if (r, c) in blocked else "." for c in range(SIZE)) for r in range(SIZE)]
-        dist = distances(SIZE, SIZE, frozenset(blocked), goal)[start[0]][start[1]]
-        if dist >= MIN_DISTANCE:
+        rows = ["".join("#" if (r, c) in blocked else "." for c in range(size)) for r in range(size)]
+        dist = distances(size, size, frozenset(blocked), goal)[start[0]][start[1]]
+        if dist >= least:
             return rows, start, goal
     raise DataError(f"plan_path: no connected start and goal after {max_tries} tries (seed {seed})")
 
@@ -180,6 +263,9 @@ class PlanPathState(gc.GameState):
     maze: Maze
     start: Cell
     position: Cell
+    steps: int = 0  # moves counted towards the step limit and the optimal bonus (blocked included)
+    max_steps: int = MAX_STEPS
+    gamma: float = GAMMA
 
     def solved(self) -> bool:
         return self.position == self.maze.goal
@@ -193,18 +279,28 @@ class PlanPathState(gc.GameState):
 
 def walk(state: PlanPathState, role: str, moves: Any) -> PlanPathState:
     """The state after `role` plays `moves` (see the module doc for legality and reward)."""
+    if state.solved():
+        return gc.finished(state, role, "the goal is already reached")
+    if state.steps >= state.max_steps:
+        return gc.finished(state, role, f"the step limit ({state.max_steps} moves) was reached")
     if not moves:
-        return gc.invalid(state, role, "no moves")
+        return gc.no_action(state, role, "no moves")
     clean = gc.normalise_moves(moves)
     if clean is None:
-        return gc.invalid(state, role, f"moves must be a list of U/D/L/R, got {moves!r:.80}")
-    position, reward, legal, executed = play(state.maze, state.position, clean)
-    if legal:
-        note = "reached the goal" if position == state.maze.goal else f"played {executed} moves"
-    else:
-        note = f"invalid action: move {executed + 1} ({clean[executed]}) is blocked; played {executed} moves"
-    return replace(state, position=position, moves=state.moves + executed, last_role=role,
-                   last_valid=legal, last_reward=reward, feedback=note)
+        return gc.no_action(state, role, f"moves must be a list of U/D/L/R, got {moves!r:.80}")
+    w = play(state.maze, state.position, clean, steps=state.steps,
+             shortest=state.maze.dist[state.start[0]][state.start[1]],
+             max_steps=state.max_steps, gamma=state.gamma)
+    notes = [f"played {w.executed} moves"]
+    if w.blocked:
+        notes.append("blocked (you did not move): " + ", ".join(
+            f"move {i} ({clean[i - 1]})" for i in w.blocked[:8]) + (" ..." if len(w.blocked) > 8 else ""))
+    if w.position == state.maze.goal:
+        notes.append("reached the goal")
+    elif w.steps >= state.max_steps:
+        notes.append(f"the step limit ({state.max_steps} moves) was reached")
+    return gc.scored(state, role, w.terms, valid=not w.blocked, feedback="; ".join(notes),
+                     position=w.position, moves=state.moves + w.executed, steps=w.steps)
 
 
 def _cell(value: Any, name: str, row_id: Any) -> Cell:
@@ -233,17 +329,25 @@ def maze_from_task(task: Mapping[str, Any]) -> tuple[Maze, Cell]:
     return maze, start
 
 
-@env("plan_path", fields=("board", "tool_output", "moves", "position", "feedback", "legend"))
+@env("plan_path", fields=("board", "tool_output", "moves", "position", "feedback", "legend", "size"))
 class PlanPathEnv:
-    """Path planning (10x10). Planner field `moves` (U/D/L/R), tool field `code` (stdin: the
-    board text). Success: the agent stands on the goal."""
+    """Path planning (10x10 by default). Planner field `moves` (U/D/L/R), tool field `code`
+    (stdin: the board text). Success: the agent stands on the goal. `env plan_path(max_steps=100,
+    gamma=0.99)`: the step limit over the episode and the discount of `distance_shaping()`."""
 
-    def __init__(self, *, limits: Any = None):
+    def __init__(self, *, limits: Any = None, max_steps: int = MAX_STEPS, gamma: float = GAMMA):
+        if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
+            raise UserError(f"plan_path: max_steps must be a positive integer, got {max_steps!r}")
+        if not isinstance(gamma, (int, float)) or isinstance(gamma, bool) or not 0 < gamma <= 1:
+            raise UserError(f"plan_path: gamma must be a number in (0, 1], got {gamma!r}")
         self.limits = limits
+        self.max_steps = max_steps
+        self.gamma = float(gamma)
 
     def reset(self, task: Mapping[str, Any]) -> PlanPathState:
         maze, start = maze_from_task(task)
-        return PlanPathState(maze=maze, start=start, position=start)
+        return PlanPathState(maze=maze, start=start, position=start, max_steps=self.max_steps,
+                             gamma=self.gamma)
 
     def apply(self, state: PlanPathState, role: str, fields: Mapping[str, Any]) -> PlanPathState:
         kind, value = gc.pick_action(fields)
@@ -255,27 +359,35 @@ class PlanPathEnv:
             return gc.tool_step(state, role, value, stdin=render(state.maze, state.position) + "\n",
                                 limits=self.limits,
                                 score=lambda out: walk(state, role, gc.parse_tool_output("actions", out)))
-        return gc.invalid(state, role, f"plan_path takes `moves`, not `{kind}`")
+        return gc.no_action(state, role, f"plan_path takes `moves`, not `{kind}`")
 
     def view(self, state: PlanPathState) -> Mapping[str, Any]:
         return {"board": render(state.maze, state.position), "tool_output": state.tool_output,
                 "moves": state.moves, "position": list(state.position), "feedback": state.feedback,
-                "legend": LEGEND}
+                "legend": LEGEND, "size": max(state.maze.height, state.maze.width)}
 
     def success(self, state: PlanPathState) -> bool:
         return state.solved()
 
 
 @data_source("plan_path", fields=("id", "seed", "grid", "start", "goal"))
-def plan_path(split: str, n: int = 64) -> list[dict]:
-    """Generated 10x10 grids with a connected start and goal; train and eval disjoint."""
+def plan_path(split: str, n: int = 64, size: int = SIZE) -> list[dict]:
+    """Generated `size` x `size` grids (10x10 by default) with a connected start and goal;
+    train and eval disjoint."""
     gc.check_split(split, n, "plan_path")
+    check_size(size)
+    prefix = "plan_path" if size == SIZE else f"plan_path{size}"
 
     def make(seed: int) -> tuple[str, dict]:
-        rows, start, goal = generate(seed)
+        rows, start, goal = generate(seed, size)
         text = "\n".join(rows)
         key = f"{text}\n{start}\n{goal}"
-        return key, {"id": f"plan_path-{split}-{seed}", "seed": seed, "grid": text,
+        return key, {"id": f"{prefix}-{split}-{seed}", "seed": seed, "grid": text,
                      "start": list(start), "goal": list(goal)}
 
     return gc.split_rows(split, n, make)
+
+
+gc.register_term("distance_shaping", ("plan_path",),
+                 "Plan-Path's potential shaping, 0.99 * phi(after) - phi(before) per move with "
+                 "phi = -(Manhattan distance to the goal): about +1 per step toward the goal.")

@@ -5,14 +5,25 @@ Level text (XSB notation, one row per line): `#` wall, `_` floor, `.` goal, `$` 
 goal, `@` player, `+` player on a goal. Moves are "U", "D", "L", "R" (up is row - 1); walking
 into a box pushes it when the cell behind it is free.
 
-**Reward of a list of moves** (`step_reward()`; the shape of DESIGN.md §6, as in gym-sokoban):
-each move executed costs `STEP_PENALTY` (-0.01); a push that puts a box on a goal earns +1 and
-one that pushes a box off a goal costs -1 (so on/off pushing cannot farm reward); the move that
-puts the last box on its goal earns `WIN_BONUS` (+10). Moves run in order and stop at the win
-(later moves are ignored) or at the first blocked move (into a wall, or pushing a box into a wall
-or another box): the moves before it stay played, the action is invalid (`valid()` False) and
-`INVALID_PENALTY` (-0.5) is added. A list that is empty or holds something other than a
-direction is invalid as a whole and plays nothing.
+**Reward of a list of moves** (`step_reward()`, the sum of these terms; PettingLLMs'
+`SokobanGridEnvState` with its default coefficients):
+
+- `step_penalty()`: -0.01 per legal move; `invalid_penalty()`: -0.05 per blocked move (into a
+  wall, or pushing a box into a wall or another box). A blocked move does not end the list:
+  the player stays put and the remaining moves still run, as in the reference.
+- `push_shaping()`: on every move, legal or not, `0.1 * (0.99 * phi(after) - phi(before))` with
+  `phi = -(sum over boxes of the Manhattan distance to the nearest goal)`: +0.101 for a push one
+  cell toward a goal, and a small `0.001 * distance` on a move that leaves the boxes where they
+  are (the reference's discount, kept so its numbers replay exactly).
+- `box_on_goal()`: +1 per push onto a goal, -1 per push off a goal (the reference: -0.5; -1 here
+  so that pushing a box off and back on cannot farm reward).
+- `win_bonus()`: +10 on the move that puts the last box on a goal; later moves are ignored.
+- `step_limit_penalty()`: -5 on the move that uses the last of `max_steps` (default 200, the
+  reference's) moves counted over the episode, blocked ones included; the episode is then over.
+- `no_action_penalty()`: -2 for an empty list or one holding something other than a direction
+  (nothing is played).
+
+After a win or the step limit every action scores 0. `valid()` is False when a move was blocked.
 """
 
 from __future__ import annotations
@@ -31,9 +42,16 @@ SIZE = 6  # generated levels are SIZE x SIZE including the outer wall
 MAX_INNER_WALLS = 2
 MIN_SOLUTION_MOVES = 4  # generated levels need at least this many moves
 MAX_BOXES = 3
-STEP_PENALTY = -0.01
-BOX_REWARD = 1.0
+# reward coefficients (PettingLLMs' SokobanGridEnvState defaults, except BOX_OFF_GOAL)
+STEP_PENALTY = gc.STEP_PENALTY
+INVALID_MOVE_PENALTY = -0.05
+BOX_ON_GOAL = 1.0
+BOX_OFF_GOAL = -1.0
 WIN_BONUS = 10.0
+STEP_LIMIT_PENALTY = -5.0
+SHAPING_WEIGHT = 0.1
+GAMMA = 0.99
+MAX_STEPS = 200
 MAX_SEARCH_STATES = 200_000
 # `env.legend`: how to read `env.board`, for prompts
 LEGEND = ("# wall, _ floor, . goal, $ box, * box on a goal, @ you, + you on a goal; "
@@ -143,30 +161,67 @@ def step(level: Level, move: str) -> Level | None:
     return replace(level, player=nxt)
 
 
-def play(level: Level, moves: list[str]) -> tuple[Level, float, bool, int]:
-    """Play `moves` from `level`: `(level after, reward, all legal, moves executed)`.
+def potential(level: Level) -> float:
+    """phi = -(sum over boxes of the Manhattan distance to the nearest goal); 0 when solved.
+
+    >>> potential(parse_level("#######\\n#@$__.#\\n#######"))
+    -3
+    """
+    return -sum(min(abs(b[0] - g[0]) + abs(b[1] - g[1]) for g in level.goals) for b in level.boxes)
+
+
+@dataclass(frozen=True)
+class Played:
+    """What `play` did: the level after, the reward terms, the legal moves played, the
+    (1-based) positions of the blocked moves and the step count after."""
+
+    level: Level
+    terms: dict[str, float]
+    executed: int
+    blocked: tuple[int, ...]
+    steps: int
+
+    @property
+    def reward(self) -> float:
+        return sum(self.terms.values())
+
+
+def play(level: Level, moves: list[str], *, steps: int = 0, max_steps: int = MAX_STEPS,
+         gamma: float = GAMMA) -> Played:
+    """Play `moves` from `level`, `steps` moves into the episode (see the module doc).
 
     >>> lv = parse_level("######\\n#@$_.#\\n######")
-    >>> after, reward, ok, done = play(lv, ["R", "R", "L"])
-    >>> round(reward, 2), ok, done, after.solved()
-    (10.98, True, 2, True)
-    >>> after, reward, ok, done = play(lv, ["R", "U"])
-    >>> round(reward, 2), ok, done
-    (-0.51, False, 1)
+    >>> p = play(lv, ["R", "R", "L"])  # two pushes, the second onto the goal; "L" never runs
+    >>> round(p.reward, 3), p.executed, p.blocked, p.level.solved()
+    (11.181, 2, (), True)
+    >>> p = play(lv, ["U", "R"])  # "U" hits the wall, "R" still runs
+    >>> round(p.reward, 3), p.executed, p.blocked
+    (0.043, 1, (1,))
     """
-    reward, executed = 0.0, 0
-    for move in moves:
-        if level.solved():
+    terms: dict[str, float] = {}
+    executed, blocked = 0, []
+    for i, move in enumerate(moves):
+        if level.solved() or steps >= max_steps:
             break
+        before = potential(level)
         nxt = step(level, move)
         if nxt is None:
-            return level, reward + gc.INVALID_PENALTY, False, executed
-        executed += 1
-        reward += STEP_PENALTY + BOX_REWARD * (len(nxt.boxes & nxt.goals) - len(level.boxes & level.goals))
-        if nxt.solved():
-            reward += WIN_BONUS
-        level = nxt
-    return level, reward, True, executed
+            gc.add_terms(terms, "invalid_penalty", INVALID_MOVE_PENALTY)
+            blocked.append(i + 1)
+        else:
+            gc.add_terms(terms, "step_penalty", STEP_PENALTY)
+            change = len(nxt.boxes & nxt.goals) - len(level.boxes & level.goals)
+            if change:
+                gc.add_terms(terms, "box_on_goal", change * (BOX_ON_GOAL if change > 0 else -BOX_OFF_GOAL))
+            executed += 1
+            level = nxt
+        gc.add_terms(terms, "push_shaping", SHAPING_WEIGHT * (gamma * potential(level) - before))
+        steps += 1
+        if level.solved():
+            gc.add_terms(terms, "win_bonus", WIN_BONUS)
+        elif steps >= max_steps:
+            gc.add_terms(terms, "step_limit_penalty", STEP_LIMIT_PENALTY)
+    return Played(level, terms, executed, tuple(blocked), steps)
 
 
 def solve(level: Level, max_states: int = MAX_SEARCH_STATES) -> list[str] | None:
@@ -257,6 +312,9 @@ def generate(seed: int, boxes: int = 1, max_tries: int = 10_000) -> Level:
 @dataclass(frozen=True)
 class SokobanState(gc.GameState):
     level: Level
+    steps: int = 0  # moves counted towards the step limit (blocked ones included)
+    max_steps: int = MAX_STEPS
+    gamma: float = GAMMA
 
     def solved(self) -> bool:
         return self.level.solved()
@@ -268,27 +326,42 @@ class SokobanState(gc.GameState):
 
 def move(state: SokobanState, role: str, moves: Any) -> SokobanState:
     """The state after `role` plays `moves` (see the module doc for legality and reward)."""
+    if state.solved():
+        return gc.finished(state, role, "all boxes are already on goals")
+    if state.steps >= state.max_steps:
+        return gc.finished(state, role, f"the step limit ({state.max_steps} moves) was reached")
     if not moves:
-        return gc.invalid(state, role, "no moves")
+        return gc.no_action(state, role, "no moves")
     clean = gc.normalise_moves(moves)
     if clean is None:
-        return gc.invalid(state, role, f"moves must be a list of U/D/L/R, got {moves!r:.80}")
-    level, reward, legal, executed = play(state.level, clean)
-    if legal:
-        note = "all boxes on goals" if level.solved() else f"played {executed} moves"
-    else:
-        note = f"invalid action: move {executed + 1} ({clean[executed]}) is blocked; played {executed} moves"
-    return replace(state, level=level, moves=state.moves + executed, last_role=role,
-                   last_valid=legal, last_reward=reward, feedback=note)
+        return gc.no_action(state, role, f"moves must be a list of U/D/L/R, got {moves!r:.80}")
+    p = play(state.level, clean, steps=state.steps, max_steps=state.max_steps, gamma=state.gamma)
+    notes = [f"played {p.executed} moves"]
+    if p.blocked:
+        notes.append("blocked (you did not move): " + ", ".join(
+            f"move {i} ({clean[i - 1]})" for i in p.blocked[:8]) + (" ..." if len(p.blocked) > 8 else ""))
+    if p.level.solved():
+        notes.append("all boxes on goals")
+    elif p.steps >= state.max_steps:
+        notes.append(f"the step limit ({state.max_steps} moves) was reached")
+    return gc.scored(state, role, p.terms, valid=not p.blocked, feedback="; ".join(notes),
+                     level=p.level, moves=state.moves + p.executed, steps=p.steps)
 
 
-@env("sokoban", fields=("board", "tool_output", "moves", "feedback", "legend"))
+@env("sokoban", fields=("board", "tool_output", "moves", "feedback", "legend", "size"))
 class SokobanEnv:
     """Sokoban (6x6). Planner field `moves` (U/D/L/R), tool field `code` (stdin: the board
-    text). Success: every box on a goal."""
+    text). Success: every box on a goal. `env sokoban(max_steps=200, gamma=0.99)`: the step
+    limit over the episode and the discount of `push_shaping()`."""
 
-    def __init__(self, *, limits: Any = None):
+    def __init__(self, *, limits: Any = None, max_steps: int = MAX_STEPS, gamma: float = GAMMA):
+        if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
+            raise UserError(f"sokoban: max_steps must be a positive integer, got {max_steps!r}")
+        if not isinstance(gamma, (int, float)) or isinstance(gamma, bool) or not 0 < gamma <= 1:
+            raise UserError(f"sokoban: gamma must be a number in (0, 1], got {gamma!r}")
         self.limits = limits
+        self.max_steps = max_steps
+        self.gamma = float(gamma)
 
     def reset(self, task: Mapping[str, Any]) -> SokobanState:
         text = gc.task_field(task, "level", "sokoban")
@@ -296,7 +369,7 @@ class SokobanEnv:
             level = parse_level(text)
         except (ValueError, TypeError, AttributeError) as exc:
             raise DataError(f"sokoban: task row {task.get('id', '?')!r}: bad level: {exc}") from None
-        return SokobanState(level=level)
+        return SokobanState(level=level, max_steps=self.max_steps, gamma=self.gamma)
 
     def apply(self, state: SokobanState, role: str, fields: Mapping[str, Any]) -> SokobanState:
         kind, value = gc.pick_action(fields)
@@ -308,11 +381,12 @@ class SokobanEnv:
             return gc.tool_step(state, role, value, stdin=render(state.level) + "\n",
                                 limits=self.limits,
                                 score=lambda out: move(state, role, gc.parse_tool_output("actions", out)))
-        return gc.invalid(state, role, f"sokoban takes `moves`, not `{kind}`")
+        return gc.no_action(state, role, f"sokoban takes `moves`, not `{kind}`")
 
     def view(self, state: SokobanState) -> Mapping[str, Any]:
         return {"board": render(state.level), "tool_output": state.tool_output,
-                "moves": state.moves, "feedback": state.feedback, "legend": LEGEND}
+                "moves": state.moves, "feedback": state.feedback, "legend": LEGEND,
+                "size": max(state.level.height, state.level.width)}
 
     def success(self, state: SokobanState) -> bool:
         return state.solved()
@@ -330,3 +404,10 @@ def sokoban(split: str, n: int = 64, boxes: int = 1) -> list[dict]:
         return text, {"id": f"sokoban{boxes}-{split}-{seed}", "seed": seed, "level": text}
 
     return gc.split_rows(split, n, make)
+
+
+gc.register_term("push_shaping", ("sokoban",),
+                 "Sokoban's potential shaping, 0.1 * (0.99 * phi(after) - phi(before)) per move, "
+                 "phi = -(box distances to the nearest goal): +0.101 per push one cell toward a goal.")
+gc.register_term("box_on_goal", ("sokoban",),
+                 "Sokoban: +1 per push of a box onto a goal, -1 per push off a goal.")

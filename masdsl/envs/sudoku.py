@@ -1,21 +1,30 @@
 """Sudoku (4x4 and 9x9): a solver that counts solutions, a generator of puzzles with exactly one
-solution, the `sudoku` env and the `sudoku(split, size, n)` data source.
+solution, the `sudoku` env and the `sudoku(split, n, size=4)` data source.
 
 A grid is a tuple of rows of ints, 0 marking an empty cell. The board text (`env.board`, and
 the tool program's stdin) is one row per line, values separated by spaces.
 
-**Reward of a grid submission** (`step_reward()`; the shape of DESIGN.md §6):
+**Reward of a grid submission** (`step_reward()`, the sum of these terms; PettingLLMs'
+`SudukuEnvState` for a full-grid action):
 
-- invalid (wrong shape, a value outside 0..size, a given overwritten, a repeated value in a
-  row, column or box) -> `INVALID_PENALTY` (-0.5), board unchanged;
-- otherwise `progress(after) - progress(before)` (progress: fraction of the originally empty
-  cells holding their solution value), plus `SOLVED_BONUS` (+2) when this grid solves the
-  puzzle and the board was not solved before.
+- `no_action_penalty()`: -2 when nothing was parsed; `invalid_penalty()`: -1 for a malformed
+  grid (wrong shape, a value outside 0..size, a given overwritten). Either way the board is
+  unchanged. (The reference ignores the givens, so a legal grid that overwrites them counts
+  as solved there; here it is malformed.)
+- otherwise the grid replaces the board, as in the reference, and scores `step_penalty()`
+  (-0.01), then either, when it solves the puzzle (full, no value twice in a row, column or box),
+  `win_bonus()` (+2) and `optimal_bonus()` (+0.5 when no more grids were scored before it than
+  the puzzle has empty cells: in practice always), or else
+  `fill_shaping()` = 0.5 x the change in the fraction of filled cells (of all size x size),
+  `constraint_shaping()` = 0.02 x the change in satisfied constraints (each row, column and box
+  without a repeated value counts its filled cells minus one), and `conflict_penalty()` (-0.5)
+  when a value repeats in a row, column or box.
 
-Zeros are allowed in a submission (a partly filled grid is valid and scores its progress).
-Only legal grids reach the board, so a board without zeros is a solution: `solved()` is "no
-empty cell left", and a full board has progress 1. Generated puzzles have one solution; for a
-user's puzzle with several, progress counts against the first one the solver finds, and any
+The exact solution of a 4x4 puzzle thus scores -0.01 + 2 + 0.5 = 2.49 on the first submission.
+Zeros are allowed in a submission (a partly filled grid scores its shaping; the reference
+rejects them with -1). After the puzzle is solved every action scores 0. `progress()` is the
+fraction of the originally empty cells holding their solution value (1 once solved); for a
+user's puzzle with several solutions it counts against the first one the solver finds, and any
 legal completion still counts as solved.
 """
 
@@ -32,7 +41,14 @@ from masdsl.errors import DataError, UserError
 
 BOX = {4: 2, 9: 3}  # supported sizes -> side of a box
 EMPTY_CELLS = {4: 10, 9: 50}  # the generator empties up to this many cells, keeping uniqueness
+# reward coefficients (PettingLLMs' SudukuEnvState)
+STEP_PENALTY = gc.STEP_PENALTY
 SOLVED_BONUS = 2.0
+OPTIMAL_BONUS = 0.5
+MALFORMED_PENALTY = -1.0
+CONFLICT_PENALTY = -0.5
+FILL_WEIGHT = 0.5
+CONSTRAINT_WEIGHT = 0.02
 # `env.legend`: how to read `env.board`, for prompts
 LEGEND = "one row per line, values separated by spaces, 0 marks an empty cell"
 
@@ -157,21 +173,27 @@ def generate(seed: int, size: int = 4) -> Grid:
 # ---- rules and reward ---------------------------------------------------------------------
 
 
-def grid_problem(puzzle: Grid, grid: Any) -> str | None:
-    """Why `grid` is not a legal submission for `puzzle`, or None when it is.
+def units(size: int) -> list[tuple[str, int, list[tuple[int, int]]]]:
+    """Every row, column and box of a `size` grid: `(kind, number, cells)`, numbered from 1."""
+    b = BOX[size]
+    out = [("row", i + 1, [(i, c) for c in range(size)]) for i in range(size)]
+    out += [("column", i + 1, [(r, i) for r in range(size)]) for i in range(size)]
+    out += [("box", i + 1, [((i // b) * b + d // b, (i % b) * b + d % b) for d in range(size)])
+            for i in range(size)]
+    return out
+
+
+def malformed(puzzle: Grid, grid: Any) -> str | None:
+    """Why `grid` cannot be played on `puzzle` at all (shape, range, a given changed), or None.
 
     >>> P = ((1, 0, 0, 0), (0, 0, 0, 0), (0, 0, 0, 0), (0, 0, 0, 0))
-    >>> grid_problem(P, [[1, 2, 3, 4]])
+    >>> malformed(P, [[1, 2, 3, 4]])
     'wrong shape: expected 4 rows of 4 values'
-    >>> grid_problem(P, [[2, 0, 0, 0]] + [[0] * 4] * 3)
+    >>> malformed(P, [[2, 0, 0, 0]] + [[0] * 4] * 3)
     'overwrites the given 1 at row 1, column 1'
-    >>> grid_problem(P, [[1, 0, 0, 1]] + [[0] * 4] * 3)
-    'value 1 twice in row 1'
-    >>> grid_problem(P, [[1, 0, 0, 0], [0, 1, 0, 0]] + [[0] * 4] * 2)
-    'value 1 twice in box 1'
-    >>> grid_problem(P, [[1, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 5, 0]])
+    >>> malformed(P, [[1, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 5, 0]])
     'value 5 out of range 0..4 at row 4, column 3'
-    >>> grid_problem(P, [[1, 2, 3, 4], [3, 4, 1, 2], [2, 1, 4, 3], [4, 3, 2, 1]]) is None
+    >>> malformed(P, [[1, 0, 0, 1]] + [[0] * 4] * 3) is None  # legal to play; it breaks a rule
     True
     """
     size = len(puzzle)
@@ -184,12 +206,18 @@ def grid_problem(puzzle: Grid, grid: Any) -> str | None:
                 return f"value {v!r} out of range 0..{size} at row {r + 1}, column {c + 1}"
             if puzzle[r][c] and v != puzzle[r][c]:
                 return f"overwrites the given {puzzle[r][c]} at row {r + 1}, column {c + 1}"
-    b = BOX[size]
-    units = [("row", i + 1, [(i, c) for c in range(size)]) for i in range(size)]
-    units += [("column", i + 1, [(r, i) for r in range(size)]) for i in range(size)]
-    units += [("box", i + 1, [((i // b) * b + d // b, (i % b) * b + d % b) for d in range(size)])
-              for i in range(size)]
-    for kind, number, cells in units:
+    return None
+
+
+def conflict(grid: Grid) -> str | None:
+    """The first value repeated in a row, column or box of a well-formed grid, or None.
+
+    >>> conflict(((1, 0, 0, 1),) + ((0,) * 4,) * 3)
+    'value 1 twice in row 1'
+    >>> conflict(((1, 0, 0, 0), (0, 1, 0, 0)) + ((0,) * 4,) * 2)
+    'value 1 twice in box 1'
+    """
+    for kind, number, cells in units(len(grid)):
         values = [grid[r][c] for r, c in cells if grid[r][c]]
         for v in values:
             if values.count(v) > 1:
@@ -197,14 +225,32 @@ def grid_problem(puzzle: Grid, grid: Any) -> str | None:
     return None
 
 
+def grid_problem(puzzle: Grid, grid: Any) -> str | None:
+    """Why `grid` is not a legal grid for `puzzle` (malformed, or a rule broken), or None.
+
+    >>> P = ((1, 0, 0, 0), (0, 0, 0, 0), (0, 0, 0, 0), (0, 0, 0, 0))
+    >>> grid_problem(P, [[1, 0, 0, 1]] + [[0] * 4] * 3)
+    'value 1 twice in row 1'
+    >>> grid_problem(P, [[1, 2, 3, 4], [3, 4, 1, 2], [2, 1, 4, 3], [4, 3, 2, 1]]) is None
+    True
+    """
+    return malformed(puzzle, grid) or conflict(grid)
+
+
 def is_full(grid: Grid) -> bool:
-    """Whether no cell is empty (for a legal grid: whether it is a solution)."""
+    """Whether no cell is empty."""
     return all(v for row in grid for v in row)
 
 
+def is_solved(grid: Grid) -> bool:
+    """Whether a well-formed grid is a solution: full and no value twice in a row, column or
+    box (the givens are kept by every grid that reaches the board)."""
+    return is_full(grid) and conflict(grid) is None
+
+
 def progress_of(puzzle: Grid, solution: Grid, grid: Grid) -> float:
-    """Fraction of the originally empty cells of a legal `grid` that hold their solution value
-    (1 for a full grid: a legal full grid is a solution).
+    """Fraction of the originally empty cells of `grid` that hold their solution value (1 for
+    any solution, so a user's puzzle with several solutions is scored fairly).
 
     >>> S = ((1, 2, 3, 4), (3, 4, 1, 2), (2, 1, 4, 3), (4, 3, 2, 1))
     >>> P = ((1, 2, 3, 4), (3, 4, 1, 2), (2, 1, 0, 0), (0, 0, 0, 0))
@@ -212,24 +258,55 @@ def progress_of(puzzle: Grid, solution: Grid, grid: Grid) -> float:
     0.3333333333333333
     """
     empty = [(r, c) for r, row in enumerate(puzzle) for c, v in enumerate(row) if not v]
-    if not empty or is_full(grid):
+    if not empty or is_solved(grid):
         return 1.0
     return sum(grid[r][c] == solution[r][c] for r, c in empty) / len(empty)
 
 
-def grid_reward(puzzle: Grid, solution: Grid, before: Grid, after: Grid) -> float:
-    """The reward of moving the board from `before` to a legal `after` (see the module doc).
+def filled_fraction(grid: Grid) -> float:
+    """Filled cells over all cells (the reference's `_calculate_progress`)."""
+    return sum(1 for row in grid for v in row if v) / (len(grid) ** 2)
+
+
+def constraints_satisfied(grid: Grid) -> int:
+    """The reference's `_count_constraints_satisfied`: each row, column and box with no repeated
+    value counts its filled cells minus one.
+
+    >>> constraints_satisfied(((1, 2, 3, 4), (3, 4, 1, 2), (2, 1, 4, 3), (4, 3, 2, 1)))
+    36
+    >>> constraints_satisfied(((1, 2, 0, 0), (0,) * 4, (0,) * 4, (0,) * 4))  # row 1, box 1
+    2
+    """
+    total = 0
+    for _, _, cells in units(len(grid)):
+        values = [grid[r][c] for r, c in cells if grid[r][c]]
+        if len(values) == len(set(values)) and len(values) > 1:
+            total += len(values) - 1
+    return total
+
+
+def grid_terms(puzzle: Grid, before: Grid, after: Grid, scored_before: int = 0) -> dict[str, float]:
+    """The reward terms of moving the board from `before` to a well-formed `after`, with
+    `scored_before` grids scored earlier in the episode (see the module doc).
 
     >>> S = ((1, 2, 3, 4), (3, 4, 1, 2), (2, 1, 4, 3), (4, 3, 2, 1))
     >>> P = ((1, 2, 3, 4), (3, 4, 1, 2), (2, 1, 0, 0), (0, 0, 0, 0))
-    >>> grid_reward(P, S, P, S)
-    3.0
-    >>> round(grid_reward(P, S, P, ((1, 2, 3, 4), (3, 4, 1, 2), (2, 1, 4, 3), (0, 0, 0, 0))), 4)
-    0.3333
+    >>> round(sum(grid_terms(P, P, S).values()), 4)
+    2.49
+    >>> sorted(grid_terms(P, P, ((1, 2, 3, 4), (3, 4, 1, 2), (2, 1, 4, 3), (0, 0, 0, 0))).items())
+    [('constraint_shaping', 0.1), ('fill_shaping', 0.0625), ('step_penalty', -0.01)]
     """
-    gain = progress_of(puzzle, solution, after) - progress_of(puzzle, solution, before)
-    newly_solved = is_full(after) and not is_full(before)
-    return gain + (SOLVED_BONUS if newly_solved else 0.0)
+    terms = {"step_penalty": STEP_PENALTY}
+    if is_solved(after):
+        terms["win_bonus"] = SOLVED_BONUS
+        if scored_before <= sum(1 for row in puzzle for v in row if not v):
+            terms["optimal_bonus"] = OPTIMAL_BONUS
+        return terms
+    terms["fill_shaping"] = FILL_WEIGHT * (filled_fraction(after) - filled_fraction(before))
+    terms["constraint_shaping"] = CONSTRAINT_WEIGHT * (constraints_satisfied(after) - constraints_satisfied(before))
+    if conflict(after) is not None:
+        terms["conflict_penalty"] = CONFLICT_PENALTY
+    return terms
 
 
 def render(grid: Grid) -> str:
@@ -253,27 +330,33 @@ class SudokuState(gc.GameState):
     grid: Grid
 
     def solved(self) -> bool:
-        return is_full(self.grid)  # only legal grids reach the board
+        return is_solved(self.grid)  # every grid on the board keeps the givens
 
     def progress(self) -> float:
         return progress_of(self.puzzle, self.solution, self.grid)
 
 
 def submit(state: SudokuState, role: str, grid: Any) -> SudokuState:
-    """The state after `role` submits `grid` (legal: board replaced; otherwise penalised)."""
+    """The state after `role` submits `grid`: a well-formed grid replaces the board (even one
+    that breaks a rule, as in the reference) and is scored; otherwise the board stays."""
+    if state.solved():
+        return gc.finished(state, role, "the puzzle is already solved")
     if not grid:
-        return gc.invalid(state, role, "no grid")
-    problem = grid_problem(state.puzzle, grid)
+        return gc.no_action(state, role, "no grid")
+    problem = malformed(state.puzzle, grid)
     if problem:
-        return gc.invalid(state, role, problem)
+        return gc.invalid(state, role, problem, MALFORMED_PENALTY)
     after = tuple(tuple(row) for row in grid)
-    reward = grid_reward(state.puzzle, state.solution, state.grid, after)
-    if is_full(after):
+    terms = grid_terms(state.puzzle, state.grid, after, state.moves)
+    clash = conflict(after)
+    if clash:
+        note = f"breaks the rules: {clash}"
+    elif is_full(after):
         note = "solved"
     else:
         note = f"{progress_of(state.puzzle, state.solution, after):.0%} of the empty cells correct"
-    return replace(state, grid=after, moves=state.moves + 1, last_role=role, last_valid=True,
-                   last_reward=reward, feedback=note)
+    return gc.scored(state, role, terms, valid=clash is None, feedback=note, grid=after,
+                     moves=state.moves + 1)
 
 
 def puzzle_from_task(task: Mapping[str, Any]) -> Grid:
@@ -289,10 +372,11 @@ def puzzle_from_task(task: Mapping[str, Any]) -> Grid:
     return tuple(tuple(row) for row in raw)
 
 
-@env("sudoku", fields=("board", "tool_output", "moves", "feedback", "legend"))
+@env("sudoku", fields=("board", "tool_output", "moves", "feedback", "legend", "size"))
 class SudokuEnv:
     """Sudoku 4x4/9x9. Planner field `grid` (a filled grid), tool field `code` (stdin: the
-    puzzle as board text). Success: the board is full (every grid on it is legal)."""
+    puzzle as board text). Success: the board holds a solution (full, no rule broken, givens
+    kept)."""
 
     def __init__(self, *, limits: Any = None):
         self.limits = limits
@@ -314,18 +398,19 @@ class SudokuEnv:
             return gc.tool_step(state, role, value, stdin=render(state.puzzle) + "\n",
                                 limits=self.limits,
                                 score=lambda out: submit(state, role, gc.parse_tool_output("grid", out)))
-        return gc.invalid(state, role, f"sudoku takes a `grid`, not `{kind}`")
+        return gc.no_action(state, role, f"sudoku takes a `grid`, not `{kind}`")
 
     def view(self, state: SudokuState) -> Mapping[str, Any]:
         return {"board": render(state.grid), "tool_output": state.tool_output,
-                "moves": state.moves, "feedback": state.feedback, "legend": LEGEND}
+                "moves": state.moves, "feedback": state.feedback, "legend": LEGEND,
+                "size": state.size}
 
     def success(self, state: SudokuState) -> bool:
         return state.solved()
 
 
 @data_source("sudoku", fields=("id", "seed", "size", "puzzle"))
-def sudoku(split: str, size: int = 4, n: int = 64) -> list[dict]:
+def sudoku(split: str, n: int = 64, size: int = 4) -> list[dict]:
     """Generated puzzles with a unique solution; train and eval disjoint (see games_common)."""
     gc.check_split(split, n, "sudoku")
     if size not in BOX:
@@ -338,3 +423,12 @@ def sudoku(split: str, size: int = 4, n: int = 64) -> list[dict]:
         return render(puzzle), row
 
     return gc.split_rows(split, n, make)
+
+
+gc.register_term("fill_shaping", ("sudoku",),
+                 "Sudoku: 0.5 x the change in the fraction of filled cells (0 for a solving grid).")
+gc.register_term("constraint_shaping", ("sudoku",),
+                 "Sudoku: 0.02 x the change in satisfied constraints (rows, columns and boxes "
+                 "without a repeat count their filled cells minus one; 0 for a solving grid).")
+gc.register_term("conflict_penalty", ("sudoku",),
+                 "Sudoku: -0.5 for a grid with a value twice in a row, column or box.")

@@ -19,11 +19,12 @@ def content(row: dict) -> str:
 
 
 SOURCES = {
-    "sudoku4": lambda split, n: sd.sudoku(split, size=4, n=n),
-    "sudoku9": lambda split, n: sd.sudoku(split, size=9, n=n),
+    "sudoku4": lambda split, n: sd.sudoku(split, n, size=4),
+    "sudoku9": lambda split, n: sd.sudoku(split, n, size=9),
     "sokoban1": lambda split, n: sk.sokoban(split, n=n, boxes=1),
     "sokoban2": lambda split, n: sk.sokoban(split, n=n, boxes=2),
     "plan_path": lambda split, n: pp.plan_path(split, n=n),
+    "plan_path5": lambda split, n: pp.plan_path(split, n, size=5),
 }
 
 
@@ -64,9 +65,10 @@ def test_split_helpers_reject_bad_arguments():
 def test_games_are_registered_under_the_shared_names():
     reg = load_builtins()
     assert reg is REGISTRY
-    assert reg.envs["sudoku"].fields == ("board", "tool_output", "moves", "feedback", "legend")
-    assert reg.envs["sokoban"].fields == ("board", "tool_output", "moves", "feedback", "legend")
-    assert reg.envs["plan_path"].fields == ("board", "tool_output", "moves", "position", "feedback", "legend")
+    assert reg.envs["sudoku"].fields == ("board", "tool_output", "moves", "feedback", "legend", "size")
+    assert reg.envs["sokoban"].fields == ("board", "tool_output", "moves", "feedback", "legend", "size")
+    assert reg.envs["plan_path"].fields == ("board", "tool_output", "moves", "position", "feedback", "legend",
+                                            "size")
     assert reg.data_sources["sudoku"].fields == ("id", "seed", "size", "puzzle")
     assert reg.data_sources["sokoban"].fields == ("id", "seed", "level")
     assert reg.data_sources["plan_path"].fields == ("id", "seed", "grid", "start", "goal")
@@ -103,8 +105,15 @@ def test_any_parsed_value_is_applied_or_penalised(game, name, value, ok):
     s1 = env.apply(s0, "planner", {name: value, "ok": ok, "output": ""})
     assert s0 == env.reset(task)  # the input state is untouched
     assert isinstance(s1.last_reward, float) and isinstance(s1.last_valid, bool)
-    if not s1.last_valid and s1.moves == 0:
-        assert s1.last_reward == gc.INVALID_PENALTY
+    assert s1.last_reward == pytest.approx(sum(v for _, v in s1.last_terms))  # the terms add up
+    if "no_action_penalty" in dict(s1.last_terms):  # nothing playable: nothing played
+        assert s1.last_reward == gc.NO_ACTION_PENALTY and s1.moves == 0 and not s1.last_valid
+    if s1.last_valid and name != "other":
+        assert s1.last_reward == pytest.approx(gc.term(s1, "step_penalty") + gc.term(s1, "win_bonus")
+                                               + gc.term(s1, "optimal_bonus") + gc.term(s1, "push_shaping")
+                                               + gc.term(s1, "distance_shaping") + gc.term(s1, "box_on_goal")
+                                               + gc.term(s1, "fill_shaping") + gc.term(s1, "constraint_shaping")
+                                               + gc.term(s1, "step_limit_penalty"))
     if name == "other":
         assert s1.last_valid and s1.last_reward == 0.0
     view = env.view(s1)

@@ -12,63 +12,87 @@ from masdsl.envs import plan_path as pp
 from masdsl.envs.registry import REGISTRY
 from masdsl.errors import DataError, UserError
 
-# goal (0,2); distances to it: (0,0)=4, (1,0)=3, (1,1)=2, (1,2)=1, (0,2)=0; max_dist = 4
+# goal (0,2); breadth-first distances to it: (0,0)=4, (1,0)=3, (1,1)=2, (1,2)=1, (0,2)=0;
+# Manhattan distances (the reference's potential): (0,0)=2, (1,0)=3, (1,1)=2, (1,2)=1
 HOOK = {"id": "hook", "grid": ".#.\n...", "start": [0, 0], "goal": [0, 2]}
 
 
-def state(task=HOOK):
-    return pp.PlanPathEnv().reset(task)
+def state(task=HOOK, **kw):
+    return pp.PlanPathEnv(**kw).reset(task)
 
 
 def act(s, moves, ok=True):
     return pp.PlanPathEnv().apply(s, "planner", {"moves": moves, "ok": ok})
 
 
-def shaped(d_before, d_after, max_dist, goal=False):
-    """The module's reward for one move, written out by hand."""
-    phi_before, phi_after = -d_before / max_dist, -d_after / max_dist
-    return -0.01 + 0.99 * phi_after - phi_before + (1.0 if goal else 0.0)
+def shaped(m_before, m_after, goal=False, optimal=False):
+    """The reference's reward for one legal move between Manhattan distances, by hand."""
+    return -0.01 + 0.99 * -m_after + m_before + (1.0 if goal else 0.0) + (0.5 if optimal else 0.0)
+
+
+def blocked(m):
+    """... for a blocked move at Manhattan distance m (the agent stays put)."""
+    return -0.1 + 0.99 * -m + m
 
 
 def test_hand_computed_rewards_on_the_hook():
     s = state()
-    assert s.maze.max_dist == 4 and s.progress() == 0.0
-    s1 = act(s, ["D"])  # 4 -> 3: -0.01 + 0.99 * -0.75 + 1 = 0.2475
-    assert s1.last_reward == pytest.approx(0.2475) == pytest.approx(shaped(4, 3, 4))
-    assert s1.progress() == pytest.approx(0.25) and s1.last_valid
-    s2 = act(s1, ["R", "R", "U"])  # 3 -> 2 -> 1 -> 0 (goal)
-    want = shaped(3, 2, 4) + shaped(2, 1, 4) + shaped(1, 0, 4, goal=True)
-    assert s2.last_reward == pytest.approx(want) == pytest.approx(0.245 + 0.2425 + 1.24)
-    assert s2.solved() and s2.progress() == 1.0 and s2.moves == 4
+    assert s.progress() == 0.0
+    s1 = act(s, ["D"])  # Manhattan 2 -> 3: -0.01 + 0.99 * -3 + 2 = -0.98
+    assert s1.last_reward == pytest.approx(-0.98) == pytest.approx(shaped(2, 3))
+    assert s1.progress() == pytest.approx(0.25) and s1.last_valid  # breadth-first 4 -> 3
+    s2 = act(s1, ["R", "R", "U"])  # 3 -> 2 -> 1 -> 0 (goal), 4 moves in all: a shortest path
+    want = shaped(3, 2) + shaped(2, 1) + shaped(1, 0, goal=True, optimal=True)
+    assert s2.last_reward == pytest.approx(want) == pytest.approx(1.01 + 1.0 + 0.99 + 1 + 0.5)
+    assert s2.solved() and s2.progress() == 1.0 and s2.moves == 4 and s2.steps == 4
     assert pp.PlanPathEnv().view(s2)["position"] == [0, 2]
+    assert REGISTRY.functions["optimal_bonus"].fn(s2) == 0.5
+    assert REGISTRY.functions["win_bonus"].fn(s2) == 1.0
 
 
 def test_moving_away_is_negative_and_moves_after_the_goal_are_ignored():
     s1 = act(state(), ["D", "R"])
-    back = act(s1, ["L"])  # 2 -> 3
-    assert back.last_reward == pytest.approx(shaped(2, 3, 4)) and back.last_reward < 0
+    back = act(s1, ["L"])  # Manhattan 2 -> 3
+    assert back.last_reward == pytest.approx(shaped(2, 3)) and back.last_reward < 0
     done = act(state(), ["D", "R", "R", "U", "D", "D"])
     assert done.solved() and done.moves == 4 and done.last_valid
+    assert act(done, ["D"]).last_reward == 0.0  # the episode is over
 
 
-@pytest.mark.parametrize("moves,executed,where", [
-    (["U"], 0, (0, 0)),            # off the grid
-    (["R"], 0, (0, 0)),            # into the blocked cell
-    (["D", "R", "U"], 2, (1, 1)),  # third move into the blocked cell; prefix stays
+@pytest.mark.parametrize("moves,executed,where,want", [
+    (["U"], 0, (0, 0), blocked(2)),                                       # off the grid
+    (["R"], 0, (0, 0), blocked(2)),                                       # into the blocked cell
+    (["D", "R", "U"], 2, (1, 1), shaped(2, 3) + shaped(3, 2) + blocked(2)),  # third move blocked
+    (["U", "D", "R"], 2, (1, 1), blocked(2) + shaped(2, 3) + shaped(3, 2)),  # the rest still runs
 ])
-def test_blocked_moves_keep_the_prefix_and_are_penalised(moves, executed, where):
+def test_blocked_moves_are_penalised_and_the_rest_still_runs(moves, executed, where, want):
     s = act(state(), moves)
     assert not s.last_valid and s.moves == executed and s.position == where
-    prefix = [shaped(4, 3, 4), shaped(3, 2, 4)][:executed]
-    assert s.last_reward == pytest.approx(sum(prefix) - 0.5)
+    assert s.steps == len(moves) and s.last_reward == pytest.approx(want)
+    assert REGISTRY.functions["invalid_penalty"].fn(s) == pytest.approx(-0.1)
+
+
+def test_a_detour_reaches_the_goal_without_the_optimal_bonus_and_the_limit_ends_it():
+    s = act(state(), ["U", "D", "R", "R", "U"])  # one blocked move: 5 steps for a 4-step path
+    assert s.solved() and REGISTRY.functions["optimal_bonus"].fn(s) == 0.0
+    limited = act(state(max_steps=3), ["D", "L", "L", "L"])
+    assert limited.steps == 3 and not limited.solved() and "step limit" in limited.feedback
+    assert limited.last_reward == pytest.approx(shaped(2, 3) + blocked(3) + blocked(3) - 1)
+    assert REGISTRY.functions["step_limit_penalty"].fn(limited) == -1.0
+    assert act(limited, ["R"]).last_reward == 0.0
+    for bad in ({"max_steps": 0}, {"max_steps": True}, {"gamma": -1}, {"gamma": "1"}):
+        with pytest.raises(UserError):
+            pp.PlanPathEnv(**bad)
+    flat = act(state(gamma=1.0), ["U"])  # gamma = 1: a blocked move is exactly its penalty
+    assert flat.last_reward == pytest.approx(-0.1)
 
 
 @pytest.mark.parametrize("moves", [[], ["D", "north"], "DR", [["D"]], None])
 def test_malformed_moves_play_nothing(moves):
     s0 = state()
     s = act(s0, moves, ok=bool(moves))
-    assert not s.last_valid and s.last_reward == gc.INVALID_PENALTY
-    assert s.position == s0.position and s.moves == 0
+    assert not s.last_valid and s.last_reward == gc.NO_ACTION_PENALTY == -2.0
+    assert s.position == s0.position and s.moves == 0 and s.steps == 0
 
 
 def test_apply_never_mutates_its_input():
@@ -90,13 +114,40 @@ def test_every_generated_grid_is_connected_and_sized():
         s = env.reset(row)
         plan = pp.shortest_path(s.maze, s.start)
         assert plan is not None and len(plan) >= pp.MIN_DISTANCE
-        # the plan, played through the env, reaches the goal; shaping telescopes (gamma < 1
-        # leaves a small remainder, so compare against the per-move sum)
+        # the plan, played through the env, reaches the goal with the optimal bonus
         end = env.apply(s, "planner", {"moves": plan, "ok": True})
         assert end.solved() and end.last_valid and end.moves == len(plan)
-        d = len(plan)
-        want = sum(shaped(k, k - 1, s.maze.max_dist, goal=k == 1) for k in range(d, 0, -1))
-        assert end.last_reward == pytest.approx(want)
+        assert end.last_reward == pytest.approx(replayed(s.maze, s.start, plan))
+
+
+def replayed(maze, start, plan):
+    """The reference's reward of a shortest `plan` from `start`, move by move."""
+    total, cell = 0.0, start
+    for k, m in enumerate(plan):
+        nxt = (cell[0] + pp.DIRS[m][0], cell[1] + pp.DIRS[m][1])
+        total += -0.01 + 0.99 * pp.potential(maze, nxt) - pp.potential(maze, cell)
+        cell = nxt
+    return total + 1.0 + 0.5
+
+
+@pytest.mark.parametrize("size", [3, 5, 7])
+def test_small_grids(size):
+    rows = pp.plan_path("train", n=30, size=size) + pp.plan_path("eval", n=30, size=size)
+    assert len({r["id"] for r in rows}) == 60 and all(r["id"].startswith(f"plan_path{size}-") for r in rows)
+    env = pp.PlanPathEnv()
+    for row in rows:
+        grid = row["grid"].splitlines()
+        assert len(grid) == size and all(len(r) == size for r in grid)
+        assert sum(r.count("#") for r in grid) == pp.blocked_cells(size)
+        s = env.reset(row)
+        plan = pp.shortest_path(s.maze, s.start)
+        assert len(plan) >= pp.min_distance(size)
+        assert env.view(s)["size"] == size
+        assert env.apply(s, "planner", {"moves": plan, "ok": True}).solved()
+    assert pp.plan_path("eval", n=3, size=10) == pp.plan_path("eval", n=3)
+    for bad in (2, 31, 5.0, True):
+        with pytest.raises(UserError):
+            pp.plan_path("train", n=1, size=bad)
 
 
 def test_distances_match_a_hand_maze():
@@ -133,9 +184,10 @@ def test_view_and_env_functions():
     env = pp.PlanPathEnv()
     s = act(state(), ["D"])
     v = env.view(s)
-    assert v["board"] == ".#G\nA.." and v["position"] == [1, 0] and v["moves"] == 1
+    assert v["board"] == ".#G\nA.." and v["position"] == [1, 0] and v["moves"] == 1 and v["size"] == 3
     assert REGISTRY.functions["progress"].fn(s) == pytest.approx(0.25)
-    assert REGISTRY.functions["step_reward"].fn(s) == pytest.approx(0.2475)
+    assert REGISTRY.functions["step_reward"].fn(s) == pytest.approx(-0.98)
+    assert REGISTRY.functions["distance_shaping"].fn(s) == pytest.approx(-0.97)
     assert REGISTRY.functions["solved"].fn(s) is False and REGISTRY.functions["valid"].fn(s) is True
     assert not env.success(s)
 
@@ -170,10 +222,12 @@ def test_tool_program_plans_from_the_board_and_is_scored_without_moving():
     s1 = env.apply(s0, "tool", {"code": BFS_TOOL, "ok": True})
     plan = pp.shortest_path(s0.maze, s0.start)
     assert s1.tool_output.strip() == json.dumps(plan)
-    d = len(plan)
-    want = sum(shaped(k, k - 1, s0.maze.max_dist, goal=k == 1) for k in range(d, 0, -1))
-    assert s1.last_valid and s1.last_reward == pytest.approx(want)
-    assert s1.position == s0.position and s1.moves == 0
+    assert s1.last_valid and s1.last_reward == pytest.approx(replayed(s0.maze, s0.start, plan))
+    assert s1.position == s0.position and s1.moves == 0 and s1.steps == 0
     # a program printing a plan that runs into a wall earns the invalid-move penalty
     s2 = env.apply(state(), "tool", {"code": "print('[\"R\"]')", "ok": True})
-    assert not s2.last_valid and s2.last_reward == pytest.approx(-0.5)
+    assert not s2.last_valid and s2.last_reward == pytest.approx(blocked(2))
+    # no program: -1; a failing program: -2; output that is no plan: -2
+    assert env.apply(state(), "tool", {"code": "", "ok": False}).last_reward == -1.0
+    assert env.apply(state(), "tool", {"code": "1/0", "ok": True}).last_reward == -2.0
+    assert env.apply(state(), "tool", {"code": "print('no idea')", "ok": True}).last_reward == -2.0

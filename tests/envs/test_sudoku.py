@@ -84,52 +84,75 @@ def test_data_source_is_deterministic_and_prefix_stable():
     assert sd.sudoku("eval", n=0) == []
 
 
-@pytest.mark.parametrize("args", [("test",), ("train", 5), ("train", 4, -1), ("train", 4, "3")])
+@pytest.mark.parametrize("args", [("test",), ("train", 5, 5), ("train", -1), ("train", "3"), ("train", 4, 16)])
 def test_data_source_rejects_bad_arguments(args):
     with pytest.raises(UserError):
         sd.sudoku(*args)
 
 
-def test_submitting_the_solution_scores_progress_plus_bonus():
+def test_data_source_takes_n_then_size():
+    assert sd.sudoku("train", 3) == sd.sudoku("train", n=3, size=4)
+    assert [len(r["puzzle"]) for r in sd.sudoku("eval", 2, size=9)] == [9, 9]
+
+
+def test_submitting_the_solution_scores_the_bonuses():
     s0 = state()
     s1 = sd.SudokuEnv().apply(s0, "planner", {"grid": [list(r) for r in SOLUTION], "ok": True})
     assert s1.last_valid and s1.solved() and s1.progress() == 1.0
-    assert s1.last_reward == pytest.approx(1.0 + 2.0)  # progress 0 -> 1, plus solved bonus
+    assert s1.last_reward == pytest.approx(-0.01 + 2.0 + 0.5)  # step, solved, optimal
     assert s1.moves == 1
     again = sd.SudokuEnv().apply(s1, "planner", {"grid": [list(r) for r in SOLUTION], "ok": True})
-    assert again.last_reward == 0.0  # no progress, not newly solved
+    assert again.last_reward == 0.0 and "already solved" in again.feedback  # the episode is over
 
 
-def test_partial_and_wrong_fills_score_only_correct_cells():
+def test_partial_and_wrong_fills_score_the_reference_shaping():
     env = sd.SudokuEnv()
+    assert sd.constraints_satisfied(PUZZLE) == 18
     # fill 3 of the 6 empty cells correctly: (1,1)=4, (1,3)=2, (2,0)=2
     partial = [[1, 2, 3, 4], [3, 4, 1, 2], [2, 1, 0, 3], [4, 0, 2, 0]]
     s1 = env.apply(state(), "planner", {"grid": partial, "ok": True})
-    assert s1.last_valid and s1.last_reward == pytest.approx(3 / 6)
+    assert sd.constraints_satisfied(s1.grid) == 27
+    # -0.01 step + 0.5 * 3/16 more cells filled + 0.02 * 9 more constraints satisfied
+    assert s1.last_valid and s1.last_reward == pytest.approx(-0.01 + 0.5 * 3 / 16 + 0.02 * 9)
     assert s1.progress() == pytest.approx(0.5)
-    # now a legal grid (no duplicates) that undoes one correct cell: progress 3/6 -> 2/6
+    # a legal grid that undoes one correct cell: one cell less, three constraints less
     undo = [[1, 2, 3, 4], [3, 4, 1, 0], [2, 1, 0, 3], [4, 0, 2, 0]]
     s2 = env.apply(s1, "planner", {"grid": undo, "ok": True})
-    assert s2.last_valid and s2.last_reward == pytest.approx(-1 / 6)
-    assert not s2.solved()
+    assert s2.last_valid and s2.last_reward == pytest.approx(-0.01 - 0.5 / 16 - 0.02 * 3)
+    assert not s2.solved() and s2.progress() == pytest.approx(2 / 6)
+    assert REGISTRY.functions["fill_shaping"].fn(s2) == pytest.approx(-0.5 / 16)
+    assert REGISTRY.functions["constraint_shaping"].fn(s2) == pytest.approx(-0.06)
 
 
 @pytest.mark.parametrize("grid,why", [
-    ([], "no grid"),
-    ([[1, 2, 3, 4]], "wrong shape"),
-    ([[1, 2, 3, 4], [3, 4, 1, 2], [2, 1, 4, 3], [4, 3, 2, 1, 1]], "wrong shape"),
-    ([[2, 1, 3, 4], [3, 4, 1, 2], [1, 2, 4, 3], [4, 3, 2, 1]], "overwrites the given"),
     ([[1, 2, 3, 4], [3, 3, 1, 0], [0, 1, 0, 3], [4, 0, 2, 0]], "twice in row 2"),
     ([[1, 2, 3, 4], [3, 0, 1, 0], [0, 1, 0, 3], [4, 1, 2, 0]], "twice in column 2"),
     ([[1, 2, 3, 4], [3, 0, 1, 4], [0, 1, 0, 3], [4, 0, 2, 0]], "twice in column 4"),
-    ([[1, 2, 3, 4], [3, 0, 1, 0], [0, 1, 0, 3], [4, 0, 2, 7]], "out of range"),
-    ([[1, 2, 3, 4], [3, "4", 1, 0], [0, 1, 0, 3], [4, 0, 2, 0]], "out of range"),
-    ("1234", "wrong shape"),
 ])
-def test_invalid_grids_are_penalised_and_leave_the_board(grid, why):
+def test_grids_that_break_a_rule_reach_the_board_with_the_conflict_penalty(grid, why):
+    s0 = state()
+    s1 = sd.SudokuEnv().apply(s0, "planner", {"grid": grid, "ok": True})
+    assert not s1.last_valid and why in s1.feedback
+    assert s1.grid == tuple(tuple(r) for r in grid) and s1.moves == 1 and not s1.solved()
+    fill = 0.5 / 16
+    constraints = 0.02 * (sd.constraints_satisfied(s1.grid) - 18)
+    assert s1.last_reward == pytest.approx(-0.01 + fill + constraints - 0.5)
+    assert REGISTRY.functions["conflict_penalty"].fn(s1) == -0.5
+
+
+@pytest.mark.parametrize("grid,why,penalty", [
+    ([], "no grid", -2.0),
+    ([[1, 2, 3, 4]], "wrong shape", -1.0),
+    ([[1, 2, 3, 4], [3, 4, 1, 2], [2, 1, 4, 3], [4, 3, 2, 1, 1]], "wrong shape", -1.0),
+    ([[2, 1, 3, 4], [3, 4, 1, 2], [1, 2, 4, 3], [4, 3, 2, 1]], "overwrites the given", -1.0),
+    ([[1, 2, 3, 4], [3, 0, 1, 0], [0, 1, 0, 3], [4, 0, 2, 7]], "out of range", -1.0),
+    ([[1, 2, 3, 4], [3, "4", 1, 0], [0, 1, 0, 3], [4, 0, 2, 0]], "out of range", -1.0),
+    ("1234", "wrong shape", -1.0),
+])
+def test_malformed_grids_are_penalised_and_leave_the_board(grid, why, penalty):
     s0 = state()
     s1 = sd.SudokuEnv().apply(s0, "planner", {"grid": grid, "ok": bool(grid)})
-    assert s1.last_reward == gc.INVALID_PENALTY == -0.5
+    assert s1.last_reward == penalty
     assert not s1.last_valid and why in s1.feedback
     assert s1.grid == s0.grid and s1.moves == 0
 
@@ -145,7 +168,7 @@ def test_box_duplicate_is_invalid():
 def test_moves_field_is_invalid_for_sudoku_and_no_field_is_a_noop():
     env = sd.SudokuEnv()
     s = env.apply(state(), "planner", {"moves": ["U"], "ok": True})
-    assert not s.last_valid and s.last_reward == -0.5
+    assert not s.last_valid and s.last_reward == -2.0
     s = env.apply(state(), "critic", {"output": "hmm", "ok": True})
     assert s.last_valid and s.last_reward == 0.0 and s.grid == PUZZLE
 
@@ -169,7 +192,7 @@ def test_env_bound_functions_dispatch_on_the_state():
         assert spec.envs == gc.GAMES and spec.allowed_in("sudoku") and not spec.allowed_in("code")
         assert (spec.min_args, spec.max_args) == (0, 0)  # called as `step_reward()` in a .mas
     s1 = sd.SudokuEnv().apply(state(), "planner", {"grid": [list(r) for r in SOLUTION], "ok": True})
-    assert fns["step_reward"].fn(s1) == pytest.approx(3.0)
+    assert fns["step_reward"].fn(s1) == pytest.approx(2.49)
     assert fns["solved"].fn(s1) is True and fns["valid"].fn(s1) is True
     assert fns["progress"].fn(state()) == 0.0
     with pytest.raises(UserError):
@@ -181,7 +204,7 @@ def test_view_and_reset():
     s = state()
     v = env.view(s)
     assert v["board"] == "1 2 3 4\n3 0 1 0\n0 1 0 3\n4 0 2 0"
-    assert v["moves"] == 0 and v["tool_output"] == ""
+    assert v["moves"] == 0 and v["tool_output"] == "" and v["size"] == 4
     assert not env.success(s)
     for bad in ({"id": "x"}, {"id": "x", "puzzle": [[1, 2]]}, {"id": "x", "puzzle": [[1, 1, 0, 0]] + [[0] * 4] * 3}):
         with pytest.raises(DataError, match="'x'"):
@@ -224,7 +247,7 @@ def test_tool_program_runs_on_the_puzzle_and_is_scored_as_a_submission():
     s0 = state()
     s1 = tool(s0, SOLVER)
     assert s1.tool_output.split() == [str(v) for row in SOLUTION for v in row]
-    assert s1.last_valid and s1.last_reward == pytest.approx(3.0)  # as if the planner sent it
+    assert s1.last_valid and s1.last_reward == pytest.approx(2.49)  # as if the planner sent it
     assert s1.grid == s0.grid and s1.moves == 0  # the board itself is the planner's
     assert s1.tool_code == SOLVER and s1.last_role == "tool"
     assert sd.SudokuEnv().view(s1)["tool_output"] == s1.tool_output
@@ -233,23 +256,23 @@ def test_tool_program_runs_on_the_puzzle_and_is_scored_as_a_submission():
 def test_tool_program_reads_stdin_and_bad_output_is_penalised():
     s1 = tool(state(), "import sys\nprint(sys.stdin.read().replace('0', '9'))")
     assert "9" in s1.tool_output and "3 9 1 9" in s1.tool_output  # it saw the puzzle
-    assert not s1.last_valid and s1.last_reward == -0.5  # 9 is out of range on a 4x4
+    assert not s1.last_valid and s1.last_reward == -1.0  # 9 is out of range on a 4x4
     s2 = tool(state(), "print('I could not solve it')")
     assert s2.tool_output.strip() == "I could not solve it"
-    assert not s2.last_valid and s2.last_reward == -0.5
+    assert not s2.last_valid and s2.last_reward == -2.0  # no grid in its output
 
 
 def test_failing_tool_programs_are_contained_and_penalised():
     from masdsl.envs.sandbox import Limits
 
     crash = tool(state(), "print('partial')\nraise SystemExit('boom')")
-    assert not crash.last_valid and crash.last_reward == -0.5
+    assert not crash.last_valid and crash.last_reward == -2.0
     assert "partial" in crash.tool_output and "exited with status 1" in crash.tool_output
     assert "boom" in crash.tool_output
     loop = tool(state(), "while True:\n    pass", limits=Limits(timeout_s=1))
     assert not loop.last_valid and "timed out" in loop.tool_output
     empty = tool(state(), "", ok=False)
-    assert not empty.last_valid and empty.last_reward == -0.5 and empty.tool_output == ""
+    assert not empty.last_valid and empty.last_reward == -1.0 and empty.tool_output == ""
 
 
 def test_any_legal_completion_of_an_ambiguous_user_puzzle_counts_as_solved():
@@ -263,4 +286,4 @@ def test_any_legal_completion_of_an_ambiguous_user_puzzle_counts_as_solved():
     assert s0.solution == first
     s1 = sd.SudokuEnv().apply(s0, "planner", {"grid": [list(r) for r in second], "ok": True})
     assert s1.solved() and s1.progress() == 1.0 and s1.last_valid
-    assert s1.last_reward == pytest.approx(1.0 + 2.0)
+    assert s1.last_reward == pytest.approx(2.49)
