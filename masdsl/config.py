@@ -14,6 +14,7 @@ masdsl.config.ConfigError: unknown config key `train.sampels` (did you mean `tra
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,8 +39,14 @@ class TrainConfig:
     grouping: str = "at"  # at | agent | turn | trajectory
     loss: str = "grpo"  # registered in masdsl.learner.losses
     clip_eps: float = 0.2
+    dual_clip: float = 3.0  # c > 1 caps a negative-advantage token's loss at -c*A (the paper's 3); 0: off
     kl_coef: float = 0.0  # > 0 keeps a frozen reference model
-    epochs: int = 1  # passes over each batch
+    mini_batch_size: int = 16  # rows per optimizer step (the paper's 16); 0: the whole rollout in one step
+    ppo_epochs: int = 1  # passes over each rollout's mini-batches
+    old_logprobs: str = "auto"  # engine | trainer | auto (trainer unless runtime.dtype is float32)
+    drop_flat_groups: bool = False  # leave out groups whose rewards are all equal (they teach nothing)
+    drop_lowest_groups: float = 0.0  # leave out this fraction of groups, lowest mean reward first (paper's code/math: 0.3)
+    master_weights: str = "float32"  # float32: fp32 weights and AdamW state, runtime.dtype compute | compute: all in runtime.dtype
     max_grad_norm: float = 1.0
     weight_decay: float = 0.0
     micro_batch_tokens: int = 4096  # token budget per forward/backward
@@ -47,6 +54,7 @@ class TrainConfig:
     eval_every: int = 0  # 0: only at start and end
     eval_tasks: int = 8
     eval_temperature: float = 0.0  # 0: greedy
+    eval_samples: int = 1  # N episodes per eval task (distinct seeds): mean@N, pass@k; N > 1 wants eval_temperature > 0
     checkpoint_every: int = 0  # 0: only at the end
     seed: int = 0
 
@@ -90,6 +98,26 @@ class PolicyOverride:
     model: Optional[str] = None
     lora: Optional[dict[str, Any]] = None
     frozen: Optional[bool] = None
+    # passed to `tokenizer.apply_chat_template(..., **kwargs)`, e.g. {enable_thinking: false} for
+    # Qwen3; merged over the `.mas` policy block's `chat_template_kwargs` (these keys win)
+    chat_template_kwargs: Optional[dict[str, Any]] = None
+
+
+@dataclass
+class SampleOverride:
+    """`sample.<role>.<key>=value`: overrides one key of that role's `sample { }` block.
+
+    The keys are exactly those `sample { }` accepts (`masdsl.lang.check.SAMPLE_KEYS`).
+    """
+
+    temperature: Optional[float] = None
+    top_p: Optional[float] = None
+    top_k: Optional[int] = None
+    min_p: Optional[float] = None
+    max_tokens: Optional[int] = None
+    stop: Optional[list[str]] = None
+    seed: Optional[int] = None
+    repetition_penalty: Optional[float] = None
 
 
 @dataclass
@@ -99,10 +127,13 @@ class Config:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     policy: dict[str, PolicyOverride] = field(default_factory=dict)
+    sample: dict[str, SampleOverride] = field(default_factory=dict)  # role name -> sampling overrides
 
 
 CHOICES = {
     ("train", "grouping"): ("at", "agent", "turn", "trajectory"),
+    ("train", "old_logprobs"): ("auto", "engine", "trainer"),
+    ("train", "master_weights"): ("float32", "compute"),
     ("runtime", "engine"): ("auto", "vllm", "hf", "replay"),
     ("sandbox", "isolation"): ("auto", "bwrap", "unshare", "none"),
 }
@@ -118,8 +149,18 @@ def _all_keys(node: Any, prefix: str = "") -> list[str]:
     return keys
 
 
+# sections keyed by a name from the workflow (policy, role): their entries' fields, for hints
+_NAMED_SECTIONS = {"policy": PolicyOverride, "sample": SampleOverride}
+
+
 def _unknown_key_error(key: str, schema: DictConfig) -> ConfigError:
-    near = difflib.get_close_matches(key, _all_keys(schema), n=1)
+    known = _all_keys(schema)
+    parts = key.split(".")
+    if len(parts) >= 3 and parts[0] in _NAMED_SECTIONS:
+        head = f"{parts[0]}.{parts[1]}"
+        known = [f"{head}.{f.name}" for f in dataclasses.fields(_NAMED_SECTIONS[parts[0]])]
+        key = ".".join(parts[:3])
+    near = difflib.get_close_matches(key, known, n=1)
     hint = f" (did you mean `{near[0]}`?)" if near else ""
     return ConfigError(f"unknown config key `{key}`{hint}")
 
@@ -171,9 +212,11 @@ def resolve_config(
         value = cfg[section][name]
         if value not in allowed:
             raise ConfigError(f"`{section}.{name}` must be one of {', '.join(allowed)}; got `{value}`")
-    for name in ("steps", "samples", "batch", "epochs"):
+    for name in ("steps", "samples", "batch", "ppo_epochs"):
         if cfg.train[name] < 1:
             raise ConfigError(f"`train.{name}` must be at least 1; got {cfg.train[name]}")
+    if cfg.train.eval_samples < 1:
+        raise ConfigError(f"`train.eval_samples` must be at least 1; got {cfg.train.eval_samples}")
     return OmegaConf.to_object(cfg)
 
 
@@ -194,3 +237,30 @@ def flatten(cfg: Config) -> dict[str, Any]:
 
     walk(OmegaConf.to_container(OmegaConf.structured(cfg)), "")
     return out
+
+
+def check_names(cfg: Config, workflow: Any) -> None:
+    """`sample.<role>` and `policy.<name>` must name roles / policies of `workflow`.
+
+    Call it once the workflow is loaded, before any model loads (names come from the file).
+
+    >>> from types import SimpleNamespace
+    >>> wf = SimpleNamespace(roles={"coder": None, "tester": None}, policies={"shared": None})
+    >>> check_names(resolve_config(overrides=["sample.coder.max_tokens=64"]), wf)
+    >>> check_names(resolve_config(overrides=["sample.codr.max_tokens=64"]), wf)
+    Traceback (most recent call last):
+    ...
+    masdsl.config.ConfigError: `sample.codr`: the workflow has no role `codr` (did you mean `sample.coder`?); roles: coder, tester
+    >>> resolve_config(overrides=["sample.coder.max_token=64"])
+    Traceback (most recent call last):
+    ...
+    masdsl.config.ConfigError: unknown config key `sample.coder.max_token` (did you mean `sample.coder.max_tokens`?)
+    """
+    for section, what, names in (("sample", "role", workflow.roles), ("policy", "policy", workflow.policies)):
+        for name in getattr(cfg, section, None) or {}:
+            if name not in names:
+                near = difflib.get_close_matches(name, list(names), n=1)
+                hint = f" (did you mean `{section}.{near[0]}`?)" if near else ""
+                plural = "policies" if what == "policy" else "roles"
+                raise ConfigError(f"`{section}.{name}`: the workflow has no {what} `{name}`{hint}; "
+                                  f"{plural}: {', '.join(names)}")

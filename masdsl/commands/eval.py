@@ -1,10 +1,15 @@
-"""`masdsl eval FILE [overrides] [--config Y] [--tasks N]`: roll out the eval split, report metrics.
+"""`masdsl eval FILE [overrides] [--config Y] [--tasks N | --all] [--samples N] [--temperature T]`.
 
 Loads and checks the workflow, resolves the configuration (defaults < `train { }` < `--config`
-< overrides), builds the env and one engine per distinct model, runs the eval split in
-evaluation mode (one candidate per step at `train.eval_temperature`) with a progress bar,
-writes the run folder (records, graph, config, summary) and prints a table: success rate,
-mean reward by role and turn, episodes, tokens generated, tokens/s, wall time.
+< overrides < these flags), builds the env and one engine per distinct model, runs the eval
+split in evaluation mode (one candidate per step at `train.eval_temperature`) with a progress
+bar, writes the run folder (records, graph, config, summary) and prints a table: success rate,
+mean@N and pass@k, mean reward by role and turn, episodes, tokens generated, tokens/s, wall time.
+
+Greedy, one episode per task is the default. `--samples N` (`train.eval_samples`) runs N
+independent episodes per task (distinct seeds, one batch) and reports mean@N and the unbiased
+pass@k for k = 1, 2, 4, ... and N; it is meant with `--temperature T > 0`
+(`train.eval_temperature`): greedy episodes of one task are identical (a warning says so).
 """
 
 from __future__ import annotations
@@ -28,18 +33,60 @@ def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="YAML", help="a YAML config file layered under the overrides")
     p.add_argument("--tasks", type=int, metavar="N", default=None,
                    help="evaluate the first N eval tasks (default: train.eval_tasks; 0: all)")
+    p.add_argument("--all", action="store_const", const=True, default=None,
+                   help="evaluate the whole eval split (same as --tasks 0)")
+    p.add_argument("--samples", type=int, metavar="N", default=None,
+                   help="N independent episodes per task: mean@N and pass@k (train.eval_samples; default 1)")
+    p.add_argument("--temperature", type=float, metavar="T", default=None,
+                   help="sampling temperature of every role (train.eval_temperature; default 0: greedy)")
 
 
 def split_options(args: argparse.Namespace) -> argparse.Namespace:
     """Move options written among the overrides into `args`; anything else dash-led is an error.
 
-    >>> ns = argparse.Namespace(config=None, tasks=None, overrides=["a=1", "--tasks", "2", "b=2"])
-    >>> split_options(ns).tasks, ns.overrides
-    (2, ['a=1', 'b=2'])
+    >>> ns = argparse.Namespace(config=None, tasks=None, all=None, samples=None, temperature=None,
+    ...                         overrides=["a=1", "--tasks", "2", "b=2", "--samples", "4"])
+    >>> split_options(ns).tasks, ns.samples, ns.overrides
+    (2, 4, ['a=1', 'b=2'])
     """
     from masdsl.commands import split_options as split
 
-    return split(args, "masdsl eval", _options, ("config", "tasks"))
+    return split(args, "masdsl eval", _options, ("config", "tasks", "all", "samples", "temperature"))
+
+
+def flag_overrides(args: argparse.Namespace) -> list[str]:
+    """The config overrides the flags stand for (applied after the dotted ones: flags win).
+
+    >>> flag_overrides(argparse.Namespace(tasks=None, all=True, samples=8, temperature=0.6))
+    ['train.eval_tasks=0', 'train.eval_samples=8', 'train.eval_temperature=0.6']
+    >>> flag_overrides(argparse.Namespace(tasks=3, all=True, samples=None, temperature=None))
+    Traceback (most recent call last):
+    ...
+    masdsl.errors.UserError: --all and --tasks together: pick one (--all is --tasks 0)
+    """
+    out = []
+    if getattr(args, "all", None):
+        if args.tasks is not None:
+            raise UserError("--all and --tasks together: pick one (--all is --tasks 0)")
+        out.append("train.eval_tasks=0")
+    if getattr(args, "samples", None) is not None:
+        if args.samples < 1:
+            raise UserError(f"--samples must be at least 1; got {args.samples}")
+        out.append(f"train.eval_samples={args.samples}")
+    if getattr(args, "temperature", None) is not None:
+        if args.temperature < 0:
+            raise UserError(f"--temperature must be at least 0; got {args.temperature}")
+        out.append(f"train.eval_temperature={args.temperature}")
+    return out
+
+
+def greedy_repeats_warning(cfg: Any) -> str | None:
+    """The warning for N > 1 episodes per task at temperature 0 (they would all be the same)."""
+    n, t = cfg.train.eval_samples, cfg.train.eval_temperature
+    if n > 1 and t <= 0:
+        return (f"warning: {n} samples per task at train.eval_temperature=0 (greedy) are {n} identical episodes; "
+                "pass --temperature 0.6 (or set train.eval_temperature) for pass@k")
+    return None
 
 
 def _isolation_summary(cfg: Any) -> str | None:
@@ -69,8 +116,14 @@ def table(workflow: Any, m: dict[str, float], run_dir: Any) -> Any:
     t.add_column("value", justify="right")
     t.add_row("success rate", f"{m['success/eval']:.3f}")
     for key, value in m.items():
-        if key.startswith("reward/"):
-            _, role, turn = key.split("/")
+        if key.startswith(("mean@", "pass@")):
+            name, n = key.split("/")[0].split("@")
+            t.add_row(f"{name}@{n}" + (" (unbiased estimator)" if name == "pass" else " (mean success over samples)"),
+                      f"{value:.3f}")
+    for key, value in m.items():
+        parts = key.split("/")
+        if parts[0] == "reward" and len(parts) == 3:
+            _, role, turn = parts
             t.add_row(f"mean reward · {role} · turn {turn.removeprefix('turn')}", f"{value:.4f}")
     t.add_row("episodes", f"{int(m['episodes'])}")
     t.add_row("  truncated by max_turns", f"{int(m['truncated_episodes'])}")
@@ -89,8 +142,9 @@ def main(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from masdsl.config import resolve_config
-    from masdsl.runtime.executor import metrics, rollout
+    from masdsl.config import check_names, resolve_config
+    from masdsl.learner.metrics import eval_metrics
+    from masdsl.runtime.executor import rollout
     from masdsl.runtime.rundir import RunDir
     from masdsl.runtime.session import build_engines, close_engines, load_split, make_env
 
@@ -98,7 +152,8 @@ def main(args: argparse.Namespace) -> int:
     split_options(args)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # vLLM logs its start-up to stdout
     workflow = masdsl.load(args.file)
-    cfg = resolve_config(workflow.train, args.config, args.overrides)
+    cfg = resolve_config(workflow.train, args.config, [*args.overrides, *flag_overrides(args)])
+    check_names(cfg, workflow)  # sample.<role> / policy.<name> name the file's roles and policies
     if "eval" not in workflow.data:
         raise UserError(f"{args.file}: the workflow has no `data eval ...` line to evaluate on")
     tasks = load_split(workflow.data["eval"])
@@ -106,6 +161,10 @@ def main(args: argparse.Namespace) -> int:
     if n < 0:
         raise UserError("--tasks must be 0 (all) or more")
     tasks = tasks[:n] if n else tasks
+    repeats = cfg.train.eval_samples
+    warning = greedy_repeats_warning(cfg)
+    if warning:
+        err.print(warning, highlight=False, markup=False, soft_wrap=True)
     env = make_env(workflow, cfg)
     summary = _isolation_summary(cfg)
     if summary:
@@ -118,18 +177,19 @@ def main(args: argparse.Namespace) -> int:
         tracker = _start_tracking(workflow, cfg, run_dir.path)
         columns = (TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TextColumn("episodes"), TimeElapsedColumn())
         with Progress(*columns, console=err, transient=False) as bar:
-            job = bar.add_task("eval", total=len(tasks))
+            job = bar.add_task("eval", total=len(tasks) * repeats)
             ro = rollout(workflow, env, tasks, engines, mode="eval", samples=1, step=-1, seed=cfg.train.seed,
                          cfg=cfg, on_records=run_dir.write_records, progress=lambda k: bar.advance(job, k),
-                         keep_records=False)
+                         keep_records=False, repeats=repeats)
     except BaseException as exc:
         if tracker is not None:  # never leave the MLflow run marked RUNNING
             tracker.finish("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
         raise
     finally:
         close_engines(engines)
-    m = metrics(ro, "eval")
-    run_dir.write_summary({"metrics": m, "errors": ro.errors, "workflow": workflow.name, "tasks": len(tasks)})
+    m = eval_metrics(ro.records, ro.episodes, rollout=ro)
+    run_dir.write_summary({"metrics": m, "errors": ro.errors, "workflow": workflow.name, "tasks": len(tasks),
+                           "samples_per_task": repeats, "temperature": cfg.train.eval_temperature})
     if tracker is not None:
         tracker.log_metrics(m, step=0)
         tracker.log_artifact(run_dir.records_path, "records")

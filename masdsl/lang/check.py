@@ -35,7 +35,7 @@ RESERVED = {"start", "end", "task", "env", "turn", "output", "role", "history", 
 SPLITS = ("train", "eval")
 SAMPLE_KEYS = {"temperature": "number", "top_p": "number", "top_k": "number", "min_p": "number",
                "max_tokens": "number", "stop": "list", "seed": "number", "repetition_penalty": "number"}
-POLICY_KEYS = {"model": "str", "lora": "block", "frozen": "bool"}
+POLICY_KEYS = {"model": "str", "lora": "block", "frozen": "bool", "chat_template_kwargs": "block"}
 
 
 # ---- statements that may appear once ------------------------------------------------------
@@ -209,6 +209,9 @@ SAMPLE_RANGES = {  # key: (test, what it must be)
     "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
     "max_tokens": (lambda v: isinstance(v, int) and v >= 1, "a whole number of at least 1"),
     "top_k": (lambda v: isinstance(v, int) and v >= -1, "a whole number (-1 or 0: off)"),
+    "min_p": (lambda v: 0 <= v <= 1, "in [0, 1] (0: off)"),
+    "repetition_penalty": (lambda v: v > 0, "positive (1: off)"),
+    "seed": (lambda v: isinstance(v, int) and v >= 0, "a whole number of at least 0"),
 }
 
 
@@ -220,7 +223,8 @@ def _check_sample_ranges(c: Ctx, block: A.Block) -> None:
 
 
 def check_policies(c: Ctx) -> None:
-    """`policy NAME { model: "...", lora: {...}, frozen: true }`: unique names, a `model`."""
+    """`policy NAME { model: "...", lora: {...}, frozen: true, chat_template_kwargs: {...} }`:
+    unique names, a `model`."""
     seen: dict[str, A.PolicyDecl] = {}
     for p in c.module.policies:
         if p.name.name in seen:

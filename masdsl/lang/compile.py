@@ -62,7 +62,8 @@ def _role(c: Ctx, r: A.RoleDecl, expr) -> RoleSpec:
 def _policy(p: A.PolicyDecl) -> PolicySpec:
     d = A.to_python(p.block)
     model, lora, frozen = d.pop("model"), d.pop("lora", None), bool(d.pop("frozen", False))
-    return PolicySpec(p.name.name, str(model), lora, frozen, d, p.span)
+    chat = d.pop("chat_template_kwargs", None)
+    return PolicySpec(p.name.name, str(model), lora, frozen, d, p.span, chat_template_kwargs=chat)
 
 
 def _data(c: Ctx, d: A.DataDecl) -> DataSpec:

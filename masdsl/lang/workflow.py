@@ -74,6 +74,8 @@ class PolicySpec:
     frozen: bool = False
     options: Mapping[str, Any] = field(default_factory=dict)  # any other keys of the block
     span: Span | None = None
+    # extra keyword arguments of `tokenizer.apply_chat_template`, e.g. {"enable_thinking": False}
+    chat_template_kwargs: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ class RoleSpec:
     policy: str
     prompt: str  # Jinja2 source (dedented); variables: task, env, turn, role names, history
     system: str | None = None
-    sample: Mapping[str, Any] = field(default_factory=dict)  # temperature, top_p, max_tokens, stop
+    sample: Mapping[str, Any] = field(default_factory=dict)  # the `sample { }` block (check.SAMPLE_KEYS)
     parses: tuple[ParseSpec, ...] = ()
     reward: Expr | None = None
     span: Span | None = None

@@ -56,6 +56,9 @@ def validate(workflow: Any, cfg: Any) -> None:
     """Raise one ConfigError listing every problem of `cfg` for `workflow` (no models loaded)."""
     from masdsl.learner.policies import effective_policies
 
+    from masdsl.config import check_names
+
+    check_names(cfg, workflow)  # `sample.<role>` / `policy.<name>` of this workflow, before models load
     errors = problems(cfg.train)
     specs = effective_policies(workflow, cfg.policy)  # raises on unknown policy names / lora keys
     if all(s.frozen or not workflow.roles_of_policy(n) for n, s in specs.items()):

@@ -45,6 +45,8 @@ def effective_policies(workflow: Workflow, overrides: Mapping[str, Any] | None =
     ...               policies={"p": PolicySpec("p", "m1")}, data={})
     >>> effective_policies(wf, {"p": PolicyOverride(model="m2", lora={"r": 8})})["p"].lora
     {'r': 8}
+    >>> effective_policies(wf, {"p": PolicyOverride(chat_template_kwargs={"enable_thinking": False})})["p"].chat_template_kwargs
+    {'enable_thinking': False}
     >>> effective_policies(wf, {"q": PolicyOverride(model="m2")})
     Traceback (most recent call last):
     ...
@@ -57,6 +59,8 @@ def effective_policies(workflow: Workflow, overrides: Mapping[str, Any] | None =
                 f"config sets `policy.{name}` but the workflow has no policy `{name}` (policies: {', '.join(specs)})"
             )
         changes = {k: getattr(ov, k) for k in ("model", "lora", "frozen") if getattr(ov, k, None) is not None}
+        if getattr(ov, "chat_template_kwargs", None):  # merged over the file's: these keys win
+            changes["chat_template_kwargs"] = {**(specs[name].chat_template_kwargs or {}), **ov.chat_template_kwargs}
         specs[name] = dataclasses.replace(specs[name], **changes)
     for spec in specs.values():
         unknown = set(spec.lora or {}) - LORA_KEYS
@@ -92,6 +96,7 @@ class Policy:
     tokenizer: Any
     model_path: str  # resolved folder, what a vllm engine loads
     adapter: str | None = None  # peft adapter name (== policy name) for LoRA policies
+    compute_dtype: str = "float32"  # forward passes run in this dtype (autocast over fp32 master weights)
     lock: threading.Lock = field(default_factory=threading.Lock)  # adapters share one module
 
     @property
@@ -151,10 +156,12 @@ def load_policies(workflow: Workflow, cfg: Any) -> dict[str, Policy]:
         path = str(resolve_model(spec.model))
         roles = workflow.roles_of_policy(name)
         if not spec.lora:
-            model, tok = load_model(path, dtype=cfg.runtime.dtype, device=cfg.runtime.device)
+            trains = not spec.frozen and bool(roles)
+            model, tok = load_model(path, dtype=master_dtype(cfg) if trains else cfg.runtime.dtype,
+                                    device=cfg.runtime.device)
             if spec.frozen:
                 model.requires_grad_(False)
-            policies[name] = Policy(name, spec, roles, model, tok, path)
+            policies[name] = Policy(name, spec, roles, model, tok, path, compute_dtype=cfg.runtime.dtype)
             continue
         if path not in peft_bases:
             from peft import get_peft_model
@@ -164,7 +171,8 @@ def load_policies(workflow: Workflow, cfg: Any) -> dict[str, Policy]:
         else:
             peft_bases[path][0].add_adapter(name, _lora_config(spec.lora))
         model, tok = peft_bases[path]
-        policies[name] = Policy(name, spec, roles, model, tok, path, adapter=name)
+        # peft keeps adapter weights in float32 over a half-precision base (autocast_adapter_dtype)
+        policies[name] = Policy(name, spec, roles, model, tok, path, adapter=name, compute_dtype=cfg.runtime.dtype)
     for model, _ in peft_bases.values():  # the shared base never trains; adapters train one at a time
         for n, p in model.named_parameters():
             p.requires_grad_("lora_" in n)
@@ -172,6 +180,23 @@ def load_policies(workflow: Workflow, cfg: Any) -> dict[str, Policy]:
     for p in policies.values():  # adapters of one PeftModel switch under one lock
         p.lock = shared_locks.setdefault(id(p.model), p.lock)
     return policies
+
+
+def master_dtype(cfg: Any) -> str:
+    """The dtype of a trainable full policy's weights and AdamW state.
+
+    Mixed precision as GPUs train: float32 master weights, forward and backward in
+    `runtime.dtype` under autocast. With `train.master_weights=compute` the weights themselves
+    are in `runtime.dtype`; in bfloat16 an AdamW step of lr 1e-6 then mostly rounds away
+    (a weight of magnitude 0.02 has a bfloat16 spacing of 1.2e-4), see docs/concepts.md.
+
+    >>> from masdsl.config import resolve_config
+    >>> master_dtype(resolve_config(overrides=["runtime.dtype=bfloat16"]))
+    'float32'
+    >>> master_dtype(resolve_config(overrides=["runtime.dtype=bfloat16", "train.master_weights=compute"]))
+    'bfloat16'
+    """
+    return "float32" if cfg.train.master_weights == "float32" else cfg.runtime.dtype
 
 
 def engine_kind(cfg: Any) -> str:

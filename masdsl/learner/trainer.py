@@ -112,11 +112,12 @@ def collect(workflow, env, tasks, engines, cfg, step: int, on_records=None, prog
 
 
 def evaluate(workflow, env, tasks, engines, cfg, step: int, run_dir: Path, tracker: Any, progress=None) -> dict[str, float]:
-    """Plain sampling (one candidate, `train.eval_temperature`) on the eval tasks."""
+    """Plain sampling (one candidate, `train.eval_temperature`) on the eval tasks, `train.eval_samples`
+    independent episodes per task (mean@N and pass@k when N > 1)."""
     from masdsl.runtime.executor import rollout
 
     roll = rollout(workflow, env, tasks, engines, mode="eval", samples=1, step=step, seed=cfg.train.seed, cfg=cfg,
-                   progress=progress)
+                   progress=progress, repeats=cfg.train.eval_samples)
     write_records(_eval_dir(run_dir) / f"step_{step:06d}.jsonl", roll.records)
     result = {"step": step, **eval_metrics(roll.records, roll.episodes)}
     tracker.log_metrics({k: v for k, v in result.items() if k != "step"}, step=step)
@@ -159,6 +160,10 @@ def train(workflow: Any, cfg: Any, *, run_dir: str | Path, resume: str | Path | 
     show = Progress(console, tc.steps)
     for line in describe(workflow, cfg.policy):
         show.log(line)
+    from masdsl.commands.eval import greedy_repeats_warning
+
+    if greedy_repeats_warning(cfg):
+        show.log(greedy_repeats_warning(cfg))
 
     # 1. data and env, models, engines, optimizers
     env, data = prepare(workflow, cfg)
@@ -195,7 +200,7 @@ def train(workflow: Any, cfg: Any, *, run_dir: str | Path, resume: str | Path | 
         with show.live():
             if not state.evals:  # 3. evaluation before any update
                 state.evals.append(evaluate(workflow, env, eval_rows, engines, cfg, 0, run_dir, tracker,
-                                            show.counter("evaluating (step 0)", len(eval_rows))))
+                                            show.counter("evaluating (step 0)", len(eval_rows) * tc.eval_samples)))
             while state.step < tc.steps or unfinished:  # 4. the loop
                 if not unfinished:
                     step = state.step
@@ -241,7 +246,8 @@ def train(workflow: Any, cfg: Any, *, run_dir: str | Path, resume: str | Path | 
                 if _due(state.step, tc.eval_every, tc.steps):
                     attempt = (f"evaluation at step {state.step}/{tc.steps}", ckpt.rng_state(), True)
                     state.evals.append(evaluate(workflow, env, eval_rows, engines, cfg, state.step, run_dir, tracker,
-                                                show.counter(f"evaluating (step {state.step})", len(eval_rows))))
+                                                show.counter(f"evaluating (step {state.step})",
+                                                             len(eval_rows) * tc.eval_samples)))
                 if _due(state.step, tc.checkpoint_every, tc.steps):
                     saved.append(ckpt.save(run_dir, state, policies=policies, optimizers=optimizers,
                                            config_yaml=to_yaml(cfg)))

@@ -28,6 +28,7 @@ stored, the role's `ok` is False, and the env applies it as a no-op or penalised
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import Counter, defaultdict
@@ -66,6 +67,7 @@ class EpisodeResult:
     turns: dict[str, int]  # how many times each role acted
     truncated: bool  # ended by max_turns rather than by reaching `end`
     rewards_by_role_turn: dict[tuple[str, int], float]  # reward of the selected candidate
+    sample: int = 0  # which of the `repeats` independent episodes of this task (0-based)
 
 
 @dataclass
@@ -97,6 +99,7 @@ class _Episode:
     steps: int = 0
     done: bool = False
     truncated: bool = False
+    repeat: int = 0  # which independent episode of this task (rollout's `repeats`)
 
 
 @dataclass
@@ -132,6 +135,8 @@ class _Run:
     truncated_prompts: int = 0
     errors: Counter = field(default_factory=Counter)
     fail_on_env: bool = False  # an env call failing after its retries raises StepFailed
+    samples: dict[str, dict[str, Any]] = field(default_factory=dict)  # role -> effective `sample { }`
+    chat_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)  # policy -> chat_template_kwargs
 
     def error(self, message: str) -> None:
         if message not in self.errors:
@@ -178,10 +183,11 @@ def _follow(ep: _Episode, run: _Run) -> None:
     ep.done = True  # no edge holds: the flow has nowhere to go
 
 
-def _new_episode(index: int, task: Mapping[str, Any], run: _Run) -> _Episode:
+def _new_episode(index: int, task: Mapping[str, Any], run: _Run, repeat: int = 0, position: int | None = None) -> _Episode:
     wf = run.workflow
-    task_id = str(task.get("id", index))
-    ep = _Episode(index, task, task_id, run.env.reset(task), {name: initial_fields(r) for name, r in wf.roles.items()})
+    task_id = str(task.get("id", index if position is None else position))
+    ep = _Episode(index, task, task_id, run.env.reset(task), {name: initial_fields(r) for name, r in wf.roles.items()},
+                  repeat=repeat)
     ep.turns = {name: 0 for name in wf.roles}
     _follow(ep, run)
     return ep
@@ -190,9 +196,58 @@ def _new_episode(index: int, task: Mapping[str, Any], run: _Run) -> _Episode:
 # -- one tick ----------------------------------------------------------------------------------
 
 
+# -- sampling options and chat templates -----------------------------------------------------
+
+REPEAT_SEED_STRIDE = 1_000_003  # repeat j of a task samples with run seed + j * stride (as the trainer's K rollouts)
+
+
+def role_sample(workflow: Workflow, cfg: Any, role: str) -> dict[str, Any]:
+    """The role's `sample { }` block with the config's `sample.<role>.*` overrides applied.
+
+    >>> from types import SimpleNamespace
+    >>> from masdsl.config import resolve_config
+    >>> wf = SimpleNamespace(roles={"coder": RoleSpec("coder", "p", "", sample={"max_tokens": 64, "top_p": 0.9})})
+    >>> role_sample(wf, resolve_config(overrides=["sample.coder.max_tokens=8"]), "coder")
+    {'max_tokens': 8, 'top_p': 0.9}
+    """
+    out = dict(workflow.roles[role].sample or {})
+    override = (getattr(cfg, "sample", None) or {}).get(role)
+    if override is not None:
+        items = dataclasses.asdict(override).items() if dataclasses.is_dataclass(override) else dict(override).items()
+        out.update({k: v for k, v in items if v is not None})
+    return out
+
+
+def chat_template_kwargs(workflow: Workflow, cfg: Any, policy: str) -> dict[str, Any]:
+    """The policy's `chat_template_kwargs`: the `.mas` block's, then `policy.<name>.chat_template_kwargs`.
+
+    >>> from types import SimpleNamespace
+    >>> from masdsl.config import resolve_config
+    >>> from masdsl.lang.workflow import PolicySpec
+    >>> wf = SimpleNamespace(policies={"p": PolicySpec("p", "m", chat_template_kwargs={"enable_thinking": True, "x": 1})})
+    >>> chat_template_kwargs(wf, resolve_config(overrides=["policy.p.chat_template_kwargs.enable_thinking=false"]), "p")
+    {'enable_thinking': False, 'x': 1}
+    """
+    spec = workflow.policies.get(policy)
+    out = dict(getattr(spec, "chat_template_kwargs", None) or {})
+    override = (getattr(cfg, "policy", None) or {}).get(policy)
+    out.update(getattr(override, "chat_template_kwargs", None) or {})
+    return out
+
+
 def _request(ep: _Episode, role: RoleSpec, turn: int, ids: list[int], run: _Run) -> GenRequest:
-    sample = role.sample or {}
+    """One role step's request; every `sample { }` option (`masdsl.lang.check.SAMPLE_KEYS`) is used.
+
+    In evaluation the temperature is `train.eval_temperature` (0: greedy). `seed` in a role's
+    `sample { }` is folded into that role's request seeds (other roles keep theirs).
+    """
+    sample = run.samples.get(role.name)
+    if sample is None:
+        sample = dict(role.sample or {})
     temperature = sample.get("temperature", 1.0) if run.mode == "train" else run.cfg.train.eval_temperature
+    base = run.seed + REPEAT_SEED_STRIDE * ep.repeat
+    if sample.get("seed") is not None:
+        base = derive_seed(base, int(sample["seed"]), "", "sample.seed", 0)
     return GenRequest(
         prompt_ids=ids,
         n=run.k,
@@ -200,8 +255,11 @@ def _request(ep: _Episode, role: RoleSpec, turn: int, ids: list[int], run: _Run)
         top_p=float(sample.get("top_p", 1.0)),
         max_tokens=int(sample.get("max_tokens", DEFAULT_MAX_TOKENS)),
         stop=list(sample.get("stop", ())),
-        seed=derive_seed(run.seed, run.step, ep.task_id, role.name, turn),
+        seed=derive_seed(base, run.step, ep.task_id, role.name, turn),
         key=(ep.task_id, role.name, turn),
+        top_k=int(sample.get("top_k", 0)),
+        min_p=float(sample.get("min_p", 0.0)),
+        repetition_penalty=float(sample.get("repetition_penalty", 1.0)),
     )
 
 
@@ -218,7 +276,7 @@ def _role_steps(ep: _Episode, run: _Run) -> list[_RoleStep]:
         tokenizer = getattr(run.engines[role.policy], "tokenizer", None)
         ids, text, cut = prompts.encode(
             tokenizer, messages, max_tokens=run.cfg.runtime.max_prompt_tokens,
-            truncate=run.cfg.runtime.truncate_prompts, where=where,
+            truncate=run.cfg.runtime.truncate_prompts, where=where, chat_kwargs=run.chat_kwargs.get(role.policy),
         )
         run.truncated_prompts += cut
         steps.append(_RoleStep(ep, role, ep.node, turn, _request(ep, role, turn, ids, run), text, cut))
@@ -360,7 +418,7 @@ def _finish(ep: _Episode, run: _Run) -> EpisodeResult:
         run.error(e)
     for r in ep.records:
         r.episode_success, r.episode_reward = success, final
-    return EpisodeResult(ep.task_id, success, team, dict(ep.turns), ep.truncated, dict(ep.rewards))
+    return EpisodeResult(ep.task_id, success, team, dict(ep.turns), ep.truncated, dict(ep.rewards), ep.repeat)
 
 
 # -- the public entry point ------------------------------------------------------------------------
@@ -381,8 +439,14 @@ def rollout(
     progress: Callable[[int], None] | None = None,
     keep_records: bool = True,
     on_env_failure: Literal["score", "fail"] = "fail",
+    repeats: int = 1,
 ) -> Rollout:
     """Run one episode per task; `samples` candidates per role step in training, one in eval.
+
+    `repeats` N > 1 runs N independent episodes of every task, all in the same lockstep batch
+    (episode `j * len(tasks) + i` is repeat j of task i, `EpisodeResult.sample == j`); repeat j
+    samples with seeds derived from `seed + j * REPEAT_SEED_STRIDE`, so repeat 0 is exactly
+    the episode a plain rollout gives. With temperature 0 the repeats are identical.
 
     `on_records` receives each finished episode's records (a list per tick); `progress`
     receives the number of episodes that finished in a tick. `keep_records=False` leaves
@@ -397,16 +461,24 @@ def rollout(
     missing = sorted({r.policy for r in workflow.roles.values()} - set(engines))
     if missing:
         raise UserError(f"no inference engine for polic{'ies' if len(missing) > 1 else 'y'} {', '.join(f'`{m}`' for m in missing)}")
+    from masdsl.config import check_names
     from masdsl.runtime.actors import make_pool
 
+    check_names(cfg, workflow)  # `sample.<role>` / `policy.<name>` naming nothing would be ignored
     t0 = time.perf_counter()
+    if int(repeats) < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats!r}")
     k = max(1, int(samples)) if mode == "train" else 1
-    pool = make_pool(env, cfg, k)
-    run = _Run(workflow, env, engines, cfg, mode, k, step, seed, pool, fail_on_env=on_env_failure == "fail")
-    results: list[EpisodeResult | None] = [None] * len(tasks)
+    run = _Run(workflow, env, engines, cfg, mode, k, step, seed, None, fail_on_env=on_env_failure == "fail",
+               samples={name: role_sample(workflow, cfg, name) for name in workflow.roles},
+               chat_kwargs={name: chat_template_kwargs(workflow, cfg, name) for name in workflow.policies})
+    run.pool = pool = make_pool(env, cfg, k)
+    n_tasks = len(tasks)
+    results: list[EpisodeResult | None] = [None] * (n_tasks * int(repeats))
     records: list[StepRecord] = []
     try:
-        active = [_new_episode(i, task, run) for i, task in enumerate(tasks)]
+        active = [_new_episode(j * n_tasks + i, task, run, repeat=j, position=i)
+                  for j in range(int(repeats)) for i, task in enumerate(tasks)]
         while active:
             steps = [s for ep in active if not ep.done for s in _role_steps(ep, run)]
             if steps:

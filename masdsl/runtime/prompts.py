@@ -70,14 +70,27 @@ def messages_for(prompt: str, system: str | None, variables: Mapping[str, Any], 
     return messages
 
 
-def chat_text(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+def chat_text(tokenizer: Any, messages: list[dict[str, str]], chat_kwargs: Mapping[str, Any] | None = None) -> str:
     """The prompt text: the tokenizer's chat template, or a plain tagged layout without one.
+
+    `chat_kwargs` (the policy's `chat_template_kwargs`, e.g. `{"enable_thinking": False}` for
+    Qwen3) are extra variables of the chat template; the tagged layout has none to set.
+    Both engines get prompts rendered here (they receive token ids, never text).
 
     >>> chat_text(None, [{"role": "user", "content": "hi"}])
     '<|user|>\\nhi\\n<|assistant|>\\n'
     """
     if tokenizer is not None and getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        extra = dict(chat_kwargs or {})
+        for fixed in ("add_generation_prompt", "tokenize", "conversation", "messages"):
+            if fixed in extra:
+                raise PromptError(f"chat_template_kwargs may not set `{fixed}` (masdsl sets it)")
+        try:
+            return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **extra)
+        except UserError:
+            raise
+        except Exception as exc:  # jinja2 errors of the model's own template, bad kwargs
+            raise PromptError(f"the chat template failed to render: {type(exc).__name__}: {exc}") from None
     text = "".join(_FALLBACK_ROLE_PREFIX.format(role=m["role"]) + m["content"] + "\n" for m in messages)
     return text + _FALLBACK_ROLE_PREFIX.format(role="assistant")
 
@@ -94,7 +107,8 @@ def text_ids(tokenizer: Any, text: str) -> list[int]:
 
 
 def encode(
-    tokenizer: Any, messages: list[dict[str, str]], *, max_tokens: int, truncate: bool = False, where: str = "prompt"
+    tokenizer: Any, messages: list[dict[str, str]], *, max_tokens: int, truncate: bool = False, where: str = "prompt",
+    chat_kwargs: Mapping[str, Any] | None = None,
 ) -> tuple[list[int], str, bool]:
     """(ids, text, truncated): the chat-formatted prompt, checked against `max_tokens`.
 
@@ -108,7 +122,10 @@ def encode(
     ...
     masdsl.runtime.prompts.PromptError: prompt: the prompt has 44 tokens, more than runtime.max_prompt_tokens=5 (raise it, or set runtime.truncate_prompts=true to keep the last 5 tokens)
     """
-    text = chat_text(tokenizer, messages)
+    try:
+        text = chat_text(tokenizer, messages, chat_kwargs)
+    except PromptError as exc:
+        raise PromptError(f"{where}: {exc}") from None
     ids = text_ids(tokenizer, text)
     if len(ids) <= max_tokens:
         return ids, text, False

@@ -143,8 +143,10 @@ def build_engines(workflow: Workflow, cfg: Any) -> dict[str, Any]:
         engine = ReplayEngine(cfg.runtime.replay_file)
         return {name: engine for name in workflow.policies}
     specs = effective_policies(workflow, cfg)
-    longest = max((int((r.sample or {}).get("max_tokens", DEFAULT_MAX_TOKENS)) for r in workflow.roles.values()),
-                  default=DEFAULT_MAX_TOKENS)
+    from masdsl.runtime.executor import role_sample
+
+    longest = max((int(role_sample(workflow, cfg, name).get("max_tokens", DEFAULT_MAX_TOKENS))
+                   for name in workflow.roles), default=DEFAULT_MAX_TOKENS)  # `sample.<role>` overrides count
     max_model_len = int(cfg.runtime.max_prompt_tokens) + longest
     by_model: dict[str, Any] = {}
     engines = {}

@@ -11,6 +11,8 @@ process, or on a folder that already holds the same build) returns at once.
 
 >>> CHAT_TEMPLATE.count("<|im_end|>")
 1
+>>> THINKING_CHAT_TEMPLATE != CHAT_TEMPLATE and "enable_thinking" in THINKING_CHAT_TEMPLATE
+True
 >>> sorted(SPECIAL_TOKENS)
 ['<|endoftext|>', '<|im_end|>', '<|im_start|>', '<|pad|>']
 """
@@ -31,6 +33,17 @@ CHAT_TEMPLATE = (
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+# A variant that branches on a chat-template variable, as Qwen3's does: with
+# `enable_thinking=False` (passed through `chat_template_kwargs`) the generation prompt holds an
+# empty think block. Set it on a tokenizer (`tok.chat_template = THINKING_CHAT_TEMPLATE`) to see
+# template kwargs reach the rendered prompt.
+THINKING_CHAT_TEMPLATE = CHAT_TEMPLATE.replace(
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}",
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+    "{% if enable_thinking is defined and enable_thinking is false %}{{ '<think>\n\n</think>\n\n' }}{% endif %}"
+    "{% endif %}",
 )
 
 # Fixed training text for the tokenizer: digits, code, maths, game moves, and the words the

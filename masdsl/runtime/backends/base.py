@@ -19,6 +19,9 @@ class GenRequest:
     max_tokens: int = 256
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
+    top_k: int = 0  # 0 or -1: off
+    min_p: float = 0.0  # 0: off
+    repetition_penalty: float = 1.0  # 1: off; > 1 discourages tokens already in the prompt or output
     key: tuple[str, str, int] | None = None  # (task_id, role, turn): used by the replay engine
 
 

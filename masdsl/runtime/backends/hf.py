@@ -3,10 +3,15 @@
 The fallback when vLLM is not available, and the reference the tests compare against.
 
 - Every request becomes `n` rows; rows with the same sampling parameters (temperature,
-  top_p, max_tokens, stop, seed) are padded on the left and sampled in one `generate` call
-  (chunked by `max_batch_rows`). No top-k: the sampler draws from the full (temperature,
-  top-p) distribution, unlike transformers' default `top_k=50`.
-- `temperature == 0` is greedy decoding.
+  top_p, max_tokens, stop, top_k, min_p, repetition_penalty) are padded on the left and
+  sampled in one `generate` call (chunked by `max_batch_rows`). `top_k` is off unless a
+  request sets it (`top_k <= 0`: the full distribution, unlike transformers' default
+  `top_k=50`); `min_p` likewise (0: off). Warpers apply in transformers' order: temperature,
+  top-k, top-p, min-p.
+- `temperature == 0` is greedy decoding (top_k, top_p, min_p do not apply; a
+  `repetition_penalty` does, as in vLLM).
+- `repetition_penalty != 1` runs transformers' `RepetitionPenaltyLogitsProcessor` (prompt and
+  generated tokens, like vLLM) *after* the log-prob recorder, so log-probs stay raw.
 - The rows of one request share its prompt: each distinct prompt is prefilled once and its KV
   cache copied to its rows (`_shared_prompt_cache`), about 10 % faster generation at K = 4 on
   chat prompts of ~40 tokens, more with longer prompts.
@@ -39,7 +44,36 @@ from masdsl.runtime.backends.base import Candidate, GenRequest
 
 def _group_key(r: GenRequest) -> tuple:
     # no seed in the key: requests with different seeds still share one batch (see _mix_seeds)
-    return (float(r.temperature), float(r.top_p), int(r.max_tokens), tuple(r.stop))
+    return (float(r.temperature), float(r.top_p), int(r.max_tokens), tuple(r.stop),
+            int(getattr(r, "top_k", 0) or 0), float(getattr(r, "min_p", 0.0) or 0.0),
+            float(getattr(r, "repetition_penalty", 1.0) or 1.0))
+
+
+def generation_config(key: tuple, eos_ids: list[int], pad_id: int) -> Any:
+    """The transformers `GenerationConfig` of one row group (`_group_key`), penalty aside.
+
+    >>> c = generation_config((0.7, 0.9, 8, (), 5, 0.05, 1.0), [2], 0)
+    >>> c.do_sample, c.temperature, c.top_p, c.top_k, c.min_p, c.max_new_tokens
+    (True, 0.7, 0.9, 5, 0.05, 8)
+    >>> c = generation_config((0.0, 0.9, 8, (), 5, 0.05, 1.0), [2], 0)
+    >>> c.do_sample, c.top_k, c.min_p
+    (False, None, None)
+    """
+    from transformers import GenerationConfig
+
+    temperature, top_p, max_tokens, _stops, top_k, min_p, _penalty = key
+    greedy = temperature <= 0.0
+    return GenerationConfig(
+        do_sample=not greedy,
+        temperature=None if greedy else temperature,
+        top_p=None if greedy else top_p,
+        top_k=None if greedy else (top_k if top_k > 0 else 0),
+        min_p=None if greedy or min_p <= 0 else min_p,
+        max_new_tokens=max_tokens,
+        eos_token_id=eos_ids,
+        pad_token_id=pad_id,
+        bos_token_id=None,
+    )
 
 
 def _mix_seeds(seeds: list[int]) -> int:
@@ -147,9 +181,9 @@ class HFEngine:
 
     def _generate_rows(self, rows: list[_Row], key: tuple, seed: int) -> list[Candidate]:
         import torch
-        from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
+        from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor, StoppingCriteriaList
 
-        temperature, top_p, max_tokens, stops = key
+        stops, penalty = key[3], key[6]
         model = self.model
         device = next(model.parameters()).device
         width = max(len(r.prompt) for r in rows)
@@ -158,18 +192,11 @@ class HFEngine:
         for i, r in enumerate(rows):
             ids[i, width - len(r.prompt) :] = torch.tensor(r.prompt)
             mask[i, width - len(r.prompt) :] = 1
-        greedy = temperature <= 0.0
-        cfg = GenerationConfig(
-            do_sample=not greedy,
-            temperature=None if greedy else temperature,
-            top_p=None if greedy else top_p,
-            top_k=0 if not greedy else None,
-            max_new_tokens=max_tokens,
-            eos_token_id=self.eos_ids,
-            pad_token_id=self.pad_id,
-            bos_token_id=None,
-        )
+        cfg = generation_config(key, self.eos_ids, self.pad_id)
         recorder = _LogprobRecorder()
+        processors = [recorder]  # first: it records the raw logits
+        if penalty != 1.0:
+            processors.append(RepetitionPenaltyLogitsProcessor(penalty=penalty))
         criteria = StoppingCriteriaList([_StopStrings(self.tokenizer, stops, width)] if stops else [])
         was_training = model.training
         if self.adapter is not None and hasattr(model, "set_adapter"):
@@ -182,7 +209,7 @@ class HFEngine:
                     input_ids=ids.to(device),
                     attention_mask=mask.to(device),
                     generation_config=cfg,
-                    logits_processor=LogitsProcessorList([recorder]),
+                    logits_processor=LogitsProcessorList(processors),
                     stopping_criteria=criteria,
                     past_key_values=_shared_prompt_cache(model, ids, mask, [tuple(r.prompt) for r in rows]),
                 )

@@ -5,7 +5,8 @@ multiprocessing *spawn*) is built in `VLLMEngine.__init__`. Scripts that build o
 `if __name__ == "__main__":` guard.
 
 - Prompts are `TokensPrompt(prompt_token_ids=...)`: vLLM never re-tokenises.
-- `SamplingParams(n=K, logprobs=0, seed, stop, max_tokens, temperature, top_p, top_k=0)`;
+- `SamplingParams(n=K, logprobs=0, seed, stop, max_tokens, temperature, top_p, top_k, min_p,
+  repetition_penalty)` (`sampling_params(request, seed)`; top_k 0: off);
   `logprobs=0` returns the sampled token's log-prob; the engine is built with
   `logprobs_mode="raw_logprobs"`, i.e. `log_softmax` of the raw logits — the policy's own
   log-prob at temperature 1, the same quantity the `hf` engine returns (see hf.py).
@@ -355,19 +356,7 @@ class VLLMEngine:
             if not r.prompt_ids:
                 raise ValueError(f"request {i}: empty prompt_ids")
             prompts.append(TokensPrompt(prompt_token_ids=list(r.prompt_ids)))
-            params.append(
-                SamplingParams(
-                    n=r.n,
-                    temperature=float(r.temperature),
-                    top_p=float(r.top_p) if r.temperature > 0 else 1.0,
-                    top_k=0,
-                    max_tokens=int(r.max_tokens),
-                    stop=list(r.stop) or None,
-                    seed=r.seed if r.seed is not None else self._rng.randrange(2**31),
-                    logprobs=0,
-                    skip_special_tokens=True,
-                )
-            )
+            params.append(SamplingParams(**sampling_params(r, r.seed if r.seed is not None else self._rng.randrange(2**31))))
         with _raise_if_engine_dies(self.llm):
             outs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=lora_request)
         return [[_candidate(o) for o in sorted(ro.outputs, key=lambda o: o.index)] for ro in outs]
@@ -560,6 +549,32 @@ class VLLMAdapterEngine:
 
     def close(self) -> None:
         pass
+
+
+def sampling_params(r: GenRequest, seed: int) -> dict[str, Any]:
+    """The `vllm.SamplingParams` keyword arguments of one request (every `sample { }` option).
+
+    >>> p = sampling_params(GenRequest([1], n=2, temperature=0.7, top_k=5, min_p=0.1, repetition_penalty=1.2), 3)
+    >>> p["n"], p["top_k"], p["min_p"], p["repetition_penalty"], p["seed"]
+    (2, 5, 0.1, 1.2, 3)
+    >>> p = sampling_params(GenRequest([1], temperature=0.0, top_p=0.5, top_k=5), 0)
+    >>> p["top_p"], p["top_k"], p["min_p"]
+    (1.0, 0, 0.0)
+    """
+    sampled = r.temperature > 0
+    return dict(
+        n=r.n,
+        temperature=float(r.temperature),
+        top_p=float(r.top_p) if sampled else 1.0,
+        top_k=int(r.top_k) if sampled and r.top_k > 0 else 0,
+        min_p=float(r.min_p) if sampled else 0.0,
+        repetition_penalty=float(r.repetition_penalty),
+        max_tokens=int(r.max_tokens),
+        stop=list(r.stop) or None,
+        seed=seed,
+        logprobs=0,
+        skip_special_tokens=True,
+    )
 
 
 def _candidate(o: Any) -> Candidate:
