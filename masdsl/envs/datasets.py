@@ -266,16 +266,35 @@ def _text(value: Any) -> str:
     return value
 
 
+# The bundled stdin/stdout sample: 12 easy problems written for masdsl, in each benchmark's own
+# layout, so the code_io workflows check and run offline. Its split goes by the problem's name
+# (not the prefixed id), so a problem is on the same side of the split in all three layouts.
+SAMPLES = {"apps": "code_io_apps.jsonl", "codecontests": "code_io_codecontests.jsonl",
+           "livecodebench": "code_io_livecodebench.jsonl"}
+
+
+def _file_or_sample(source: str, path: str, split: str | None, convert: Callable[[dict, int], dict]) -> list[dict]:
+    """`source(split)`: the bundled sample; `source(path[, split])`: the user's file."""
+    if split is None and path in SPLITS + ("all",):
+        rows = _load(DATA_DIR / SAMPLES[source], "all", convert)
+        return rows if path == "all" else [r for r in rows if split_of(r["id"].split("/", 1)[1]) == path]
+    return _load(path, split or "all", convert)
+
+
 @data_source("apps", fields=("id", "prompt", "tests", "solution"))
-def apps(path: str, split: str = "all") -> list[dict]:
+def apps(path: str = "train", split: str | None = None) -> list[dict]:
     """APPS (codeparrot/apps) rows: `problem_id`, `question`, `input_output` (JSON text with
-    `inputs`, `outputs` and, for call-based problems, `fn_name`), `solutions`, `starter_code`."""
+    `inputs`, `outputs` and, for call-based problems, `fn_name`), `solutions`, `starter_code`.
+    `apps("train")` / `apps("eval")`: the bundled 12-problem stdin/stdout sample in this layout;
+    `apps("file.jsonl", split)`: your file."""
 
     def convert(raw: dict, n: int) -> dict:
         io_spec = _json_field(raw, "input_output")
         if not isinstance(io_spec, dict):
             raise ValueError("field `input_output` must hold {inputs, outputs}")
         inputs, outputs = io_spec["inputs"], io_spec["outputs"]
+        if not isinstance(inputs, list) or not isinstance(outputs, list) or not inputs:
+            raise ValueError("field `input_output` must hold non-empty lists `inputs` and `outputs`")
         starter = raw.get("starter_code") or ""
         if io_spec.get("fn_name"):
             tests = _call_tests(io_spec["fn_name"], inputs, outputs, "class Solution" in starter)
@@ -286,17 +305,18 @@ def apps(path: str, split: str = "all") -> list[dict]:
         return {"id": f"apps/{raw['problem_id']}", "prompt": prompt, "tests": tests,
                 "solution": solutions[0] if solutions else "", "difficulty": raw.get("difficulty", "")}
 
-    return _load(path, split, convert)
+    return _file_or_sample("apps", path, split, convert)
 
 
 _PY_LANGS = {3, "PYTHON3", "3"}  # CodeContests' Language enum: 1 = PYTHON (2), 3 = PYTHON3
 
 
 @data_source("codecontests", fields=("id", "prompt", "tests", "solution"))
-def codecontests(path: str, split: str = "all") -> list[dict]:
+def codecontests(path: str = "train", split: str | None = None) -> list[dict]:
     """CodeContests (deepmind/code_contests) rows: `name`, `description`, `public_tests`,
     `private_tests`, `generated_tests` (each {input: [...], output: [...]}), `solutions`
-    ({language: [...], solution: [...]}). Tests: public + private (generated ones are left out)."""
+    ({language: [...], solution: [...]}). Tests: public + private (generated ones are left out).
+    `codecontests("train")` / `("eval")`: the bundled sample in this layout."""
 
     def convert(raw: dict, n: int) -> dict:
         tests = []
@@ -310,7 +330,7 @@ def codecontests(path: str, split: str = "all") -> list[dict]:
         return {"id": f"codecontests/{raw['name']}", "prompt": raw["description"], "tests": tests,
                 "solution": py[0] if py else "", "difficulty": raw.get("difficulty", "")}
 
-    return _load(path, split, convert)
+    return _file_or_sample("codecontests", path, split, convert)
 
 
 class _StringsOnly(pickle.Unpickler):
@@ -341,10 +361,12 @@ def decode_lcb_tests(value: Any) -> list:
 
 
 @data_source("livecodebench", fields=("id", "prompt", "tests", "solution"))
-def livecodebench(path: str, split: str = "all") -> list[dict]:
+def livecodebench(path: str = "train", split: str | None = None) -> list[dict]:
     """LiveCodeBench (livecodebench/code_generation_lite) rows: `question_id`, `question_title`,
     `question_content`, `starter_code`, `public_test_cases`, `private_test_cases` (JSON or
-    compressed), `metadata` (JSON text; `func_name` for functional tests)."""
+    compressed), `metadata` (JSON text; `func_name` for functional tests). LiveCodeBench has no
+    reference solutions; a `solution` field, if a row has one, is kept.
+    `livecodebench("train")` / `("eval")`: the bundled sample in this layout."""
 
     def convert(raw: dict, n: int) -> dict:
         cases = decode_lcb_tests(raw["public_test_cases"]) + decode_lcb_tests(raw.get("private_test_cases") or "[]")
@@ -360,10 +382,12 @@ def livecodebench(path: str, split: str = "all") -> list[dict]:
             args = [[json.loads(a) for a in c["input"].split("\n") if a.strip()] for c in functional]
             tests += _call_tests(fn, args, [json.loads(c["output"]) for c in functional], "class Solution" in starter)
         prompt = raw["question_content"] + (f"\n\n{starter}" if starter else "")
+        if not tests:
+            raise ValueError("no test cases")
         return {"id": f"livecodebench/{raw['question_id']}", "prompt": prompt, "tests": tests,
-                "solution": "", "difficulty": raw.get("difficulty", "")}
+                "solution": str(raw.get("solution") or ""), "difficulty": raw.get("difficulty", "")}
 
-    return _load(path, split, convert)
+    return _file_or_sample("livecodebench", path, split, convert)
 
 
 def _pick(raw: dict, *names: str) -> Any:

@@ -105,42 +105,71 @@ def _json_values(text: str) -> list[Any]:
     return values
 
 
-_IO_LABEL = re.compile(r"(?im)^[ \t>*#-]*(?:test\s*\d*\s*[:.-]?\s*)?(input|output)\s*\d*\s*[:=]?[ \t]*")
+_IO_LABEL = re.compile(
+    r"(?im)^[ \t>*#_-]*(?:(?:test|example|case|sample)(?:[ \t]*case)?[ \t]*#?\d*[ \t]*[:.-]?[ \t]*)?"
+    r"(?:sample[ \t]+|expected[ \t]+)?(input|output|stdin|stdout)[ \t]*#?\d*[ \t]*(?:\*\*|__)?[ \t]*[:=]?"
+    r"[ \t]*(?:\*\*|__)?[ \t]*(?=\S|$)"
+)
+MAX_IO_TESTS = 50  # more is noise (and sandbox time); the first 50 are kept
+
+
+def _io_pairs(value: Any) -> list[dict[str, str]] | None:
+    """Pairs from one JSON value: [{"input", "output"}, ...], [[input, output], ...], or an object
+    holding such a list under "tests"/"test_cases"/"cases"/"examples" (or a single pair)."""
+    if isinstance(value, dict):
+        for key in ("tests", "test_cases", "cases", "examples"):
+            if isinstance(value.get(key), list):
+                value = value[key]
+                break
+        else:
+            value = [value]
+    if not isinstance(value, list) or not value:
+        return None
+    pairs = []
+    for t in value:
+        if isinstance(t, dict) and "input" in t and ("output" in t or "expected_output" in t):
+            pairs.append((t["input"], t.get("output", t.get("expected_output"))))
+        elif isinstance(t, list) and len(t) == 2 and all(isinstance(x, (str, int, float, list)) for x in t):
+            pairs.append((t[0], t[1]))
+        else:
+            return None
+    return [{"input": _as_text(i), "output": _as_text(o)} for i, o in pairs[:MAX_IO_TESTS]]
 
 
 @parser("io_tests", returns="list", empty=[])
 @_safe
 def io_tests(output: str) -> list[dict[str, str]] | None:
-    """stdin/stdout test pairs: a JSON list of {"input", "output"} objects, or labelled blocks
-    ("Input:" then a fenced block or the following lines, then "Output:" likewise).
+    """stdin/stdout test pairs: a JSON list of {"input", "output"} objects (or of [input, output]
+    pairs, or an object with a "tests" list), else labelled blocks ("Input:" / "Sample Input 1" /
+    "**Input:**" / "stdin:" then a fenced block or the following lines, then "Output:" /
+    "Expected output:" / "stdout:" likewise). At most 50 pairs.
 
     >>> io_tests('[{"input": "1 2\\\\n", "output": "3"}]')
     [{'input': '1 2\\n', 'output': '3'}]
     >>> io_tests("Input:\\n```\\n2\\n```\\nOutput:\\n```\\n4\\n```\\nInput: 3\\nOutput: 6")
     [{'input': '2\\n', 'output': '4\\n'}, {'input': '3\\n', 'output': '6\\n'}]
+    >>> io_tests("**Sample Input 1:**\\n5 6\\n**Expected Output:**\\n11")
+    [{'input': '5 6\\n', 'output': '11\\n'}]
     >>> io_tests("no tests here") is None
     True
     """
     if not isinstance(output, str):
         return None
     for value in _json_values(output):
-        if isinstance(value, dict):
-            value = value.get("tests", [value])
-        if isinstance(value, list) and value and all(
-            isinstance(t, dict) and "input" in t and "output" in t for t in value
-        ):
-            return [{"input": _as_text(t["input"]), "output": _as_text(t["output"])} for t in value]
+        pairs = _io_pairs(value)
+        if pairs:
+            return pairs
     pairs, pending = [], None
     labels = list(_IO_LABEL.finditer(output))
     for n, m in enumerate(labels):
         end = labels[n + 1].start() if n + 1 < len(labels) else len(output)
         body = _label_body(output[m.end():end])
-        if m.group(1).lower() == "input":
+        if m.group(1).lower() in ("input", "stdin"):
             pending = body
         elif pending is not None:
             pairs.append({"input": pending, "output": body})
             pending = None
-    return pairs or None
+    return pairs[:MAX_IO_TESTS] or None
 
 
 def _as_text(value: Any) -> str:

@@ -1,7 +1,8 @@
 """Functions `.mas` expressions call: rewards, guards, `team` and `success`.
 
 Code is judged only in the sandbox (`masdsl.envs.sandbox`); math answers are compared with
-`math-verify` (sympy only if math-verify itself fails). Missing values (an empty parse, a
+`math-verify` (sympy only if math-verify itself fails) in a worker process under a wall-clock
+limit (`masdsl.envs.sandbox_math`), so no answer can hang a step. Missing values (an empty parse, a
 None) score 0 / False rather than raising, so one bad candidate never stops a run.
 
 >>> pass_rate("def f(x):\\n    return 2 * x", ["assert f(2) == 4", "assert f(3) == 5"])
@@ -15,8 +16,6 @@ True
 from __future__ import annotations
 
 import builtins
-import logging
-import threading
 from typing import Any, Sequence
 
 from masdsl.envs.registry import function
@@ -74,36 +73,6 @@ def passes(code: Any, tests: Any) -> bool:
 
 
 
-def _math_verify_equal(answer: str, reference: str) -> bool:
-    from math_verify import parse, verify
-
-    logging.getLogger("math_verify").setLevel(logging.ERROR)
-    # math-verify's timeouts use SIGALRM, which only the main thread may set
-    limit = 5 if threading.current_thread() is threading.main_thread() else None
-    gold = parse(_as_boxed(reference), parsing_timeout=limit)
-    pred = parse(_as_boxed(answer), parsing_timeout=limit)
-    if not gold or not pred:
-        return False
-    return bool(verify(gold, pred, timeout_seconds=limit))
-
-
-def _as_boxed(text: str) -> str:
-    return text if "\\boxed" in text else "\\boxed{" + text + "}"
-
-
-def _sympy_equal(answer: str, reference: str) -> bool:
-    """The fallback when math-verify errors: sympy's simplify of the difference."""
-    import sympy
-    from sympy.parsing.sympy_parser import parse_expr
-
-    if answer.strip() == reference.strip():
-        return True
-    try:
-        return sympy.simplify(parse_expr(answer) - parse_expr(reference)) == 0
-    except Exception:  # noqa: BLE001 - an unparsable answer is simply not equal
-        return False
-
-
 def _clean(value: Any) -> str | None:
     if value is None or isinstance(value, bool):
         return None
@@ -120,10 +89,11 @@ def equivalent(answer: Any, reference: Any) -> bool:
     a, b = _clean(answer), _clean(reference)
     if a is None or b is None:
         return False
-    try:
-        return _math_verify_equal(a, b)
-    except Exception:  # noqa: BLE001 - math-verify failed on this input: fall back to sympy
-        return _sympy_equal(a, b)
+    if a == b:
+        return True
+    from masdsl.envs.sandbox_math import equal
+
+    return equal(a, b)  # out of process, under a wall-clock limit (see sandbox_math.py)
 
 
 @function("correct", returns="number")
@@ -162,6 +132,28 @@ def run_answer(code: Any) -> str:
         return ""
     lines = [ln.strip() for ln in result.stdout.splitlines() if ln.strip()]
     return lines[-1] if lines else ""
+
+
+@function("math_tool_reward", returns="number")
+def math_tool_reward(code: Any, reference: Any) -> float:
+    """The math tool agent's reward, as the paper's reference scores it: -1 when there is no
+    program or it fails to run (an exception, a non-zero exit, a timeout, a memory or output
+    limit), else `correct` of its last printed line (1 or 0).
+
+    >>> math_tool_reward("print(6 * 7)", "42"), math_tool_reward("print(41)", "42")
+    (1.0, 0.0)
+    >>> math_tool_reward("1/0", "42"), math_tool_reward("", "42"), math_tool_reward(None, "42")
+    (-1.0, -1.0, -1.0)
+    """
+    from masdsl.envs.sandbox import run_python
+
+    if not isinstance(code, str) or not code.strip():
+        return -1.0
+    result = run_python(code)
+    if not result.ok:
+        return -1.0
+    lines = [ln.strip() for ln in result.stdout.splitlines() if ln.strip()]
+    return correct(lines[-1] if lines else "", reference)
 
 
 @function("len", returns="number")
