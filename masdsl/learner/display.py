@@ -83,6 +83,8 @@ def summary_table(result: Any) -> Any:
             b, a = before.get(key), after.get(key)
             fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
             table.add_row(f"{key} (before -> after)", f"{fmt(b)} -> {fmt(a)}")
+    for label, value in learning_rows(result.history):
+        table.add_row(label, value)
     table.add_row("steps", f"{result.steps}")
     table.add_row("wall time", f"{result.wall_s:.1f} s")
     table.add_row("run folder", str(result.run_dir))
@@ -92,3 +94,27 @@ def summary_table(result: Any) -> Any:
     if result.ui_command:
         table.add_row("dashboard", result.ui_command)
     return table
+
+
+def learning_rows(history: Any) -> list[tuple[str, str]]:
+    """Whether the run could learn, at a glance: the share of (task, role, turn) groups whose
+    candidates got different rewards (only those carry a gradient), and the training reward.
+
+    >>> learning_rows([{"groups/nonflat_frac": 0.25, "groups/count": 8, "reward/a/turn0/mean": 0.5},
+    ...                {"groups/nonflat_frac": 0.5, "groups/count": 8, "reward/a/turn0/mean": 1.0}])
+    [('non-flat groups (learnable)', '37.5 % of 16 (per step: 25 %, 50 %)'), ('train reward (first -> last step)', '0.500 -> 1.000')]
+    """
+    if not history:
+        return []
+    total = sum(h.get("groups/count", 0.0) for h in history)
+    nonflat = sum(h.get("groups/nonflat_frac", 0.0) * h.get("groups/count", 0.0) for h in history)
+    per_step = ", ".join(f"{100 * h.get('groups/nonflat_frac', 0.0):.0f} %" for h in history)
+    rows = [("non-flat groups (learnable)", f"{100 * nonflat / total if total else 0.0:.1f} % of {total:.0f} "
+                                            f"(per step: {per_step})")]
+
+    def reward(h: Any) -> float:
+        vals = [v for k, v in h.items() if _REWARD.match(k)]
+        return sum(vals) / len(vals) if vals else 0.0
+
+    rows.append(("train reward (first -> last step)", f"{reward(history[0]):.3f} -> {reward(history[-1]):.3f}"))
+    return rows

@@ -36,3 +36,18 @@ def test_all_canonical_solutions_pass_and_broken_ones_fail():
     assert failing == []
     assert [r["id"] for r, b in zip(rows, bad) if all(b.passed)] == []
     assert sum(b.pass_rate for b in bad) / len(bad) < 0.5
+
+
+def test_short_solution_subset_is_a_disjoint_filter_of_the_splits():
+    import pytest
+
+    from masdsl.errors import DataError
+
+    for split in ("train", "eval"):
+        easy, full = humaneval(split, max_solution_lines=2), humaneval(split)
+        assert {r["id"] for r in easy} < {r["id"] for r in full}
+    ids = {r["id"] for r in humaneval("train", max_solution_lines=2)}
+    assert "HumanEval/23" in ids or "HumanEval/23" in {r["id"] for r in humaneval("eval", max_solution_lines=2)}  # strlen
+    assert "HumanEval/0" not in ids  # a nested loop is not a short solution
+    with pytest.raises(DataError, match="max_solution_lines"):
+        humaneval("train", max_solution_lines=-1)
