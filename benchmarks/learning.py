@@ -38,10 +38,12 @@ ARMS = ("single+grpo", "mas+at", "mas+at+per-role", "mas+trajectory")
 ONE_SEED = ("mas+at+per-role", "mas+trajectory")  # the paper's 1-seed rows, to fit the hour
 
 
-def workflow_text(task: str, arm: str, size: int, n_train: int, n_eval: int) -> str:
+def workflow_text(task: str, arm: str, size: int, n_train: int, n_eval: int, max_turns: int = 0) -> str:
     """The shipped workflow of `arm`, on `size` x `size` boards; per-role LoRA policies when asked."""
     single = arm.startswith("single")
     text = (ROOT / "workflows" / f"{task}{'_single' if single else ''}.mas").read_text()
+    if max_turns:
+        text = re.sub(r"max_turns \d+", f"max_turns {max_turns}", text)
     text = re.sub(rf'data train {task}\("train", n=\d+\)', f'data train {task}("train", n={n_train}, size={size})', text)
     text = re.sub(rf'data eval\s+{task}\("eval", n=\d+\)', f'data eval {task}("eval", n={n_eval}, size={size})', text)
     if arm == "mas+at+per-role":
@@ -74,20 +76,22 @@ def run_arm(arm: str, seed: int, args: argparse.Namespace) -> dict:
     from masdsl.learner.trainer import train
 
     name = f"{args.task}_{arm.replace('+', '_').replace('-', '_')}"
-    wf = masdsl.loads(workflow_text(args.task, arm, args.size, args.n_train, args.eval_tasks), name=name,
-                      base_dir=ROOT / "workflows")
+    wf = masdsl.loads(workflow_text(args.task, arm, args.size, args.n_train, args.eval_tasks, args.max_turns),
+                      name=name, base_dir=ROOT / "workflows")
+    tokens = {"tool": args.tool_tokens, "planner": args.planner_tokens}
+    sample = [f"sample.{role}.max_tokens={n}" for role, n in tokens.items() if n and role in wf.roles]
     overrides = [
         f"train.steps={args.steps}", f"train.samples={args.samples}", f"train.batch={args.batch}",
         f"train.lr={args.lr}", f"train.seed={seed}", f"train.eval_tasks={args.eval_tasks}",
         f"train.eval_every={args.eval_every}", "train.checkpoint_every=0", "tracking.enabled=false",
-        f"runtime.engine={args.engine}", *args.override,
+        f"runtime.engine={args.engine}", *sample, *args.override,
     ]
     if arm == "mas+trajectory":
         overrides.append("train.grouping=trajectory")
     cfg = resolve_config(wf.train, overrides=overrides)
     t0 = time.perf_counter()
     res = train(wf, cfg, run_dir=Path(args.out) / f"{arm}-seed{seed}")
-    n = len(res.evals[0].get("_episodes", [])) or args.eval_tasks
+    n = args.eval_tasks  # the eval split holds exactly these boards
     return {
         "arm": arm, "seed": seed, "n_eval": n,
         "before": res.eval_before["success/eval"], "after": res.eval_after["success/eval"],
@@ -187,10 +191,13 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--samples", type=int, default=4)
     ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--lr", type=float, default=1e-5)
+    ap.add_argument("--lr", type=float, default=2e-5)
     ap.add_argument("--n-train", type=int, default=64)
-    ap.add_argument("--eval-tasks", type=int, default=20)
+    ap.add_argument("--eval-tasks", type=int, default=16)
     ap.add_argument("--eval-every", type=int, default=0)
+    ap.add_argument("--max-turns", type=int, default=2, help="the flow's max_turns (0: as shipped, 3)")
+    ap.add_argument("--tool-tokens", type=int, default=128, help="the tool role's max_tokens (0: as shipped)")
+    ap.add_argument("--planner-tokens", type=int, default=48, help="the planner's max_tokens (0: as shipped)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     ap.add_argument("--engine", default="auto")
@@ -219,7 +226,8 @@ def main() -> int:
     plot(results, PNG)
     cmd = " ".join(["benchmarks/learning.py", *sys.argv[1:]])
     text = (f"## learning\n\nMeasured with `.venv/bin/python {cmd}` ({args.task} on {args.size}x{args.size} "
-            f"boards, K = {args.samples}, {args.batch} tasks per step, {args.steps} steps, lr {args.lr}, "
+            f"boards, max_turns {args.max_turns or 'as shipped'}, K = {args.samples}, {args.batch} tasks per step, "
+            f"{args.steps} steps, lr {args.lr}, "
             f"{args.eval_tasks} eval boards, greedy; total {time.perf_counter() - t0:.0f} s in this invocation).\n\n"
             + table(rows) + "\n\n![learning curves](img/learning_curves.png)\n")
     print(text)

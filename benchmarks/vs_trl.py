@@ -66,7 +66,7 @@ def run_ours(steps: int, engine: str = "hf") -> dict:
     from masdsl.learner.advantages import compute_advantages
     from masdsl.learner.grouping import group_records
     from masdsl.learner.policies import build_engines, load_policies
-    from masdsl.learner.trainer import collect, seed_everything, sync
+    from masdsl.learner.trainer import build_optimizer, collect, seed_everything, sync
     from masdsl.learner.update import update_policy
     from masdsl.runtime.session import prepare
 
@@ -77,7 +77,7 @@ def run_ours(steps: int, engine: str = "hf") -> dict:
     engines = build_engines(policies, cfg)
     env, data = prepare(wf, cfg)
     p = policies["shared"]
-    opt = torch.optim.AdamW(p.parameters(), lr=LR, weight_decay=0.0)
+    opt = build_optimizer(p.parameters(), cfg.train)
     times, gen, upd, tokens = [], [], [], []
     for step in range(steps):
         t0 = time.perf_counter()
