@@ -2,6 +2,8 @@
 
 >>> step_line(3, 10, {"reward/namer/turn0/mean": 0.5, "success/train": 0.25, "loss/p": 0.1})
 'step 3/10  namer/t0 0.50  success 0.25'
+>>> step_line(1, 3, {"success/train": 0.0, "groups/nonflat_frac": 0.25})
+'step 1/3  success 0.00  non-flat 25 %'
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ def step_line(step: int, steps: int, metrics: Mapping[str, float]) -> str:
             parts.append(f"{m['role']}/t{m['turn']} {value:.2f}")
     if "success/train" in metrics:
         parts.append(f"success {metrics['success/train']:.2f}")
+    if "groups/nonflat_frac" in metrics:  # the share of groups that carry a gradient
+        parts.append(f"non-flat {100 * metrics['groups/nonflat_frac']:.0f} %")
     return "  ".join(parts)
 
 
