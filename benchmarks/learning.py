@@ -80,6 +80,7 @@ def run_arm(arm: str, seed: int, args: argparse.Namespace) -> dict:
                       name=name, base_dir=ROOT / "workflows")
     tokens = {"tool": args.tool_tokens, "planner": args.planner_tokens}
     sample = [f"sample.{role}.max_tokens={n}" for role, n in tokens.items() if n and role in wf.roles]
+    sample += [f"sample.{role}.temperature={args.temperature}" for role in wf.roles if args.temperature is not None]
     overrides = [
         f"train.steps={args.steps}", f"train.samples={args.samples}", f"train.batch={args.batch}",
         f"train.lr={args.lr}", f"train.seed={seed}", f"train.eval_tasks={args.eval_tasks}",
@@ -198,6 +199,9 @@ def main() -> int:
     ap.add_argument("--max-turns", type=int, default=2, help="the flow's max_turns (0: as shipped, 3)")
     ap.add_argument("--tool-tokens", type=int, default=128, help="the tool role's max_tokens (0: as shipped)")
     ap.add_argument("--planner-tokens", type=int, default=48, help="the planner's max_tokens (0: as shipped)")
+    ap.add_argument("--temperature", type=float, default=0.7,
+                    help="training sampling temperature of every role (the 135M model's planner writes a parseable "
+                         "move list in 3 of 48 samples at 1.0, 6 of 48 at 0.7: benchmarks/planner_format.py)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     ap.add_argument("--engine", default="auto")
@@ -227,7 +231,7 @@ def main() -> int:
     cmd = " ".join(["benchmarks/learning.py", *sys.argv[1:]])
     text = (f"## learning\n\nMeasured with `.venv/bin/python {cmd}` ({args.task} on {args.size}x{args.size} "
             f"boards, max_turns {args.max_turns or 'as shipped'}, K = {args.samples}, {args.batch} tasks per step, "
-            f"{args.steps} steps, lr {args.lr}, "
+            f"{args.steps} steps, lr {args.lr}, training temperature {args.temperature}, "
             f"{args.eval_tasks} eval boards, greedy; total {time.perf_counter() - t0:.0f} s in this invocation).\n\n"
             + table(rows) + "\n\n![learning curves](img/learning_curves.png)\n")
     print(text)
