@@ -119,7 +119,8 @@ def summarise(results: list[dict]) -> list[dict]:
         if rs:
             k = round(rs[0]["before"] * rs[0]["n_eval"])
             rows.append({"method": label, "seeds": "-", "n": rs[0]["n_eval"], "before": rs[0]["before"],
-                         "after": None, "ci": wilson(k, rs[0]["n_eval"]), "per_seed": []})
+                         "after": None, "ci": wilson(k, rs[0]["n_eval"]), "per_seed": [],
+                         "reward": (rs[0]["reward_before"], None)})
     labels = {"single+grpo": "single agent + GRPO", "mas+at": "MAS + AT-GRPO, shared policy",
               "mas+at+per-role": "MAS + AT-GRPO, per-role LoRA", "mas+trajectory": "MAS + trajectory GRPO"}
     for arm in ARMS:
@@ -132,20 +133,26 @@ def summarise(results: list[dict]) -> list[dict]:
         rows.append({"method": labels[arm], "seeds": ",".join(str(r["seed"]) for r in rs), "n": n,
                      "before": k_before / n, "after": k_after / n, "ci": wilson(k_after, n),
                      "ci_before": wilson(k_before, n), "per_seed": [r["after"] for r in rs],
-                     "gain": (k_after - k_before) / n})
+                     "gain": (k_after - k_before) / n,
+                     "reward": (sum(r["reward_before"] for r in rs) / len(rs), sum(r["reward_after"] for r in rs) / len(rs)),
+                     "reward_per_seed": [r["reward_after"] for r in rs]})
     return rows
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| method | seeds | eval episodes | success before | success after [95 % CI] | gain | after, per seed |",
-           "|---|---|--:|--:|--:|--:|---|"]
+    out = ["| method | seeds | eval episodes | success % before | success % after [95 % CI] | gain | after, per seed "
+           "| eval reward before -> after (per seed) |",
+           "|---|---|--:|--:|--:|--:|---|---|"]
     for r in rows:
         after = "-" if r["after"] is None else f"{100 * r['after']:.1f} [{100 * r['ci'][0]:.1f}, {100 * r['ci'][1]:.1f}]"
         before = f"{100 * r['before']:.1f}" + ("" if r["after"] is not None else
                                                  f" [{100 * r['ci'][0]:.1f}, {100 * r['ci'][1]:.1f}]")
         gain = "-" if r["after"] is None else f"{100 * r['gain']:+.1f}"
         seeds = ", ".join(f"{100 * x:.1f}" for x in r["per_seed"]) or "-"
-        out.append(f"| {r['method']} | {r['seeds']} | {r['n']} | {before} | {after} | {gain} | {seeds} |")
+        rb, ra = r["reward"]
+        reward = f"{rb:.3f}" if ra is None else (f"{rb:.3f} -> {ra:.3f} (" +
+                                                 ", ".join(f"{x:.3f}" for x in r["reward_per_seed"]) + ")")
+        out.append(f"| {r['method']} | {r['seeds']} | {r['n']} | {before} | {after} | {gain} | {seeds} | {reward} |")
     return "\n".join(out)
 
 
