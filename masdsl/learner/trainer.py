@@ -172,8 +172,9 @@ def train(workflow: Any, cfg: Any, *, run_dir: str | Path, resume: str | Path | 
         show.log(line)
     from masdsl.commands.eval import greedy_repeats_warning
 
-    if greedy_repeats_warning(cfg):
-        show.log(greedy_repeats_warning(cfg))
+    warning = greedy_repeats_warning(cfg)
+    if warning:
+        show.log(warning)
 
     # 1. data and env, models, engines, optimizers
     env, data = prepare(workflow, cfg)

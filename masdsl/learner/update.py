@@ -350,8 +350,7 @@ def _gap(records: Sequence[StepRecord], trainer_logp: Mapping[int, Any]) -> floa
     """Largest |sampler - trainer| log-prob over the response tokens the engine reported."""
     gap = 0.0
     for i, lp in trainer_logp.items():
-        engine = [x for x in records[i].logprobs[: lp.shape[0]]]
-        for a, b in zip(engine, lp[: len(engine)].tolist()):
+        for a, b in zip(records[i].logprobs, lp.tolist()):
             if a == a:  # not nan
                 gap = max(gap, abs(a - b))
     return gap
