@@ -8,6 +8,30 @@ else reaching the CLI is a bug in masdsl (exit 3).
 
 from __future__ import annotations
 
+import difflib
+from typing import Iterable
+
+
+def suggest(name: str, candidates: Iterable[str]) -> str | None:
+    """The closest candidate, for a "did you mean" hint (or None). The one spelling checker of
+    masdsl: the checker, the config, the registries and the CLI all ask it.
+
+    >>> suggest("testr", ["coder", "tester"]), suggest("zzz", ["coder"])
+    ('tester', None)
+    """
+    matches = difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def did_you_mean(name: str, candidates: Iterable[str], fmt: str = "`{}`") -> str | None:
+    """`did you mean `x`?` for the closest candidate, or None.
+
+    >>> did_you_mean("policy.sharde", ["policy.shared"])
+    'did you mean `policy.shared`?'
+    """
+    near = suggest(name, candidates)
+    return f"did you mean {fmt.format(near)}?" if near else None
+
 
 class UserError(Exception):
     """A mistake the user can fix. `render()` may give a richer, multi-line form."""

@@ -26,11 +26,10 @@ error[unknown-role]: unknown role `b` in flow edge
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from typing import Iterable, Literal, Mapping, Sequence
 
-from masdsl.errors import UserError
+from masdsl.errors import UserError, did_you_mean, suggest  # noqa: F401  (re-exported: the checker asks lang.errors)
 from masdsl.lang.workflow import Span
 
 MAX_SHOWN = 20
@@ -53,17 +52,6 @@ class Diagnostic:
 
     def sort_key(self) -> tuple:
         return (self.span.file, self.span.line, self.span.col, self.severity != "error", self.code)
-
-
-def suggest(name: str, candidates: Iterable[str]) -> str | None:
-    """The closest candidate of the same kind, for a "did you mean" hint (or None)."""
-    matches = difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.6)
-    return matches[0] if matches else None
-
-
-def did_you_mean(name: str, candidates: Iterable[str], fmt: str = "`{}`") -> str | None:
-    near = suggest(name, candidates)
-    return f"did you mean {fmt.format(near)}?" if near else None
 
 
 # ---- rendering ---------------------------------------------------------------------------
