@@ -25,11 +25,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from masdsl.envs import sandbox  # noqa: E402
+from masdsl import sandbox  # noqa: E402
 from masdsl.envs.datasets import humaneval  # noqa: E402
 
 CODE = "def f(x):\n    return sum(i * i for i in range(x))\nprint(f(1000))  # run {i}\n"
 TEST = "assert f(10) == 285"
+LIMITS = sandbox.Limits()  # the defaults: those of a run made through the default config
 
 
 def bare(code: str) -> float:
@@ -63,9 +64,9 @@ def main() -> int:
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/performance.md alone")
     args = parser.parse_args()
     sandbox.CACHE.size = 0  # measure real runs only
-    summary = sandbox.isolation_summary()
+    summary = sandbox.isolation_summary(LIMITS)
     bare(CODE.format(i=-1))
-    sandbox.run_python(CODE.format(i=-1))  # warm-up: the isolation probe
+    sandbox.run_python(CODE.format(i=-1), limits=LIMITS)  # warm-up: the isolation probe
 
     def sandboxed(fn, zygote: bool):
         def measure(i: int) -> float:
@@ -73,8 +74,8 @@ def main() -> int:
             return timed(lambda: fn(i))
         return measure
 
-    run_prog = lambda i: sandbox.run_python(CODE.format(i=i))  # noqa: E731
-    run_test = lambda i: sandbox.run_tests(CODE.format(i=i), [TEST])  # noqa: E731
+    run_prog = lambda i: sandbox.run_python(CODE.format(i=i), limits=LIMITS)  # noqa: E731
+    run_test = lambda i: sandbox.run_tests(CODE.format(i=i), [TEST], limits=LIMITS)  # noqa: E731
     bare_run, zyg_run, proc_run = interleaved(args.runs, lambda i: bare(CODE.format(i=i)),
                                               sandboxed(run_prog, True), sandboxed(run_prog, False))
     bare_test, zyg_test, proc_test = interleaved(args.runs, lambda i: bare(CODE.format(i=i) + TEST),
@@ -89,7 +90,8 @@ def main() -> int:
         os.environ["MASDSL_SANDBOX_ZYGOTE"] = zygote
         jobs = [(r["solution"] + f"\n# {label} {time.time()}", r["tests"]) for r in rows]
         start = time.perf_counter()
-        reports = sandbox.run_tests_many(jobs) if pooled else [sandbox.run_tests(c, t) for c, t in jobs]
+        reports = (sandbox.run_tests_many(jobs, limits=LIMITS) if pooled
+                   else [sandbox.run_tests(c, t, limits=LIMITS) for c, t in jobs])
         throughput[label] = time.perf_counter() - start
         assert all(r.pass_rate == 1.0 for r in reports), "a canonical solution failed"
     os.environ["MASDSL_SANDBOX_ZYGOTE"] = "1"

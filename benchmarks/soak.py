@@ -112,9 +112,11 @@ def soak(steps: int, batch: int, samples: int, use_ray: bool, folder: Path, log_
     from masdsl.learner.advantages import compute_advantages
     from masdsl.learner.grouping import group_records
     from masdsl.learner.metrics import step_metrics
-    from masdsl.learner.trainer import collect, next_batch
+    from masdsl.learner.step import collect
+    from masdsl.learner.trainer import next_batch
+    from masdsl.runtime.engine_factory import build_engines
     from masdsl.runtime.records import write_records
-    from masdsl.runtime.session import build_engines, prepare
+    from masdsl.runtime.session import prepare
     from masdsl.tracking import start_run
 
     mas, replay = write_inputs(folder / "inputs", n_tasks=steps * batch)

@@ -65,8 +65,11 @@ def run_ours(steps: int, engine: str = "hf") -> dict:
     from masdsl.config import resolve_config
     from masdsl.learner.advantages import compute_advantages
     from masdsl.learner.grouping import group_records
-    from masdsl.learner.policies import build_engines, load_policies
-    from masdsl.learner.trainer import build_optimizer, collect, seed_everything, sync
+    from masdsl.learner.policies import load_policies, sync
+    from masdsl.learner.session import build_optimizer
+    from masdsl.learner.step import collect
+    from masdsl.learner.trainer import seed_everything
+    from masdsl.runtime.engine_factory import build_engines
     from masdsl.learner.update import update_policy
     from masdsl.runtime.session import prepare
 
@@ -74,7 +77,7 @@ def run_ours(steps: int, engine: str = "hf") -> dict:
     cfg = resolve_config(wf.train, overrides=[f"runtime.engine={engine}", "tracking.enabled=false"])
     seed_everything(0)
     policies = load_policies(wf, cfg)
-    engines = build_engines(policies, cfg)
+    engines = build_engines(wf, cfg, policies)
     env, data = prepare(wf, cfg)
     p = policies["shared"]
     opt = build_optimizer(p.parameters(), cfg.train)

@@ -15,15 +15,14 @@ masdsl.config.ConfigError: unknown config key `train.sampels` (did you mean `tra
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
-
-from masdsl.errors import UserError
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+
+from masdsl.errors import UserError, did_you_mean
 
 
 class ConfigError(UserError, ValueError):
@@ -36,8 +35,8 @@ class TrainConfig:
     samples: int = 4  # K: candidates per role step (tree sampling)
     batch: int = 4  # tasks (episodes) per step
     lr: float = 1e-6
-    grouping: str = "at"  # at | agent | turn | trajectory
-    loss: str = "grpo"  # registered in masdsl.learner.losses
+    grouping: str = "at"  # one of GROUPINGS: at | agent | turn | trajectory
+    loss: str = "grpo"  # one of LOSSES
     clip_eps: float = 0.2
     dual_clip: float = 3.0  # c > 1 caps a negative-advantage token's loss at -c*A (the paper's 3); 0: off
     kl_coef: float = 0.0  # > 0 keeps a frozen reference model
@@ -130,12 +129,21 @@ class Config:
     sample: dict[str, SampleOverride] = field(default_factory=dict)  # role name -> sampling overrides
 
 
+# The allowed values of the string options, defined here once (OmegaConf cannot type a field as a
+# Literal); `resolve_config` checks CHOICES, `learner.config.problems` the loss (collected with the
+# other numeric problems); the learner's implementations are keyed by them.
+GROUPINGS = ("at", "agent", "turn", "trajectory")  # masdsl.learner.grouping implements each
+LOSSES = ("grpo",)  # masdsl.learner.losses implements each
+OLD_LOGPROBS = ("auto", "engine", "trainer")
+MASTER_WEIGHTS = ("float32", "compute")
+ENGINES = ("auto", "vllm", "hf", "replay")
+ISOLATIONS = ("auto", "bwrap", "unshare", "none")
 CHOICES = {
-    ("train", "grouping"): ("at", "agent", "turn", "trajectory"),
-    ("train", "old_logprobs"): ("auto", "engine", "trainer"),
-    ("train", "master_weights"): ("float32", "compute"),
-    ("runtime", "engine"): ("auto", "vllm", "hf", "replay"),
-    ("sandbox", "isolation"): ("auto", "bwrap", "unshare", "none"),
+    ("train", "grouping"): GROUPINGS,
+    ("train", "old_logprobs"): OLD_LOGPROBS,
+    ("train", "master_weights"): MASTER_WEIGHTS,
+    ("runtime", "engine"): ENGINES,
+    ("sandbox", "isolation"): ISOLATIONS,
 }
 
 
@@ -160,9 +168,8 @@ def _unknown_key_error(key: str, schema: DictConfig) -> ConfigError:
         head = f"{parts[0]}.{parts[1]}"
         known = [f"{head}.{f.name}" for f in dataclasses.fields(_NAMED_SECTIONS[parts[0]])]
         key = ".".join(parts[:3])
-    near = difflib.get_close_matches(key, known, n=1)
-    hint = f" (did you mean `{near[0]}`?)" if near else ""
-    return ConfigError(f"unknown config key `{key}`{hint}")
+    hint = did_you_mean(key, known)
+    return ConfigError(f"unknown config key `{key}`" + (f" ({hint})" if hint else ""))
 
 
 def _merge(base: DictConfig, layer: Any, what: str) -> DictConfig:
@@ -205,8 +212,6 @@ def resolve_config(
             layer = OmegaConf.from_dotlist([item])
         except Exception as exc:  # omegaconf grammar errors
             raise ConfigError(f"override `{item}`: {exc}") from None
-        if key.startswith("policy.") and key.count(".") >= 2:
-            pass  # policy.<name>.<field>: names come from the workflow, checked by the caller
         cfg = _merge(cfg, layer, f"override `{key}`")
     for (section, name), allowed in CHOICES.items():
         value = cfg[section][name]
@@ -239,7 +244,7 @@ def flatten(cfg: Config) -> dict[str, Any]:
     return out
 
 
-def check_names(cfg: Config, workflow: Any) -> None:
+def check_names(cfg: Config, workflow: Any) -> None:  # Any: a Workflow (masdsl.lang sits above config)
     """`sample.<role>` and `policy.<name>` must name roles / policies of `workflow`.
 
     Call it once the workflow is loaded, before any model loads (names come from the file).
@@ -259,8 +264,8 @@ def check_names(cfg: Config, workflow: Any) -> None:
     for section, what, names in (("sample", "role", workflow.roles), ("policy", "policy", workflow.policies)):
         for name in getattr(cfg, section, None) or {}:
             if name not in names:
-                near = difflib.get_close_matches(name, list(names), n=1)
-                hint = f" (did you mean `{section}.{near[0]}`?)" if near else ""
+                hint = did_you_mean(name, names, fmt=f"`{section}.{{}}`")
+                hint = f" ({hint})" if hint else ""
                 plural = "policies" if what == "policy" else "roles"
                 raise ConfigError(f"`{section}.{name}`: the workflow has no {what} `{name}`{hint}; "
                                   f"{plural}: {', '.join(names)}")

@@ -2,8 +2,8 @@
 
 - no module under `masdsl/` over 400 lines;
 - no function over 60 lines unless its body opens with a `# long: <reason>` comment;
-- imports at the top of modules: an import inside a function carries a comment (on its line or
-  the line above) saying why, e.g. `# heavy: torch` or `# optional: vllm`;
+- imports at the top of modules: an import inside a function carries a comment saying why (on
+  its line, the line above, or one line of the block of imports it opens), e.g. `# heavy: torch`;
 - no import circles between masdsl modules, and no arrow from a lower layer up to a higher one;
 - docstrings and comments point only at `.md` files that exist.
 """
@@ -12,95 +12,16 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 import networkx as nx
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-PKG = ROOT / "masdsl"
+from masdsl.testing.layout import LAYERS, ROOT, import_graph, layer_of, modules, parsed
+
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
-
-# Low to high: a module may import from its own layer and the layers before it, never after.
-LAYERS = (
-    ("masdsl.errors", "masdsl.config"),
-    ("masdsl.sandbox",),
-    ("masdsl.envs",),
-    ("masdsl.lang",),
-    ("masdsl.runtime",),
-    ("masdsl.tracking",),
-    ("masdsl.learner",),
-    ("masdsl.commands",),
-    ("masdsl.cli", "masdsl.testing", "masdsl"),
-)
-
-
-def _modules() -> dict[str, Path]:
-    out = {}
-    for path in sorted(PKG.rglob("*.py")):
-        parts = path.relative_to(ROOT).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        out[name] = path
-    return out
-
-
-MODULES = _modules()
-
-
-def _trees() -> dict[str, tuple[ast.Module, list[str]]]:
-    return {m: (ast.parse(p.read_text(), filename=str(p)), p.read_text().splitlines()) for m, p in MODULES.items()}
-
-
-TREES = _trees()
-
-
-def _target(module: str, node: ast.ImportFrom) -> str:
-    if not node.level:
-        return node.module or ""
-    parts = module.split(".")
-    package = parts if MODULES[module].name == "__init__.py" else parts[:-1]
-    package = package[: len(package) - (node.level - 1)]
-    return ".".join(package + ([node.module] if node.module else []))
-
-
-def _type_checking_nodes(tree: ast.Module) -> set[int]:
-    """Imports under `if TYPE_CHECKING:` are for annotations only and never run."""
-    skip = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip.update(id(n) for n in ast.walk(node))
-    return skip
-
-
-def import_graph() -> nx.DiGraph:
-    """Module -> imported masdsl module, for every import that runs (top level or in a function)."""
-    graph = nx.DiGraph()
-    for module, (tree, _) in TREES.items():
-        graph.add_node(module)
-        skip = _type_checking_nodes(tree)
-        for node in ast.walk(tree):
-            if id(node) in skip:
-                continue
-            targets = []
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = _target(module, node)
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
-            for t in targets:
-                if t in MODULES and t != module and not module.startswith(t + "."):
-                    graph.add_edge(module, t)
-    return graph
-
-
-def layer_of(module: str) -> int:
-    best, depth = len(LAYERS) - 1, -1
-    for i, prefixes in enumerate(LAYERS):
-        for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and prefix.count(".") > depth:
-                best, depth = i, prefix.count(".")
-    return best
+MODULES = modules()
+TREES = {m: parsed(m) for m in MODULES}
 
 
 def test_no_module_over_the_line_limit():
@@ -123,6 +44,19 @@ def test_long_functions_say_why():
     assert not unexplained, f"functions over {MAX_FUNCTION_LINES} lines with no `# long:` reason: {unexplained}"
 
 
+def _explained(lines: list[str], lineno: int) -> bool:
+    """Whether the import at `lineno` (1-based), or the block of imports it belongs to, has a comment."""
+    i = lineno - 1
+    while i >= 0:
+        text = lines[i].strip()
+        if "#" in text:
+            return True
+        if not (text == "" or text.startswith(("import ", "from ")) or text.endswith((",", "(")) or text == ")"):
+            return False
+        i -= 1
+    return False
+
+
 def test_imports_inside_functions_say_why():
     silent = []
     for module, (tree, lines) in TREES.items():
@@ -130,12 +64,9 @@ def test_imports_inside_functions_say_why():
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for node in ast.walk(fn):
-                if isinstance(node, (ast.Import, ast.ImportFrom)):
-                    here = lines[node.lineno - 1]
-                    above = lines[node.lineno - 2].strip() if node.lineno > 1 else ""
-                    if "#" not in here and not above.startswith("#"):
-                        silent.append(f"{MODULES[module].relative_to(ROOT)}:{node.lineno}")
-    assert not silent, f"imports inside functions with no comment saying why: {silent}"
+                if isinstance(node, (ast.Import, ast.ImportFrom)) and not _explained(lines, node.lineno):
+                    silent.append(f"{MODULES[module].relative_to(ROOT)}:{node.lineno}")
+    assert not silent, f"imports inside functions with no comment saying why: {sorted(set(silent))}"
 
 
 def test_no_import_circles():
@@ -165,3 +96,33 @@ def test_doc_references_exist():
                 if not any((ROOT / base / name).is_file() for base in ("", "docs")):
                     missing.append(f"{MODULES[module].relative_to(ROOT)}:{lineno} {ref}")
     assert not missing, f"references to files that are not in the repository: {missing}"
+
+
+def _dotted_names(text: str) -> set[str]:
+    return set(re.findall(r"`(masdsl(?:\.\w+)+)(?:\(\))?`", text))
+
+
+def test_architecture_doc_names_exist():
+    """Every function, class and module docs/architecture.md names is there under that name."""
+    import importlib
+
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    names = _dotted_names(doc)
+    assert len(names) >= 15, names
+    missing = []
+    for name in sorted(names):
+        parts = name.split(".")
+        for cut in range(len(parts), 0, -1):  # the longest importable module prefix, then attributes
+            try:
+                obj = importlib.import_module(".".join(parts[:cut]))
+            except ImportError:
+                continue
+            try:
+                for attr in parts[cut:]:
+                    obj = getattr(obj, attr)
+            except AttributeError:
+                missing.append(name)
+            break
+        else:
+            missing.append(name)
+    assert not missing, f"docs/architecture.md names what does not exist: {missing}"

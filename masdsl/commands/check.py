@@ -24,8 +24,8 @@ def summary(wf) -> str:
 
 def check_one(path: str, fmt: str = "long", warnings: bool = True, color: bool = False) -> tuple[bool, str, str]:
     """(ok, stdout line, diagnostics text) for one file."""
-    from masdsl.lang import analyze
-    from masdsl.lang.errors import render_all
+    from masdsl.lang import analyze  # lazy: `masdsl --help` imports every command module
+    from masdsl.lang.errors import render_all  # lazy: as above
 
     p = Path(path)
     try:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from typing import Any
 
 from masdsl.errors import UserError
@@ -49,7 +48,7 @@ def split_options(args: argparse.Namespace) -> argparse.Namespace:
     >>> split_options(ns).tasks, ns.samples, ns.overrides
     (2, 4, ['a=1', 'b=2'])
     """
-    from masdsl.commands import split_options as split
+    from masdsl.commands import split_options as split  # the package imports this module: not at the top
 
     return split(args, "masdsl eval", _options, ("config", "tasks", "all", "samples", "temperature"))
 
@@ -80,36 +79,21 @@ def flag_overrides(args: argparse.Namespace) -> list[str]:
     return out
 
 
-def greedy_repeats_warning(cfg: Any) -> str | None:
-    """The warning for N > 1 episodes per task at temperature 0 (they would all be the same)."""
-    n, t = cfg.train.eval_samples, cfg.train.eval_temperature
-    if n > 1 and t <= 0:
-        return (f"warning: {n} samples per task at train.eval_temperature=0 (greedy) are {n} identical episodes; "
-                "pass --temperature 0.6 (or set train.eval_temperature) for pass@k")
-    return None
-
-
 def _isolation_summary(cfg: Any) -> str | None:
-    try:
-        from masdsl.envs.sandbox import isolation_summary
-    except ImportError:
-        return None
-    from masdsl.runtime.session import sandbox_limits
+    from masdsl.sandbox import isolation_summary, limits_from_config  # start-up: the sandbox only when evaluating
 
-    return isolation_summary(sandbox_limits(cfg))
+    return isolation_summary(limits_from_config(cfg.sandbox))
 
 
 def _start_tracking(workflow: Any, cfg: Any, run_dir: Any) -> Any:
-    try:
-        from masdsl.tracking import start_run
-    except ImportError:
-        return None
+    from masdsl.tracking import start_run  # start-up: mlflow only when tracking
+
     return start_run(workflow, cfg, kind="eval", run_dir=run_dir)
 
 
 def table(workflow: Any, m: dict[str, float], run_dir: Any) -> Any:
     """The rich table of an eval run's metrics."""
-    from rich.table import Table
+    from rich.table import Table  # start-up: rich tables only when printing one
 
     t = Table(title=f"masdsl eval · {workflow.name}", caption=f"records: {run_dir}  ·  transcripts: masdsl trace {run_dir}")
     t.add_column("metric")
@@ -122,7 +106,7 @@ def table(workflow: Any, m: dict[str, float], run_dir: Any) -> Any:
                       f"{value:.3f}")
     for key, value in m.items():
         parts = key.split("/")
-        if parts[0] == "reward" and len(parts) == 3:
+        if parts[0] == "eval_reward" and len(parts) == 3:
             _, role, turn = parts
             t.add_row(f"mean reward · {role} · turn {turn.removeprefix('turn')}", f"{value:.4f}")
     t.add_row("episodes", f"{int(m['episodes'])}")
@@ -138,15 +122,12 @@ def table(workflow: Any, m: dict[str, float], run_dir: Any) -> Any:
 
 
 def main(args: argparse.Namespace) -> int:
-    import masdsl
+    import masdsl  # start-up: the commands import what they use when they run
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from masdsl.config import check_names, resolve_config
-    from masdsl.learner.metrics import eval_metrics
-    from masdsl.runtime.executor import rollout
-    from masdsl.runtime.rundir import RunDir
-    from masdsl.runtime.session import build_engines, close_engines, load_split, make_env
+    from masdsl.learner.evaluation import greedy_repeats_warning
+    from masdsl.runtime.session import load_split, make_env
 
     err, out = Console(stderr=True), Console()
     split_options(args)
@@ -161,7 +142,6 @@ def main(args: argparse.Namespace) -> int:
     if n < 0:
         raise UserError("--tasks must be 0 (all) or more")
     tasks = tasks[:n] if n else tasks
-    repeats = cfg.train.eval_samples
     warning = greedy_repeats_warning(cfg)
     if warning:
         err.print(warning, highlight=False, markup=False, soft_wrap=True)
@@ -169,6 +149,22 @@ def main(args: argparse.Namespace) -> int:
     summary = _isolation_summary(cfg)
     if summary:
         err.print(summary if summary.startswith("sandbox") else f"sandbox: {summary}", highlight=False, markup=False)
+    run_dir, ro = _evaluate(workflow, cfg, env, tasks, err)
+    for message, count in ro.errors.items():
+        err.print(f"warning: {message} ({count}x, scored 0)", highlight=False, markup=False)
+    out.print(table(workflow, _metrics(ro), run_dir.path))
+    return 0
+
+
+def _evaluate(workflow: Any, cfg: Any, env: Any, tasks: list[dict], err: Any) -> tuple[Any, Any]:
+    """Engines up, the eval rollout with a progress bar, records and metrics saved, engines down."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # start-up
+
+    from masdsl.runtime.engine_factory import build_engines, close_engines  # start-up: engines pull in torch
+    from masdsl.runtime.executor import rollout  # start-up: as above
+    from masdsl.runtime.rundir import RunDir  # start-up: as above
+
+    repeats = cfg.train.eval_samples
     with err.status("loading models ..."):
         engines = build_engines(workflow, cfg)
     tracker = None
@@ -187,20 +183,17 @@ def main(args: argparse.Namespace) -> int:
         raise
     finally:
         close_engines(engines)
-    m = eval_metrics(ro.records, ro.episodes, rollout=ro)
+    m = _metrics(ro)
     run_dir.write_summary({"metrics": m, "errors": ro.errors, "workflow": workflow.name, "tasks": len(tasks),
                            "samples_per_task": repeats, "temperature": cfg.train.eval_temperature})
     if tracker is not None:
         tracker.log_metrics(m, step=0)
         tracker.log_artifact(run_dir.records_path, "records")
         tracker.finish()
-    for message, count in ro.errors.items():
-        err.print(f"warning: {message} ({count}x, scored 0)", highlight=False, markup=False)
-    out.print(table(workflow, m, run_dir.path))
-    return 0
+    return run_dir, ro
 
 
-if __name__ == "__main__":  # pragma: no cover
-    from masdsl.cli import main as cli_main
+def _metrics(ro: Any) -> dict[str, float]:
+    from masdsl.learner.metrics import eval_metrics  # start-up: as above
 
-    sys.exit(cli_main(["eval", *sys.argv[1:]]))
+    return eval_metrics(ro.records, ro.episodes, rollout=ro)

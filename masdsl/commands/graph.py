@@ -38,8 +38,8 @@ def render_image(dot_text: str, fmt: str) -> bytes:
 
 
 def main(args) -> int:
-    from masdsl.lang import load
-    from masdsl.lang import graph as G
+    from masdsl.lang import load  # lazy: `masdsl --help` imports every command module
+    from masdsl.lang import graph as G  # lazy: as above
 
     wf = load(args.file)
     table = G.groups_table(wf, args.samples)

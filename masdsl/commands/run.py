@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -44,14 +43,14 @@ def split_options(args: argparse.Namespace) -> argparse.Namespace:
     >>> split_options(ns).resume, ns.overrides
     ('runs/x', ['a=1'])
     """
-    from masdsl.commands import split_options as split
+    from masdsl.commands import split_options as split  # the package imports this module: not at the top
 
     return split(args, "masdsl run", _options, ("config", "resume"))
 
 
 def resume_dir(path: str) -> tuple[Path, Path]:
     """(run folder, checkpoint folder) for `--resume PATH` (a run folder or one checkpoint)."""
-    from masdsl.learner import checkpoint
+    from masdsl.learner import checkpoint  # start-up: the commands import what they use when they run
 
     ck = checkpoint.find(path)
     return ck.parent.parent, ck
@@ -59,8 +58,8 @@ def resume_dir(path: str) -> tuple[Path, Path]:
 
 def resolve(args: argparse.Namespace, workflow: Any) -> tuple[Any, Path | None, Path | None]:
     """The configuration, and for `--resume` the run and checkpoint folders."""
-    from masdsl.config import resolve_config
-    from masdsl.learner import checkpoint
+    from masdsl.config import resolve_config  # start-up: as above
+    from masdsl.learner import checkpoint  # start-up: as above
 
     if not args.resume:
         return resolve_config(workflow.train, args.config, args.overrides), None, None
@@ -74,7 +73,7 @@ def resolve(args: argparse.Namespace, workflow: Any) -> tuple[Any, Path | None, 
 
 
 def main(args: argparse.Namespace) -> int:
-    import masdsl
+    import masdsl  # start-up: as above
     from rich.console import Console
 
     from masdsl.learner.config import validate
@@ -98,8 +97,3 @@ def main(args: argparse.Namespace) -> int:
     (Path(run_dir) / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return 0
 
-
-if __name__ == "__main__":  # pragma: no cover
-    from masdsl.cli import main as cli_main
-
-    sys.exit(cli_main(["run", *sys.argv[1:]]))

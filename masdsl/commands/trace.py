@@ -16,6 +16,7 @@ from typing import Iterable, Iterator
 
 from masdsl.errors import UserError
 from masdsl.runtime.records import StepRecord
+from masdsl.runtime.rundir import open_run
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -79,8 +80,6 @@ def render(records: Iterable[StepRecord], *, task: str | None = None, role: str 
 
 
 def main(args: argparse.Namespace) -> int:
-    from masdsl.runtime.rundir import open_run
-
     run = open_run(args.run_dir)
     try:
         for line in render(run.records(), task=args.task, role=args.role, step=args.step,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from masdsl.envs.registry import env
-from masdsl.envs.sandbox import Limits, TestReport, UsesSandboxLimits, limits_from_config, run_tests
+from masdsl.sandbox import Limits, TestReport, limits_from_config, run_tests
 
 MAX_FAILURES_SHOWN = 5
 MAX_LINE = 240
@@ -124,16 +124,17 @@ class LazyView(Mapping):
 
 
 @env("code", fields=("failures", "code", "tests"))
-class CodeEnv(UsesSandboxLimits):
+class CodeEnv:
     """Sandboxed Python: `code` from a coder, `tests` from a tester (asserts or stdin/stdout pairs).
 
     Fields: `env.code` (latest code), `env.tests` (latest generated tests), `env.failures` (a
     report of the code on the generated tests). Success: the code passes all the task's tests.
+    Every sandbox run uses the env's own `limits` (a `Limits` or a config mapping; None: the
+    defaults).
     """
 
-    def __init__(self, limits: Limits | Mapping[str, Any] | None = None, **_: Any) -> None:
-        self.limits = limits_from_config(limits) if limits is not None else None
-        self._use_limits()
+    def __init__(self, limits: Limits | Mapping[str, Any] | None = None) -> None:
+        self.limits = limits_from_config(limits)
 
     def reset(self, task: Mapping[str, Any]) -> CodeState:
         tests = task.get("tests") or ()

@@ -1,4 +1,6 @@
-"""What the three grid games (sudoku, sokoban, plan_path) share.
+"""What the three grid games (sudoku, sokoban, plan_path) share: their state, the reward terms,
+the tool step and the splits. Their env classes share `masdsl.envs.games.GameEnv`, which
+implements the action protocol below with the helpers here.
 
 **Action protocol.** `apply(state, role, fields)` reads field *names*, never role names; the
 first of these present is the action:
@@ -42,7 +44,9 @@ import hashlib
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Mapping
 
+from masdsl.envs import parsers
 from masdsl.envs.registry import function
+from masdsl.sandbox import run_python  # the only place generated code runs
 from masdsl.errors import DataError, UserError
 
 GAMES = ("sudoku", "sokoban", "plan_path")
@@ -175,8 +179,6 @@ def run_tool(code: str, stdin: str, limits: Any = None) -> tuple[str, str | None
     The raw stdout is None when the program failed (non-zero exit, timeout, memory limit);
     the text then ends with a short note and the tail of its stderr.
     """
-    from masdsl.envs.sandbox import run_python  # the only place generated code runs
-
     result = run_python(code, stdin, limits=limits)
     text = result.stdout[:TOOL_OUTPUT_CHARS]
     if result.ok:
@@ -216,8 +218,6 @@ def tool_step(state: GameState, role: str, code: Any, *, stdin: str, limits: Any
 
 def parse_tool_output(parser_name: str, stdout: str) -> Any:
     """Parse a tool's stdout with the registered parser a planner's output goes through."""
-    from masdsl.envs import parsers
-
     try:
         return getattr(parsers, parser_name)(stdout)
     except Exception:  # parsers should return None, but a model's stdout is hostile input

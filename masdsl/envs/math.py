@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 from masdsl.envs.registry import env
 from masdsl.envs.rewards import equivalent
-from masdsl.envs.sandbox import Limits, UsesSandboxLimits, limits_from_config, run_python
+from masdsl.sandbox import Limits, limits_from_config, run_python
 
 TOOL_OUTPUT_CHARS = 2000
 
@@ -63,16 +63,15 @@ def tool_output(code: str, limits: Limits | None = None) -> str:
 
 
 @env("math", fields=("tool_output", "tool_code"))
-class MathEnv(UsesSandboxLimits):
+class MathEnv:
     """Math word problems with a Python tool. Fields: `env.tool_output` (stdout of the tool
     role's last program, or its error), `env.tool_code` (that program).
-    Success: the reasoner's answer equals the task's `answer`."""
+    Success: the reasoner's answer equals the task's `answer`. Tool programs run under the env's
+    own `limits` (a `Limits` or a config mapping; None: the defaults)."""
 
-    def __init__(self, limits: Limits | Mapping[str, Any] | None = None, answer_role: str = "reasoner",
-                 **_: Any) -> None:
-        self.limits = limits_from_config(limits) if limits is not None else None
+    def __init__(self, limits: Limits | Mapping[str, Any] | None = None, answer_role: str = "reasoner") -> None:
+        self.limits = limits_from_config(limits)
         self.answer_role = answer_role
-        self._use_limits()
 
     def reset(self, task: Mapping[str, Any]) -> MathState:
         return MathState(task_id=str(task.get("id", "")), reference=str(task.get("answer", "")))

@@ -18,7 +18,7 @@ import ast
 import json
 import re
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 from masdsl.envs.registry import parser
 
@@ -32,9 +32,12 @@ def _fences(text: str) -> list[tuple[str, str]]:
 
 
 def _safe(fn):
-    """Parsers never raise: any exception on odd input means "no parse" (None)."""
+    """Parsers never raise: an `output` that is not text, or any exception on odd input, means
+    "no parse" (None). The parser itself may then assume its `output` is a `str`."""
 
     def wrapped(*args, **kwargs):
+        if not isinstance(args[0] if args else kwargs.get("output"), str):
+            return None
         try:
             return fn(*args, **kwargs)
         except Exception:  # noqa: BLE001 - by contract a parser returns None, never raises
@@ -78,8 +81,6 @@ def code_block(output: str, lang: str = "python") -> str | None:
     >>> code_block("I cannot do that.") is None
     True
     """
-    if not isinstance(output, str):
-        return None
     want = _LANG_ALIASES.get(lang.lower(), {lang.lower()})
     blocks = _fences(output)
     tagged = [body for tag, body in blocks if tag in want]
@@ -103,6 +104,19 @@ def _json_values(text: str) -> list[Any]:
         except ValueError:
             continue
     return values
+
+
+def _last_json(text: str, keys: tuple[str, str], accept: Callable[[Any], Any]) -> Any:
+    """The first JSON value of `text` (in `_json_values` order: the last one written first) that
+    `accept` turns into something other than None; an object is read through `keys[0]`, else
+    `keys[1]` (`{"moves": [...]}`)."""
+    for value in _json_values(text):
+        if isinstance(value, dict):
+            value = value.get(keys[0], value.get(keys[1]))
+        found = accept(value)
+        if found is not None:
+            return found
+    return None
 
 
 _IO_LABEL = re.compile(
@@ -153,8 +167,6 @@ def io_tests(output: str) -> list[dict[str, str]] | None:
     >>> io_tests("no tests here") is None
     True
     """
-    if not isinstance(output, str):
-        return None
     for value in _json_values(output):
         pairs = _io_pairs(value)
         if pairs:
@@ -214,8 +226,6 @@ def asserts(output: str) -> list[str] | None:
     >>> asserts("assert f(1) ==") is None
     True
     """
-    if not isinstance(output, str):
-        return None
     lines = output.replace("\r\n", "\n").split("\n")
     found: list[str] = []
     i = 0
@@ -264,8 +274,6 @@ def boxed(output: str) -> str | None:
     >>> boxed("I am not sure.") is None
     True
     """
-    if not isinstance(output, str):
-        return None
     for m in reversed(list(_BOXED.finditer(output))):
         inner = _balanced(output, m.end() - 1)
         if inner is not None and inner.strip():
@@ -307,15 +315,9 @@ def actions(output: str) -> list[str] | None:
     >>> actions("That is right, I cannot move.") is None
     True
     """
-    if not isinstance(output, str):
-        return None
-    for value in _json_values(output):
-        if isinstance(value, dict):
-            value = value.get("actions", value.get("moves"))
-        if isinstance(value, list) and value:
-            moves = _moves(value)
-            if moves is not None:
-                return moves
+    moves = _last_json(output, ("actions", "moves"), lambda v: _moves(v) if isinstance(v, list) and v else None)
+    if moves is not None:
+        return moves
     labelled = re.findall(r"(?im)(?:actions?|moves?|answer|plan)\s*[:=]\s*(.+)$", output)
     for text in reversed(labelled):
         tokens = re.findall(r"[A-Za-z]+", text)
@@ -334,6 +336,13 @@ def _rectangular(rows: list[list[int]]) -> bool:
     return len(rows) >= 2 and all(len(r) == len(rows[0]) for r in rows) and len(rows[0]) >= 2
 
 
+def _int_grid(value: Any) -> bool:
+    """Whether a JSON value is a rectangular list of lists of integers (at least 2 x 2)."""
+    return (isinstance(value, list) and all(isinstance(r, list) for r in value) and bool(value)
+            and all(isinstance(x, int) and not isinstance(x, bool) for r in value for x in r)
+            and _rectangular(value))
+
+
 @parser("grid", returns="list", empty=[])
 @_safe
 def grid(output: str) -> list[list[int]] | None:
@@ -349,14 +358,9 @@ def grid(output: str) -> list[list[int]] | None:
     >>> grid("no grid") is None
     True
     """
-    if not isinstance(output, str):
-        return None
-    for value in _json_values(output):
-        if isinstance(value, dict):
-            value = value.get("grid", value.get("board"))
-        if isinstance(value, list) and all(isinstance(r, list) for r in value) and value:
-            if all(isinstance(x, int) and not isinstance(x, bool) for r in value for x in r) and _rectangular(value):
-                return value
+    found = _last_json(output, ("grid", "board"), lambda v: v if _int_grid(v) else None)
+    if found is not None:
+        return found
     blocks: list[list[list[int]]] = [[]]
     for line in output.splitlines():
         if line.strip() and _ROW.match(line) and re.search(r"[0-9.]", line):

@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from masdsl.envs import games_common as gc
+from masdsl.envs.games import MoveGameEnv, Played
 from masdsl.envs.games_common import DIRS, Cell
 from masdsl.envs.registry import data_source, env
 from masdsl.errors import DataError, UserError
@@ -110,24 +111,8 @@ def potential(maze: Maze, cell: Cell) -> int:
     return -(abs(cell[0] - maze.goal[0]) + abs(cell[1] - maze.goal[1]))
 
 
-@dataclass(frozen=True)
-class Walked:
-    """What `play` did: the position after, the reward terms, the legal moves played, the
-    (1-based) positions of the blocked moves and the step count after."""
-
-    position: Cell
-    terms: dict[str, float]
-    executed: int
-    blocked: tuple[int, ...]
-    steps: int
-
-    @property
-    def reward(self) -> float:
-        return sum(self.terms.values())
-
-
 def play(maze: Maze, position: Cell, moves: list[str], *, steps: int = 0, shortest: int | None = None,
-         max_steps: int = MAX_STEPS, gamma: float = GAMMA) -> Walked:
+         max_steps: int = MAX_STEPS, gamma: float = GAMMA) -> Played:
     """Play `moves` from `position`, `steps` moves into an episode whose shortest solution has
     `shortest` moves (see the module doc for the reward).
 
@@ -137,13 +122,13 @@ def play(maze: Maze, position: Cell, moves: list[str], *, steps: int = 0, shorte
 
     >>> maze = make_maze(["...."], (0, 3))
     >>> w = play(maze, (0, 0), ["R"])
-    >>> w.position, round(w.reward, 4), w.executed, w.blocked
+    >>> w.after, round(w.reward, 4), w.executed, w.blocked
     ((0, 1), 1.01, 1, ())
     >>> w = play(maze, (0, 0), ["R", "R", "R", "L"], shortest=3)  # "L" is never played
-    >>> w.position, round(w.reward, 4), sorted(w.terms)
+    >>> w.after, round(w.reward, 4), sorted(w.terms)
     ((0, 3), 4.5, ['distance_shaping', 'optimal_bonus', 'step_penalty', 'win_bonus'])
     >>> w = play(maze, (0, 1), ["U", "R"])  # "U" leaves the grid; "R" still runs
-    >>> w.position, round(w.reward, 4), w.executed, w.blocked
+    >>> w.after, round(w.reward, 4), w.executed, w.blocked
     ((0, 2), 0.92, 1, (1,))
     """
     terms: dict[str, float] = {}
@@ -169,7 +154,7 @@ def play(maze: Maze, position: Cell, moves: list[str], *, steps: int = 0, shorte
                 gc.add_terms(terms, "optimal_bonus", OPTIMAL_BONUS)
         elif steps >= max_steps:
             gc.add_terms(terms, "step_limit_penalty", STEP_LIMIT_PENALTY)
-    return Walked(position, terms, executed, tuple(blocked), steps)
+    return Played(position, terms, executed, tuple(blocked), steps)
 
 
 def shortest_path(maze: Maze, start: Cell) -> list[str] | None:
@@ -277,32 +262,6 @@ class PlanPathState(gc.GameState):
         return 1.0 if d0 <= 0 else min(1.0, max(0.0, 1.0 - d / d0))
 
 
-def walk(state: PlanPathState, role: str, moves: Any) -> PlanPathState:
-    """The state after `role` plays `moves` (see the module doc for legality and reward)."""
-    if state.solved():
-        return gc.finished(state, role, "the goal is already reached")
-    if state.steps >= state.max_steps:
-        return gc.finished(state, role, f"the step limit ({state.max_steps} moves) was reached")
-    if not moves:
-        return gc.no_action(state, role, "no moves")
-    clean = gc.normalise_moves(moves)
-    if clean is None:
-        return gc.no_action(state, role, f"moves must be a list of U/D/L/R, got {moves!r:.80}")
-    w = play(state.maze, state.position, clean, steps=state.steps,
-             shortest=state.maze.dist[state.start[0]][state.start[1]],
-             max_steps=state.max_steps, gamma=state.gamma)
-    notes = [f"played {w.executed} moves"]
-    if w.blocked:
-        notes.append("blocked (you did not move): " + ", ".join(
-            f"move {i} ({clean[i - 1]})" for i in w.blocked[:8]) + (" ..." if len(w.blocked) > 8 else ""))
-    if w.position == state.maze.goal:
-        notes.append("reached the goal")
-    elif w.steps >= state.max_steps:
-        notes.append(f"the step limit ({state.max_steps} moves) was reached")
-    return gc.scored(state, role, w.terms, valid=not w.blocked, feedback="; ".join(notes),
-                     position=w.position, moves=state.moves + w.executed, steps=w.steps)
-
-
 def _cell(value: Any, name: str, row_id: Any) -> Cell:
     if (isinstance(value, (list, tuple)) and len(value) == 2
             and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
@@ -330,44 +289,35 @@ def maze_from_task(task: Mapping[str, Any]) -> tuple[Maze, Cell]:
 
 
 @env("plan_path", fields=("board", "tool_output", "moves", "position", "feedback", "legend", "size"))
-class PlanPathEnv:
+class PlanPathEnv(MoveGameEnv):
     """Path planning (10x10 by default). Planner field `moves` (U/D/L/R), tool field `code`
     (stdin: the board text). Success: the agent stands on the goal. `env plan_path(max_steps=100,
     gamma=0.99)`: the step limit over the episode and the discount of `distance_shaping()`."""
 
-    def __init__(self, *, limits: Any = None, max_steps: int = MAX_STEPS, gamma: float = GAMMA):
-        if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
-            raise UserError(f"plan_path: max_steps must be a positive integer, got {max_steps!r}")
-        if not isinstance(gamma, (int, float)) or isinstance(gamma, bool) or not 0 < gamma <= 1:
-            raise UserError(f"plan_path: gamma must be a number in (0, 1], got {gamma!r}")
-        self.limits = limits
-        self.max_steps = max_steps
-        self.gamma = float(gamma)
+    name, legend, board_field = "plan_path", LEGEND, "position"
+    solved_note, was_solved_note = "reached the goal", "the goal is already reached"
+
+    def __init__(self, *, limits: Any = None, max_steps: int = MAX_STEPS, gamma: float = GAMMA) -> None:
+        super().__init__(limits=limits, max_steps=max_steps, gamma=gamma)
 
     def reset(self, task: Mapping[str, Any]) -> PlanPathState:
         maze, start = maze_from_task(task)
         return PlanPathState(maze=maze, start=start, position=start, max_steps=self.max_steps,
                              gamma=self.gamma)
 
-    def apply(self, state: PlanPathState, role: str, fields: Mapping[str, Any]) -> PlanPathState:
-        kind, value = gc.pick_action(fields)
-        if kind is None:
-            return gc.noop(state, role)
-        if kind == "moves":
-            return walk(state, role, value)
-        if kind == "code":
-            return gc.tool_step(state, role, value, stdin=render(state.maze, state.position) + "\n",
-                                limits=self.limits,
-                                score=lambda out: walk(state, role, gc.parse_tool_output("actions", out)))
-        return gc.no_action(state, role, f"plan_path takes `moves`, not `{kind}`")
+    def play_moves(self, state: PlanPathState, moves: list[str]) -> Played:
+        return play(state.maze, state.position, moves, steps=state.steps,
+                    shortest=state.maze.dist[state.start[0]][state.start[1]],
+                    max_steps=state.max_steps, gamma=state.gamma)
 
-    def view(self, state: PlanPathState) -> Mapping[str, Any]:
-        return {"board": render(state.maze, state.position), "tool_output": state.tool_output,
-                "moves": state.moves, "position": list(state.position), "feedback": state.feedback,
-                "legend": LEGEND, "size": max(state.maze.height, state.maze.width)}
+    def board(self, state: PlanPathState) -> str:
+        return render(state.maze, state.position)
 
-    def success(self, state: PlanPathState) -> bool:
-        return state.solved()
+    def size(self, state: PlanPathState) -> int:
+        return max(state.maze.height, state.maze.width)
+
+    def extra_view(self, state: PlanPathState) -> dict[str, Any]:
+        return {"position": list(state.position)}
 
 
 @data_source("plan_path", fields=("id", "seed", "grid", "start", "goal"))

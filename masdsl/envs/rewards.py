@@ -1,9 +1,14 @@
 """Functions `.mas` expressions call: rewards, guards, `team` and `success`.
 
-Code is judged only in the sandbox (`masdsl.envs.sandbox`); math answers are compared with
+Code is judged only in the sandbox (`masdsl.sandbox`); math answers are compared with
 `math-verify` (sympy only if math-verify itself fails) in a worker process under a wall-clock
-limit (`masdsl.envs.sandbox_math`), so no answer can hang a step. Missing values (an empty parse, a
+limit (`masdsl.sandbox.math_equal`), so no answer can hang a step. Missing values (an empty parse, a
 None) score 0 / False rather than raising, so one bad candidate never stops a run.
+
+The functions that run code (`pass_rate`, `passes`, `run_answer`, `math_tool_reward`) take the
+sandbox limits as the keyword-only `limits=` (a `Limits`; None: the defaults, `Limits()`). It is
+not counted in their arity (the registry counts positional arguments only): whoever evaluates an
+expression passes the run's limits, as an env passes its own to the runs it makes.
 
 >>> pass_rate("def f(x):\\n    return 2 * x", ["assert f(2) == 4", "assert f(3) == 5"])
 0.5
@@ -18,30 +23,29 @@ from __future__ import annotations
 import builtins
 from typing import Any, Sequence
 
+from masdsl.envs.parsers import asserts
 from masdsl.envs.registry import function
+from masdsl.errors import UserError
+from masdsl.sandbox import Limits, equal, run_python, run_tests
 
 
 def _tests(tests: Any) -> list | None:
     """`tests` as a non-empty list of assert strings or io pairs, else None."""
     if isinstance(tests, str):
-        from masdsl.envs.parsers import asserts
-
         tests = asserts(tests)
     if not isinstance(tests, (list, tuple)) or not tests:
         return None
     return list(tests)
 
 
-def test_report(code: Any, tests: Any):
-    """The sandbox's `TestReport` of `code` on `tests`, or None when either is missing/invalid."""
-    from masdsl.envs.sandbox import run_tests
-    from masdsl.errors import UserError
-
+def test_report(code: Any, tests: Any, *, limits: Limits | None = None):
+    """The sandbox's `TestReport` of `code` on `tests` under `limits`, or None when either is
+    missing/invalid."""
     tests = _tests(tests)
     if not isinstance(code, str) or not code.strip() or tests is None:
         return None
     try:
-        return run_tests(code, tests)
+        return run_tests(code, tests, limits=limits)
     except UserError:  # a malformed test list: nothing to run
         return None
 
@@ -50,25 +54,25 @@ test_report.__test__ = False  # a function named test_*: not a pytest test
 
 
 @function("pass_rate", returns="number")
-def pass_rate(code: Any, tests: Any) -> float:
+def pass_rate(code: Any, tests: Any, *, limits: Limits | None = None) -> float:
     """Fraction of `tests` (assert strings or {input, output} pairs) that `code` passes; 0.0
     when the code or the tests are empty (a tester with no tests earns nothing).
 
     >>> pass_rate("", ["assert True"]), pass_rate("x = 1", []), pass_rate(None, None)
     (0.0, 0.0, 0.0)
     """
-    report = test_report(code, tests)
+    report = test_report(code, tests, limits=limits)
     return float(report.pass_rate) if report is not None else 0.0
 
 
 @function("passes", returns="bool")
-def passes(code: Any, tests: Any) -> bool:
+def passes(code: Any, tests: Any, *, limits: Limits | None = None) -> bool:
     """True when there is at least one test and `code` passes all of them.
 
     >>> passes("x = 1", ["assert x == 1"]), passes("x = 1", [])
     (True, False)
     """
-    report = test_report(code, tests)
+    report = test_report(code, tests, limits=limits)
     return report is not None and all(report.passed)
 
 
@@ -91,9 +95,7 @@ def equivalent(answer: Any, reference: Any) -> bool:
         return False
     if a == b:
         return True
-    from masdsl.envs.sandbox_math import equal
-
-    return equal(a, b)  # out of process, under a wall-clock limit (see sandbox_math.py)
+    return equal(a, b)  # out of process, under a wall-clock limit (see masdsl/sandbox/math_equal.py)
 
 
 @function("correct", returns="number")
@@ -117,17 +119,15 @@ def agree(a: Any, b: Any) -> bool:
 
 
 @function("run_answer", returns="str")
-def run_answer(code: Any) -> str:
+def run_answer(code: Any, *, limits: Limits | None = None) -> str:
     """Run `code` in the sandbox; its last non-empty stdout line ("" if it failed or printed nothing).
 
     >>> run_answer("print('work')\\nprint(6 * 7)"), run_answer("1/0")
     ('42', '')
     """
-    from masdsl.envs.sandbox import run_python
-
     if not isinstance(code, str) or not code.strip():
         return ""
-    result = run_python(code)
+    result = run_python(code, limits=limits)
     if not result.ok:
         return ""
     lines = [ln.strip() for ln in result.stdout.splitlines() if ln.strip()]
@@ -135,7 +135,7 @@ def run_answer(code: Any) -> str:
 
 
 @function("math_tool_reward", returns="number")
-def math_tool_reward(code: Any, reference: Any) -> float:
+def math_tool_reward(code: Any, reference: Any, *, limits: Limits | None = None) -> float:
     """The math tool agent's reward, as the paper's reference scores it: -1 when there is no
     program or it fails to run (an exception, a non-zero exit, a timeout, a memory or output
     limit), else `correct` of its last printed line (1 or 0).
@@ -145,11 +145,9 @@ def math_tool_reward(code: Any, reference: Any) -> float:
     >>> math_tool_reward("1/0", "42"), math_tool_reward("", "42"), math_tool_reward(None, "42")
     (-1.0, -1.0, -1.0)
     """
-    from masdsl.envs.sandbox import run_python
-
     if not isinstance(code, str) or not code.strip():
         return -1.0
-    result = run_python(code)
+    result = run_python(code, limits=limits)
     if not result.ok:
         return -1.0
     lines = [ln.strip() for ln in result.stdout.splitlines() if ln.strip()]
@@ -201,14 +199,14 @@ def absolute(x: Any) -> Any:
     return builtins.abs(x)
 
 
-def tester_reward(solution: Any, tests: Sequence[Any] | None) -> float:
+def tester_reward(solution: Any, tests: Sequence[Any] | None, *, limits: Limits | None = None) -> float:
     """The tester's reward in `coder_tester`: the reference solution's pass rate on the tests it
     wrote (`pass_rate(task.solution, tests)`); wrong tests fail a correct solution.
 
     >>> tester_reward("def f(x):\\n    return x", ["assert f(1) == 1", "assert f(1) == 2"])
     0.5
     """
-    return pass_rate(solution, tests)
+    return pass_rate(solution, tests, limits=limits)
 
 
 tester_reward.__test__ = False  # named test*: not a pytest test

@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from masdsl.envs import games_common as gc
+from masdsl.envs.games import MoveGameEnv, Played
 from masdsl.envs.games_common import DIRS, Cell
 from masdsl.envs.registry import data_source, env
 from masdsl.errors import DataError, UserError
@@ -170,29 +171,13 @@ def potential(level: Level) -> float:
     return -sum(min(abs(b[0] - g[0]) + abs(b[1] - g[1]) for g in level.goals) for b in level.boxes)
 
 
-@dataclass(frozen=True)
-class Played:
-    """What `play` did: the level after, the reward terms, the legal moves played, the
-    (1-based) positions of the blocked moves and the step count after."""
-
-    level: Level
-    terms: dict[str, float]
-    executed: int
-    blocked: tuple[int, ...]
-    steps: int
-
-    @property
-    def reward(self) -> float:
-        return sum(self.terms.values())
-
-
 def play(level: Level, moves: list[str], *, steps: int = 0, max_steps: int = MAX_STEPS,
          gamma: float = GAMMA) -> Played:
     """Play `moves` from `level`, `steps` moves into the episode (see the module doc).
 
     >>> lv = parse_level("######\\n#@$_.#\\n######")
     >>> p = play(lv, ["R", "R", "L"])  # two pushes, the second onto the goal; "L" never runs
-    >>> round(p.reward, 3), p.executed, p.blocked, p.level.solved()
+    >>> round(p.reward, 3), p.executed, p.blocked, p.after.solved()
     (11.181, 2, (), True)
     >>> p = play(lv, ["U", "R"])  # "U" hits the wall, "R" still runs
     >>> round(p.reward, 3), p.executed, p.blocked
@@ -324,44 +309,17 @@ class SokobanState(gc.GameState):
         return len(self.level.boxes & self.level.goals) / len(self.level.boxes)
 
 
-def move(state: SokobanState, role: str, moves: Any) -> SokobanState:
-    """The state after `role` plays `moves` (see the module doc for legality and reward)."""
-    if state.solved():
-        return gc.finished(state, role, "all boxes are already on goals")
-    if state.steps >= state.max_steps:
-        return gc.finished(state, role, f"the step limit ({state.max_steps} moves) was reached")
-    if not moves:
-        return gc.no_action(state, role, "no moves")
-    clean = gc.normalise_moves(moves)
-    if clean is None:
-        return gc.no_action(state, role, f"moves must be a list of U/D/L/R, got {moves!r:.80}")
-    p = play(state.level, clean, steps=state.steps, max_steps=state.max_steps, gamma=state.gamma)
-    notes = [f"played {p.executed} moves"]
-    if p.blocked:
-        notes.append("blocked (you did not move): " + ", ".join(
-            f"move {i} ({clean[i - 1]})" for i in p.blocked[:8]) + (" ..." if len(p.blocked) > 8 else ""))
-    if p.level.solved():
-        notes.append("all boxes on goals")
-    elif p.steps >= state.max_steps:
-        notes.append(f"the step limit ({state.max_steps} moves) was reached")
-    return gc.scored(state, role, p.terms, valid=not p.blocked, feedback="; ".join(notes),
-                     level=p.level, moves=state.moves + p.executed, steps=p.steps)
-
-
 @env("sokoban", fields=("board", "tool_output", "moves", "feedback", "legend", "size"))
-class SokobanEnv:
+class SokobanEnv(MoveGameEnv):
     """Sokoban (6x6). Planner field `moves` (U/D/L/R), tool field `code` (stdin: the board
     text). Success: every box on a goal. `env sokoban(max_steps=200, gamma=0.99)`: the step
     limit over the episode and the discount of `push_shaping()`."""
 
-    def __init__(self, *, limits: Any = None, max_steps: int = MAX_STEPS, gamma: float = GAMMA):
-        if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
-            raise UserError(f"sokoban: max_steps must be a positive integer, got {max_steps!r}")
-        if not isinstance(gamma, (int, float)) or isinstance(gamma, bool) or not 0 < gamma <= 1:
-            raise UserError(f"sokoban: gamma must be a number in (0, 1], got {gamma!r}")
-        self.limits = limits
-        self.max_steps = max_steps
-        self.gamma = float(gamma)
+    name, legend, board_field = "sokoban", LEGEND, "level"
+    solved_note, was_solved_note = "all boxes on goals", "all boxes are already on goals"
+
+    def __init__(self, *, limits: Any = None, max_steps: int = MAX_STEPS, gamma: float = GAMMA) -> None:
+        super().__init__(limits=limits, max_steps=max_steps, gamma=gamma)
 
     def reset(self, task: Mapping[str, Any]) -> SokobanState:
         text = gc.task_field(task, "level", "sokoban")
@@ -371,25 +329,14 @@ class SokobanEnv:
             raise DataError(f"sokoban: task row {task.get('id', '?')!r}: bad level: {exc}") from None
         return SokobanState(level=level, max_steps=self.max_steps, gamma=self.gamma)
 
-    def apply(self, state: SokobanState, role: str, fields: Mapping[str, Any]) -> SokobanState:
-        kind, value = gc.pick_action(fields)
-        if kind is None:
-            return gc.noop(state, role)
-        if kind == "moves":
-            return move(state, role, value)
-        if kind == "code":
-            return gc.tool_step(state, role, value, stdin=render(state.level) + "\n",
-                                limits=self.limits,
-                                score=lambda out: move(state, role, gc.parse_tool_output("actions", out)))
-        return gc.no_action(state, role, f"sokoban takes `moves`, not `{kind}`")
+    def play_moves(self, state: SokobanState, moves: list[str]) -> Played:
+        return play(state.level, moves, steps=state.steps, max_steps=state.max_steps, gamma=state.gamma)
 
-    def view(self, state: SokobanState) -> Mapping[str, Any]:
-        return {"board": render(state.level), "tool_output": state.tool_output,
-                "moves": state.moves, "feedback": state.feedback, "legend": LEGEND,
-                "size": max(state.level.height, state.level.width)}
+    def board(self, state: SokobanState) -> str:
+        return render(state.level)
 
-    def success(self, state: SokobanState) -> bool:
-        return state.solved()
+    def size(self, state: SokobanState) -> int:
+        return max(state.level.height, state.level.width)
 
 
 @data_source("sokoban", fields=("id", "seed", "level"))

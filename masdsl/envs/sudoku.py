@@ -1,5 +1,7 @@
-"""Sudoku (4x4 and 9x9): a solver that counts solutions, a generator of puzzles with exactly one
-solution, the `sudoku` env and the `sudoku(split, n, size=4)` data source.
+"""Sudoku (4x4 and 9x9): the rules, the reward, the `sudoku` env and the `sudoku(split, n, size=4)`
+data source. The solver that counts solutions and the generator of puzzles with exactly one
+solution are in `masdsl.envs.sudoku_solver` (`solve`, `count_solutions` and `generate` are
+readable here too).
 
 A grid is a tuple of rows of ints, 0 marking an empty cell. The board text (`env.board`, and
 the tool program's stdin) is one row per line, values separated by spaces.
@@ -30,17 +32,15 @@ legal completion still counts as solved.
 
 from __future__ import annotations
 
-import random
-from dataclasses import dataclass, replace
-from itertools import islice
-from typing import Any, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Mapping
 
 from masdsl.envs import games_common as gc
+from masdsl.envs.games import GameEnv
 from masdsl.envs.registry import data_source, env
+from masdsl.envs.sudoku_solver import BOX, EMPTY_CELLS, Grid, count_solutions, generate, solve  # noqa: F401
 from masdsl.errors import DataError, UserError
 
-BOX = {4: 2, 9: 3}  # supported sizes -> side of a box
-EMPTY_CELLS = {4: 10, 9: 50}  # the generator empties up to this many cells, keeping uniqueness
 # reward coefficients (PettingLLMs' SudukuEnvState)
 STEP_PENALTY = gc.STEP_PENALTY
 SOLVED_BONUS = 2.0
@@ -51,123 +51,6 @@ FILL_WEIGHT = 0.5
 CONSTRAINT_WEIGHT = 0.02
 # `env.legend`: how to read `env.board`, for prompts
 LEGEND = "one row per line, values separated by spaces, 0 marks an empty cell"
-
-Grid = tuple[tuple[int, ...], ...]
-
-
-# ---- solver -------------------------------------------------------------------------------
-
-
-def _solutions(flat: list[int], size: int, rng: random.Random | None = None) -> Iterator[list[int]]:
-    """Every completion of a flat grid (row-major, 0 = empty), by backtracking on bitmasks with
-    the most-constrained cell first; `rng` shuffles the values tried (to draw random grids)."""
-    b = BOX[size]
-    full = (1 << size) - 1
-    rows, cols, boxes = [0] * size, [0] * size, [0] * size
-    cells = list(flat)
-    empties = []
-    for i, v in enumerate(cells):
-        r, c = divmod(i, size)
-        k = (r // b) * b + c // b
-        if not v:
-            empties.append((i, r, c, k))
-            continue
-        bit = 1 << (v - 1)
-        if (rows[r] | cols[c] | boxes[k]) & bit:
-            return  # the givens already clash
-        rows[r] |= bit
-        cols[c] |= bit
-        boxes[k] |= bit
-
-    def search(todo: list[tuple[int, int, int, int]]) -> Iterator[list[int]]:
-        if not todo:
-            yield list(cells)
-            return
-        best, best_mask, best_n = 0, 0, size + 1
-        for idx, (_, r, c, k) in enumerate(todo):
-            mask = full & ~(rows[r] | cols[c] | boxes[k])
-            n = mask.bit_count()
-            if n < best_n:
-                best, best_mask, best_n = idx, mask, n
-                if n <= 1:
-                    break
-        if best_n == 0:
-            return
-        i, r, c, k = todo[best]
-        rest = todo[:best] + todo[best + 1:]
-        values = [v for v in range(1, size + 1) if best_mask >> (v - 1) & 1]
-        if rng is not None:
-            rng.shuffle(values)
-        for v in values:
-            bit = 1 << (v - 1)
-            rows[r] |= bit
-            cols[c] |= bit
-            boxes[k] |= bit
-            cells[i] = v
-            yield from search(rest)
-            rows[r] ^= bit
-            cols[c] ^= bit
-            boxes[k] ^= bit
-            cells[i] = 0
-
-    yield from search(empties)
-
-
-def _flat(grid: Grid) -> list[int]:
-    return [v for row in grid for v in row]
-
-
-def _grid(flat: list[int], size: int) -> Grid:
-    return tuple(tuple(flat[r * size:(r + 1) * size]) for r in range(size))
-
-
-def count_solutions(grid: Grid, limit: int = 2) -> int:
-    """How many solutions `grid` has, counting no further than `limit`.
-
-    >>> count_solutions(((1, 2, 3, 4), (3, 4, 1, 2), (2, 1, 4, 3), (4, 3, 2, 0)))
-    1
-    >>> count_solutions(((0,) * 4,) * 4, limit=1000)
-    288
-    >>> count_solutions(((1, 1, 0, 0), (0,) * 4, (0,) * 4, (0,) * 4))
-    0
-    """
-    return sum(1 for _ in islice(_solutions(_flat(grid), len(grid)), limit))
-
-
-def solve(grid: Grid) -> Grid | None:
-    """The first solution of `grid`, or None.
-
-    >>> solve(((0, 0, 0, 4), (0, 4, 0, 0), (2, 0, 0, 0), (0, 0, 3, 0)))
-    ((3, 2, 1, 4), (1, 4, 2, 3), (2, 3, 4, 1), (4, 1, 3, 2))
-    """
-    first = next(_solutions(_flat(grid), len(grid)), None)
-    return None if first is None else _grid(first, len(grid))
-
-
-def generate(seed: int, size: int = 4) -> Grid:
-    """A puzzle with exactly one solution, deterministic in (seed, size).
-
-    A random full grid is drawn, then cells are emptied in random order as long as the puzzle
-    keeps a unique solution, up to `EMPTY_CELLS[size]` empty cells.
-
-    >>> p = generate(0)
-    >>> sum(v == 0 for row in p for v in row), count_solutions(p)
-    (10, 1)
-    """
-    rng = random.Random(f"sudoku-{size}-{seed}")
-    flat = next(_solutions([0] * size * size, size, rng))
-    order = list(range(size * size))
-    rng.shuffle(order)
-    emptied = 0
-    for i in order:
-        if emptied == EMPTY_CELLS[size]:
-            break
-        value, flat[i] = flat[i], 0
-        if sum(1 for _ in islice(_solutions(flat, size), 2)) == 1:
-            emptied += 1
-        else:
-            flat[i] = value
-    return _grid(flat, size)
 
 
 # ---- rules and reward ---------------------------------------------------------------------
@@ -373,13 +256,12 @@ def puzzle_from_task(task: Mapping[str, Any]) -> Grid:
 
 
 @env("sudoku", fields=("board", "tool_output", "moves", "feedback", "legend", "size"))
-class SudokuEnv:
+class SudokuEnv(GameEnv):
     """Sudoku 4x4/9x9. Planner field `grid` (a filled grid), tool field `code` (stdin: the
     puzzle as board text). Success: the board holds a solution (full, no rule broken, givens
     kept)."""
 
-    def __init__(self, *, limits: Any = None):
-        self.limits = limits
+    name, legend, action, takes, tool_parser = "sudoku", LEGEND, "grid", "a `grid`", "grid"
 
     def reset(self, task: Mapping[str, Any]) -> SudokuState:
         puzzle = puzzle_from_task(task)
@@ -388,25 +270,17 @@ class SudokuEnv:
             raise DataError(f"sudoku: task row {task.get('id', '?')!r}: puzzle has no solution")
         return SudokuState(size=len(puzzle), puzzle=puzzle, solution=solution, grid=puzzle)
 
-    def apply(self, state: SudokuState, role: str, fields: Mapping[str, Any]) -> SudokuState:
-        kind, value = gc.pick_action(fields)
-        if kind is None:
-            return gc.noop(state, role)
-        if kind == "grid":
-            return submit(state, role, value)
-        if kind == "code":
-            return gc.tool_step(state, role, value, stdin=render(state.puzzle) + "\n",
-                                limits=self.limits,
-                                score=lambda out: submit(state, role, gc.parse_tool_output("grid", out)))
-        return gc.no_action(state, role, f"sudoku takes a `grid`, not `{kind}`")
+    def act(self, state: SudokuState, role: str, grid: Any) -> SudokuState:
+        return submit(state, role, grid)
 
-    def view(self, state: SudokuState) -> Mapping[str, Any]:
-        return {"board": render(state.grid), "tool_output": state.tool_output,
-                "moves": state.moves, "feedback": state.feedback, "legend": LEGEND,
-                "size": state.size}
+    def board(self, state: SudokuState) -> str:
+        return render(state.grid)
 
-    def success(self, state: SudokuState) -> bool:
-        return state.solved()
+    def tool_stdin(self, state: SudokuState) -> str:
+        return render(state.puzzle) + "\n"  # the puzzle, not the board: a tool solves from the givens
+
+    def size(self, state: SudokuState) -> int:
+        return state.size
 
 
 @data_source("sudoku", fields=("id", "seed", "size", "puzzle"))

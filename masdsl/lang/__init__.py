@@ -3,6 +3,10 @@
 Public API: `load(path)`, `loads(text, name=..., base_dir=None)` (both raise `MasError` with
 every error found), `analyze(text, path)` (diagnostics without raising: what `masdsl check`
 uses), `Diagnostic`, `MasError`.
+
+Importing any `masdsl.lang` module runs this file first (a worker unpickling a `Workflow`, the
+runtime reading one), so the parser, the checker and the compiler, with lark, jinja2 and
+omegaconf behind them, are imported by the functions below when text is first parsed.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from masdsl.errors import UserError
 from masdsl.lang.errors import Diagnostic, MasError
 from masdsl.lang.workflow import Workflow
 
@@ -19,22 +24,22 @@ __all__ = ["load", "loads", "analyze", "parse", "check", "compile_workflow", "An
 
 def parse(text: str, path: str = "<string>"):
     """Text -> (`Module` or None, syntax diagnostics). See `masdsl.lang.parse.parse_text`."""
-    from masdsl.lang.parse import parse_text
+    from masdsl.lang.parse import parse_text  # lazy: lark, only once text is parsed (see above)
 
     return parse_text(text, path)
 
 
 def check(module, text: str, base_dir: str | Path | None = None, registry=None) -> list[Diagnostic]:
     """Every diagnostic of a parsed module. See `masdsl.lang.check.check`."""
-    from masdsl.lang.check import check as _check
+    from masdsl.lang.check import check as _check  # lazy: jinja2 and omegaconf, only when checking
 
     return _check(module, text, Path(base_dir) if base_dir is not None else None, registry)
 
 
 def compile_workflow(module, text: str, base_dir: str | Path | None = None, registry=None, name: str = "workflow"):
     """A checked module -> `Workflow` (raises `MasError` if it has errors)."""
-    from masdsl.lang.check import run_checks
-    from masdsl.lang.compile import compile_workflow as _compile
+    from masdsl.lang.check import run_checks  # lazy: jinja2 and omegaconf, only when checking
+    from masdsl.lang.compile import compile_workflow as _compile  # lazy: with the checker
 
     c = run_checks(module, text, Path(base_dir) if base_dir is not None else None, registry)
     if any(d.is_error for d in c.diags):
@@ -63,9 +68,9 @@ class Analysis:
 def analyze(text: str, path: str = "<string>", base_dir: str | Path | None = None, registry=None,
             name: str | None = None) -> Analysis:
     """Parse, check and (when clean) compile; never raises for a user mistake."""
-    from masdsl.lang.check import run_checks
-    from masdsl.lang.compile import compile_workflow
-    from masdsl.lang.parse import parse_text
+    from masdsl.lang.check import run_checks  # lazy: jinja2 and omegaconf, only when checking
+    from masdsl.lang.compile import compile_workflow  # lazy: with the checker
+    from masdsl.lang.parse import parse_text  # lazy: lark, only once text is parsed
 
     module, diags = parse_text(text, path)
     sources = {path: text}
@@ -108,8 +113,5 @@ def load(path: str | Path) -> Workflow:
     return a.workflow
 
 
-from masdsl.errors import UserError as _UserError  # noqa: E402
-
-
-class _FileError(_UserError):
+class _FileError(UserError):
     """A `.mas` file that cannot be read."""

@@ -2,8 +2,10 @@
 
 Each rule is a small function over the AST that appends diagnostics; `check()` runs them in
 order. A rule that depends on names skips what an earlier rule already reported (one cause,
-one diagnostic). Names of environments, data sources, parsers and functions come from
-`masdsl.envs.registry.REGISTRY` after `load_builtins()` and the workflow's `import` files.
+one diagnostic). Policies and roles are checked in `masdsl.lang.check_roles`, the flow in
+`masdsl.lang.check_flow`, expressions in `masdsl.lang.check_exprs`. Names of environments,
+data sources, parsers and functions come from `masdsl.envs.registry.REGISTRY` after
+`load_builtins()` and the workflow's `import` files.
 
 >>> from masdsl.lang.parse import parse_text
 >>> text = 'env e\\npolicy shared { model: "m" }\\nrole a { policy shard prompt "hi" }\\nflow { start -> a -> end }'
@@ -17,25 +19,25 @@ one diagnostic). Names of environments, data sources, parsers and functions come
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
-from typing import Any
 
+from masdsl.config import ConfigError, resolve_config
+from masdsl.envs.registry import load_builtins
 from masdsl.lang import ast as A
+from masdsl.lang import templates as T
 from masdsl.lang.check_exprs import check_exprs, check_parses
 from masdsl.lang.check_flow import check_flow, flow_edges, max_turns_of  # noqa: F401 - flow_edges is public
-from masdsl.lang.context import ANY, BOOL, LIST, NUMBER, STR, Ctx  # noqa: F401 - Ctx is public
+from masdsl.lang.check_roles import POLICY_KEYS, RESERVED, SAMPLE_KEYS, check_policies, check_roles  # noqa: F401 - public
+from masdsl.lang.context import Ctx
 from masdsl.lang.context import bind as _bind
 from masdsl.lang.context import ticks as _ticks
 from masdsl.lang.errors import Diagnostic, did_you_mean
 from masdsl.lang.exprs import NotLiteral, literal
+from masdsl.lang.imports import ImportFileError, import_file
 from masdsl.lang.source import Span
 
-RESERVED = {"start", "end", "task", "env", "turn", "output", "role", "history", "ok", "true", "false",
-            "and", "or", "not", "when"}
 SPLITS = ("train", "eval")
-SAMPLE_KEYS = {"temperature": "number", "top_p": "number", "top_k": "number", "min_p": "number",
-               "max_tokens": "number", "stop": "list", "seed": "number", "repetition_penalty": "number"}
-POLICY_KEYS = {"model": "str", "lora": "block", "frozen": "bool", "chat_template_kwargs": "block"}
 
 
 # ---- statements that may appear once ------------------------------------------------------
@@ -65,8 +67,6 @@ def check_singletons(c: Ctx) -> None:
 
 def check_imports(c: Ctx) -> None:
     """`import "x.py"`: the file exists and imports cleanly (its own error is shown)."""
-    from masdsl.lang.imports import ImportFileError, import_file
-
     for imp in c.module.imports:
         path = c.resolve(imp.path.value)
         if not path.is_file():
@@ -175,127 +175,10 @@ def check_data(c: Ctx) -> None:
                     help="add a training split, for example `data train humaneval(\"train\")` or `data train \"tasks.jsonl\"`")
 
 
-# ---- policies and roles -------------------------------------------------------------------
-
-def _value_kind(v: A.AnyValue) -> str:
-    if isinstance(v, A.Block):
-        return "block"
-    if isinstance(v, A.ListValue):
-        return LIST
-    x = v.value
-    return BOOL if isinstance(x, bool) else NUMBER if isinstance(x, (int, float)) else STR
-
-
-def _check_block_keys(c: Ctx, block: A.Block, known: dict[str, str], what: str, strict: bool) -> None:
-    seen: dict[str, A.Entry] = {}
-    for e in block.entries:
-        k = e.key.name
-        if k in seen:
-            c.error("duplicate-name", f"key `{k}` appears twice in {what}", e.key.span,
-                    related=((seen[k].key.span, "first here"),))
-        seen[k] = e
-        if k not in known:
-            if strict:
-                c.error("invalid-value", f"unknown key `{k}` in {what}", e.key.span,
-                        notes=(f"keys: {_ticks(known)}",), help=did_you_mean(k, known))
-            continue
-        kind = _value_kind(e.value)
-        if kind != known[k]:
-            c.error("invalid-value", f"`{k}` in {what} must be a {known[k]}, not a {kind}", e.value.span)
-
-
-SAMPLE_RANGES = {  # key: (test, what it must be)
-    "temperature": (lambda v: v >= 0, "at least 0"),
-    "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
-    "max_tokens": (lambda v: isinstance(v, int) and v >= 1, "a whole number of at least 1"),
-    "top_k": (lambda v: isinstance(v, int) and v >= -1, "a whole number (-1 or 0: off)"),
-    "min_p": (lambda v: 0 <= v <= 1, "in [0, 1] (0: off)"),
-    "repetition_penalty": (lambda v: v > 0, "positive (1: off)"),
-    "seed": (lambda v: isinstance(v, int) and v >= 0, "a whole number of at least 0"),
-}
-
-
-def _check_sample_ranges(c: Ctx, block: A.Block) -> None:
-    for e in block.entries:
-        rule = SAMPLE_RANGES.get(e.key.name)
-        if rule and _value_kind(e.value) == NUMBER and not rule[0](e.value.value):
-            c.error("invalid-value", f"`{e.key.name}` must be {rule[1]}, got {e.value.value}", e.value.span)
-
-
-def check_policies(c: Ctx) -> None:
-    """`policy NAME { model: "...", lora: {...}, frozen: true, chat_template_kwargs: {...} }`:
-    unique names, a `model`."""
-    seen: dict[str, A.PolicyDecl] = {}
-    for p in c.module.policies:
-        if p.name.name in seen:
-            c.error("duplicate-name", f"policy `{p.name.name}` is declared twice", p.name.span,
-                    label="second declaration", related=((seen[p.name.name].name.span, "first declared here"),))
-        seen.setdefault(p.name.name, p)
-        _check_block_keys(c, p.block, POLICY_KEYS, f"policy `{p.name.name}`", strict=False)
-        if p.block.get("model") is None:
-            c.error("missing-statement", f"policy `{p.name.name}` has no `model`", p.name.span,
-                    help='add `model: "smollm2-135m-instruct"` (or a model folder or hub name)')
-
-
-def _once(c: Ctx, role: A.RoleDecl, kind: type, word: str, required: bool) -> Any:
-    items = role.of(kind)
-    if kind is A.RoleParse:
-        return items
-    for dup in items[1:]:
-        c.error("duplicate-statement", f"role `{role.name.name}` has two `{word}` lines", dup.span,
-                related=((items[0].span, "first here"),))
-    if required and not items:
-        c.error("missing-statement", f"role `{role.name.name}` has no `{word}`", role.name.span,
-                help=f"add a `{word}` line to the role")
-    return items[0] if items else None
-
-
-def check_roles(c: Ctx) -> None:
-    """Role names unique and not reserved; each role has one `policy` (declared) and one
-    `prompt`; parse names unique; `sample` keys known."""
-    policies = {p.name.name for p in c.module.policies}
-    for r in c.module.roles:
-        name = r.name.name
-        if name in RESERVED:
-            c.error("reserved-name", f"`{name}` cannot be a role name", r.name.span, label="reserved",
-                    notes=(f"reserved names: {_ticks(RESERVED)}",))
-        elif name in c.roles:
-            c.error("duplicate-name", f"role `{name}` is declared twice", r.name.span, label="second declaration",
-                    related=((c.roles[name].name.span, "first declared here"),))
-            continue
-        c.roles[name] = r
-        pol = _once(c, r, A.RolePolicy, "policy", required=True)
-        if pol is not None and pol.name.name not in policies:
-            c.error("unknown-policy", f"role `{name}` uses unknown policy `{pol.name.name}`", pol.name.span,
-                    label="not a declared policy", notes=(f"policies: {_ticks(policies)}",),
-                    help=did_you_mean(pol.name.name, policies))
-        _once(c, r, A.RolePrompt, "prompt", required=True)
-        _once(c, r, A.RoleSystem, "system", required=False)
-        _once(c, r, A.RoleReward, "reward", required=False)
-        sample = _once(c, r, A.RoleSample, "sample", required=False)
-        if sample is not None:
-            _check_block_keys(c, sample.block, SAMPLE_KEYS, "`sample`", strict=True)
-            _check_sample_ranges(c, sample.block)
-        fields = {"output": STR, "ok": BOOL}
-        for p in r.of(A.RoleParse):
-            fname = p.name.name
-            if fname in ("output", "ok", "turn", "task", "env"):
-                c.error("reserved-name", f"`{fname}` cannot be a parse field", p.name.span,
-                        label="reserved", notes=("every role already has `output` (raw text) and `ok`",))
-            elif fname in fields:
-                c.error("duplicate-name", f"parse field `{fname}` is declared twice in role `{name}`", p.name.span,
-                        related=((next(q.name.span for q in r.of(A.RoleParse) if q.name.name == fname), "first here"),))
-            else:
-                fields[fname] = ANY
-        c.role_fields[name] = fields
-
-
 # ---- templates, train, warnings ------------------------------------------------------------
 
 def check_templates(c: Ctx) -> None:
     """Prompts and system texts are valid Jinja2 and only use variables the workflow has."""
-    from masdsl.lang import templates as T
-
     fields: dict[str, set[str] | None] = {"task": c.task_fields, "env": c.env_fields, "turn": None,
                                           "role": None, "history": None}
     for name, f in c.role_fields.items():
@@ -323,8 +206,6 @@ def check_templates(c: Ctx) -> None:
 
 def template_of(lit: A.StrLit, text: str):
     """The template text of a prompt literal, with its line map (shared with the compiler)."""
-    from masdsl.lang import templates as T
-
     if lit.long:
         return T.prompt_text(text[lit.span.start : lit.span.end], lit.span.start)
     return T.TemplateText(lit.value, (lit.span.start + 1,) * (lit.value.count("\n") + 1))
@@ -343,10 +224,6 @@ def _entry_at(block: A.Block, path: list[str]) -> A.Entry | None:
 
 def check_train(c: Ctx) -> None:
     """The `train { }` block passes the run configuration's schema (`masdsl.config`)."""
-    import re
-
-    from masdsl.config import ConfigError, resolve_config
-
     if not c.module.trains:
         return
     block = c.module.trains[0].block
@@ -391,9 +268,7 @@ RULES = (check_singletons, check_imports, check_env, check_data, check_policies,
 def run_checks(module: A.Module, text: str, base_dir: Path | None = None, registry=None) -> Ctx:
     """Run every rule; the returned `Ctx` holds the diagnostics and what the rules learnt."""
     if registry is None:
-        from masdsl.envs import registry as reg
-
-        registry = reg.load_builtins()
+        registry = load_builtins()
     c = Ctx(module, text, base_dir, registry)
     for rule in RULES:
         rule(c)

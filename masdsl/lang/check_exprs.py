@@ -6,12 +6,11 @@ from masdsl.lang import ast as A
 from masdsl.lang.context import Ctx, expect as _expect, ticks as _ticks
 from masdsl.lang.errors import did_you_mean
 from masdsl.lang.exprs import NotLiteral, literal
+from masdsl.lang.infer import Scope, infer
 
 
 def check_parses(c: Ctx) -> None:
     """`parse FIELD = parser(args)`: a registered parser; the field takes the parser's type."""
-    from masdsl.lang.infer import Scope, infer
-
     parsers = c.registry.parsers()
     for name, r in c.roles.items():
         for p in r.of(A.RoleParse):
@@ -33,8 +32,6 @@ def check_parses(c: Ctx) -> None:
 
 def check_exprs(c: Ctx) -> None:
     """Rewards and `team` are numbers; `success` a bool or number; `alpha` a literal in [0, 10]."""
-    from masdsl.lang.infer import Scope, infer
-
     for name, r in c.roles.items():
         for rw in r.of(A.RoleReward):
             _expect(c, rw.expr, infer(c, rw.expr, Scope(role=name)), {"number", "bool"}, "a reward")

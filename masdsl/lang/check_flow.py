@@ -6,8 +6,9 @@ import networkx as nx
 
 from masdsl.lang import ast as A
 from masdsl.lang.context import Ctx, expect as _expect
-from masdsl.lang.errors import suggest
+from masdsl.lang.errors import did_you_mean, suggest
 from masdsl.lang.exprs import NotLiteral, literal
+from masdsl.lang.infer import Scope, infer
 
 
 def flow_edges(flow: A.FlowDecl) -> list[tuple[A.Node, A.Node, A.Expr | None, A.Edge]]:
@@ -52,7 +53,7 @@ def _check_nodes(c: Ctx, flow: A.FlowDecl) -> None:
                     c.error("unknown-role", f"unknown role `{n}` in flow edge", ident.span,
                             label="not a declared role",
                             related=((declared[near].name.span, "a role with a similar name is declared here"),) if near else (),
-                            help=f"did you mean `{near}`?" if near else None)
+                            help=did_you_mean(n, declared))
                     c.flow_ok = False
                 elif names.count(n) > 1 and names.index(n) != node.roles.index(ident):
                     c.error("duplicate-name", f"role `{n}` appears twice in one parallel group", ident.span)
@@ -91,8 +92,6 @@ def _check_edges(c: Ctx, flow: A.FlowDecl) -> nx.DiGraph:
 def check_flow(c: Ctx) -> None:
     """Roles exist; `start` reaches every node and every node reaches `end`; a cycle needs
     `max_turns`; guards are booleans."""
-    from masdsl.lang.infer import Scope, infer
-
     if not c.module.flows:
         return
     flow = c.module.flows[0]

@@ -7,6 +7,7 @@ Spans are copied onto graph nodes and edges so run-time failures can point at `.
 from __future__ import annotations
 
 import hashlib
+import inspect
 from pathlib import Path
 
 import networkx as nx
@@ -89,8 +90,6 @@ def compile_workflow(c: Ctx, name: str, path: Path | None = None) -> Workflow:
     env = m.envs[0]
     env_args = {k.name.name: literal(k.value) for k in env.call.kwargs} if env.call else {}
     if env.call and env.call.args:
-        import inspect
-
         spec = c.registry.envs[env.name.name]
         bound = inspect.signature(spec.factory).bind_partial(*[literal(a) for a in env.call.args])
         env_args = {**bound.arguments, **env_args}

@@ -21,11 +21,14 @@ masdsl.lang.exprs.EvalError: w.mas:1:12: error: task has no field `n` (fields: n
 
 from __future__ import annotations
 
+import inspect
 import operator
 from typing import Any, Callable
 
+from masdsl.envs import registry
 from masdsl.errors import UserError
 from masdsl.lang import ast as A
+from masdsl.lang.imports import import_file
 from masdsl.lang.workflow import EvalContext, Span
 
 
@@ -80,14 +83,10 @@ def literal(node: A.Expr) -> Any:
 
 def resolve_function(name: str, imports: tuple[str, ...] = ()):
     """The registered `FunctionSpec` for `name`, importing built-ins and user files if needed."""
-    from masdsl.envs import registry
-
     spec = registry.REGISTRY.functions.get(name)
     if spec is None:
         registry.load_builtins()
         if imports:
-            from masdsl.lang.imports import import_file
-
             for path in imports:
                 import_file(path)
         spec = registry.REGISTRY.functions.get(name)
@@ -178,11 +177,13 @@ class CompiledExpr:
             spec = resolve_function(name, self.imports)
             if spec is None:
                 raise EvalError(f"function `{name}` is not registered", node.func.span)
-            self._fns[name] = fn = (spec.fn, spec.env is not None)
+            self._fns[name] = fn = (spec.fn, spec.env is not None, _takes_limits(spec.fn))
         args = [self._eval(a, ctx) for a in node.args]
         kwargs = {k.name.name: self._eval(k.value, ctx) for k in node.kwargs}
         if fn[1]:
             args.insert(0, ctx.state)
+        if fn[2] and ctx.limits is not None and "limits" not in kwargs:
+            kwargs["limits"] = ctx.limits  # code runs under the env's sandbox limits, as the env's own runs do
         try:
             return fn[0](*args, **kwargs)
         except UserError:
@@ -207,6 +208,18 @@ class CompiledExpr:
         except TypeError:
             kinds = " and ".join(type(v).__name__ for v in values)
             raise EvalError(f"`{op}` cannot be applied to {kinds}", getattr(node, "op_span", node.span)) from None
+
+
+def _takes_limits(fn: Callable[..., Any]) -> bool:
+    """Whether `fn` has a `limits` parameter (the reward functions that run code in the sandbox).
+
+    >>> _takes_limits(lambda code, *, limits=None: 0), _takes_limits(len)
+    (True, False)
+    """
+    try:
+        return "limits" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # builtins without a signature
+        return False
 
 
 def source_of(node: A.Expr, text: str) -> str:

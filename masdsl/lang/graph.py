@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import networkx as nx
+
 from masdsl.lang.workflow import PolicySpec, RoleSpec, Workflow
 
 MAX_STATES = 20000
@@ -197,8 +199,6 @@ def to_dot(wf: Workflow) -> str:
 
 def demo_workflow() -> Workflow:
     """A small hand-built workflow for examples: start -> coder -> tester -> (end | coder)."""
-    import networkx as nx
-
     class _Guard:
         source = "coder.ok"
         span = None

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from masdsl.lang import ast as A
+from masdsl.lang.context import bind
 from masdsl.lang.errors import did_you_mean
 
 NUMBER, BOOL, STR, LIST, ANY = "number", "bool", "str", "list", "any"
@@ -118,8 +119,6 @@ def _call(c, node: A.Call, scope: Scope) -> str:
         which = " or ".join(f"`{e}`" for e in envs)
         c.error("wrong-env", f"`{name}` reads the state of environment {which}, but this workflow uses `{c.env_name}`",
                 node.func.span, label=f"needs `env {envs[0]}`" + (" (or another listed env)" if len(envs) > 1 else ""))
-    from masdsl.lang.context import bind
-
     why = bind(spec.fn, len(node.args), [k.name.name for k in node.kwargs], skip=1 if spec.env else 0)
     if why:
         lo, hi = spec.min_args, spec.max_args

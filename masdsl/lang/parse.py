@@ -1,9 +1,8 @@
 """Text -> lark tree -> AST. Syntax errors become `Diagnostic`s with named, human messages.
 
-The grammar is `grammar/mas.lark`, shipped inside the package as `masdsl/lang/mas.lark` and
-loaded with `Lark.open_from_package` (LALR, contextual lexer, positions kept). `ToAst` builds
-AST nodes and never judges them: every rule about meaning lives in `masdsl.lang.check`; syntax
-errors are named in `masdsl.lang.syntax`.
+The parser is `masdsl.lang.grammar.parser()` (the LALR parser of `grammar/mas.lark`). `ToAst`
+builds AST nodes and never judges them: every rule about meaning lives in `masdsl.lang.check`;
+syntax errors are named in `masdsl.lang.syntax`.
 
 >>> module, diags = parse_text('role a { policy p prompt "hi" }', "w.mas")
 >>> module.roles[0].name.name, diags
@@ -15,24 +14,16 @@ errors are named in `masdsl.lang.syntax`.
 
 from __future__ import annotations
 
-import functools
 import re
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Token, Transformer, v_args
 from lark.exceptions import UnexpectedInput, VisitError
 
 from masdsl.lang import ast as A
 from masdsl.lang.errors import Diagnostic
+from masdsl.lang.grammar import parser
 from masdsl.lang.source import SourceFile, Span, span_between
-
-
-@functools.lru_cache(maxsize=1)
-def parser() -> Lark:
-    """The LALR parser for `.mas` text, built once (lark caches the tables on disk)."""
-    return Lark.open_from_package(
-        "masdsl.lang", "mas.lark", parser="lalr", lexer="contextual",
-        propagate_positions=True, maybe_placeholders=True, cache=True,
-    )
+from masdsl.lang.syntax import later_syntax_errors, syntax_diagnostic
 
 
 # ---- tree -> AST -------------------------------------------------------------------------
@@ -295,8 +286,6 @@ def _as_value(x) -> A.AnyValue:
 
 def parse_text(text: str, path: str = "<string>") -> tuple[A.Module | None, list[Diagnostic]]:
     """Parse `.mas` text into a `Module`, or return its syntax errors (one per broken statement)."""
-    from masdsl.lang.syntax import later_syntax_errors, syntax_diagnostic
-
     src = SourceFile(path, text)
     try:
         tree = parser().parse(text)

@@ -21,7 +21,7 @@ from lark import Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from masdsl.lang.errors import Diagnostic
-from masdsl.lang.parse import parser
+from masdsl.lang.grammar import parser
 from masdsl.lang.source import SourceFile
 
 

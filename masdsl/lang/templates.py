@@ -1,9 +1,10 @@
 """Prompt templates: Jinja2 in a sandbox, checked against the variables a workflow provides.
 
-Templates render in an `ImmutableSandboxedEnvironment` with `StrictUndefined` (a missing value
-is an error, never an empty string), the same settings as `masdsl.runtime.prompts`. Variables: `task`,
-`env`, `turn`, `role` (the role's own name), `history` (list of prior outputs), and every role
-name as a mapping of that role's latest fields (`{{ coder.code }}`).
+Templates are parsed here in an `ImmutableSandboxedEnvironment` with `StrictUndefined`, the
+settings `masdsl.runtime.prompts` renders them with (a missing value is an error, never an empty
+string); this module only checks them, it never renders. Variables: `task`, `env`, `turn`,
+`role` (the role's own name), `history` (list of prior outputs), and every role name as a
+mapping of that role's latest fields (`{{ coder.code }}`).
 
 `find_undeclared_variables` only sees top-level names, so `task.promt` is caught by walking the
 template's `Getattr` nodes. Template lines map back to `.mas` lines through `TemplateText`.
@@ -11,8 +12,6 @@ template's `Getattr` nodes. Template lines map back to `.mas` lines through `Tem
 >>> t = prompt_text('"' * 3 + '\\n    Solve {{ task.question }}\\n  ' + '"' * 3, 10)
 >>> t.text
 'Solve {{ task.question }}'
->>> render(t.text, {"task": {"question": "1+1"}})
-'Solve 1+1'
 >>> [d.message for d in check_template(t, "w.mas", {"task": {"prompt"}}, "")]
 ['`task` has no field `question`']
 """
@@ -22,7 +21,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Mapping
 
 from jinja2 import StrictUndefined, TemplateSyntaxError, meta, nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -35,17 +34,8 @@ BASE_VARIABLES = ("task", "env", "turn", "role", "history")
 
 @functools.lru_cache(maxsize=1)
 def environment() -> ImmutableSandboxedEnvironment:
+    """The environment templates are parsed in (its globals are names a template may use)."""
     return ImmutableSandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=False, autoescape=False)
-
-
-@functools.lru_cache(maxsize=512)
-def _compiled(text: str):
-    return environment().from_string(text)
-
-
-def render(text: str, variables: Mapping[str, Any]) -> str:
-    """Render a prompt template (raises jinja2 errors on undefined values)."""
-    return _compiled(text).render(**variables)
 
 
 @dataclass(frozen=True)

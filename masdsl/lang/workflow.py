@@ -46,6 +46,7 @@ class EvalContext:
     - `output`      -> output                (inside `parse`: the raw completion text)
     - `turn`        -> turn
     - env-bound functions are called as fn(state, *args)
+    - functions with a keyword `limits` (the ones that run code) get `limits=` the env's sandbox limits
     """
 
     task: Mapping[str, Any]
@@ -55,6 +56,7 @@ class EvalContext:
     turn: int = 0
     role: str | None = None
     output: str | None = None
+    limits: Any = None  # the env's sandbox limits: reward functions with a `limits=` parameter get them
 
 
 class Expr(Protocol):
@@ -91,7 +93,7 @@ class RoleSpec:
     policy: str
     prompt: str  # Jinja2 source (dedented); variables: task, env, turn, role names, history
     system: str | None = None
-    sample: Mapping[str, Any] = field(default_factory=dict)  # the `sample { }` block (check.SAMPLE_KEYS)
+    sample: Mapping[str, Any] = field(default_factory=dict)  # the `sample { }` block (check_roles.SAMPLE_KEYS)
     parses: tuple[ParseSpec, ...] = ()
     reward: Expr | None = None
     span: Span | None = None

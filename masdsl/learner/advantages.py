@@ -1,4 +1,4 @@
-"""Grouped rewards -> advantages: `A = (r - mean_g) / (std_g + 1e-6)`, unbiased std (DESIGN.md §5).
+"""Grouped rewards -> advantages: `A = (r - mean_g) / (std_g + 1e-6)`, unbiased std (docs/concepts.md).
 
 A group of one member, or whose rewards are all equal, teaches nothing: its advantages are 0
 and it is counted (`AdvantageStats.zero_variance`), so a run whose groups are mostly flat shows

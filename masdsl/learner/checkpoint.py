@@ -28,6 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+import numpy as np
+import torch
+
 from masdsl.errors import CheckpointError
 
 KEEP = 2  # newest checkpoints kept on disk (older ones are deleted after a successful save)
@@ -69,16 +72,10 @@ class TrainState:
 
 
 def rng_state() -> dict[str, Any]:
-    import numpy as np
-    import torch
-
     return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
 
 
 def set_rng_state(state: Mapping[str, Any]) -> None:
-    import numpy as np
-    import torch
-
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
@@ -94,7 +91,6 @@ def save(
     keep: int = KEEP,
 ) -> Path:
     """Write a checkpoint atomically and return its folder; prune all but the newest `keep`."""
-    import torch
 
     root = checkpoints_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
@@ -153,7 +149,6 @@ def find(run_dir: str | os.PathLike) -> Path:
 
 def restore(path: str | os.PathLike, *, policies: Mapping[str, Any], optimizers: Mapping[str, Any]) -> None:
     """Load weights, optimizer states and RNG states from a checkpoint folder (in place)."""
-    import torch
 
     path = Path(path)
     for name, policy in policies.items():

@@ -1,8 +1,8 @@
 """Checks of the training configuration against a workflow, run before any model loads.
 
-`masdsl.config.TrainConfig` holds the knobs (OmegaConf cannot type them as `Literal`, so the
-allowed values live in `masdsl.config.CHOICES`, which must equal the registries here: a test
-keeps them in step). `validate` adds the cross-field checks that need the workflow.
+`masdsl.config.TrainConfig` holds the knobs and `masdsl.config.CHOICES` the allowed values of
+the string ones (checked when the config resolves). `problems` checks the numeric ranges,
+`validate` adds the cross-field checks that need the workflow.
 
 >>> from masdsl.config import resolve_config
 >>> problems(resolve_config(overrides=["train.clip_eps=1.5"]).train)
@@ -13,21 +13,14 @@ keeps them in step). `validate` adds the cross-field checks that need the workfl
 
 from __future__ import annotations
 
-from typing import Any, Literal
-
-from masdsl.config import ConfigError
-from masdsl.learner.grouping import GROUPINGS
-from masdsl.learner.losses import LOSSES
-
-Grouping = Literal["at", "agent", "turn", "trajectory"]  # == tuple(GROUPINGS), tested
-Loss = Literal["grpo"]  # == tuple(LOSSES), tested
+from masdsl.config import LOSSES, Config, ConfigError, TrainConfig
+from masdsl.lang.workflow import Workflow
+from masdsl.runtime.session import effective_policies
 
 
-def problems(tc: Any) -> list[str]:
+def problems(tc: TrainConfig) -> list[str]:
     """Every problem with the `train` section alone (empty when it is valid)."""
     out = []
-    if tc.grouping not in GROUPINGS:
-        out.append(f"`train.grouping` must be one of {', '.join(GROUPINGS)}; got `{tc.grouping}`")
     if tc.loss not in LOSSES:
         out.append(f"`train.loss` must be one of {', '.join(LOSSES)}; got `{tc.loss}`")
     if not 0 < tc.clip_eps < 1:
@@ -52,15 +45,10 @@ def problems(tc: Any) -> list[str]:
     return out
 
 
-def validate(workflow: Any, cfg: Any) -> None:
+def validate(workflow: Workflow, cfg: Config) -> None:
     """Raise one ConfigError listing every problem of `cfg` for `workflow` (no models loaded)."""
-    from masdsl.learner.policies import effective_policies
-
-    from masdsl.config import check_names
-
-    check_names(cfg, workflow)  # `sample.<role>` / `policy.<name>` of this workflow, before models load
+    specs = effective_policies(workflow, cfg)  # raises on unknown role/policy names and lora keys
     errors = problems(cfg.train)
-    specs = effective_policies(workflow, cfg.policy)  # raises on unknown policy names / lora keys
     if all(s.frozen or not workflow.roles_of_policy(n) for n, s in specs.items()):
         errors.append("every policy is frozen (or has no role): `masdsl run` would train nothing; use `masdsl eval`")
     for name in ("train", "eval"):

@@ -12,6 +12,9 @@ import re
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping
 
+from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
 _REWARD = re.compile(r"^reward/(?P<role>[^/]+)/turn(?P<turn>\d+)/mean$")
 
 
@@ -36,7 +39,6 @@ class Progress:
         self.console, self.steps = console, steps
         self._bar = None
         if console is not None:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
 
             self._bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), console=console, transient=False)
@@ -76,7 +78,6 @@ class Progress:
 
 def summary_table(result: Any) -> Any:
     """The end-of-run table: eval success before vs after, where everything is."""
-    from rich.table import Table
 
     table = Table(title=f"masdsl run: {result.workflow}", show_header=True, header_style="bold")
     table.add_column("")

@@ -1,4 +1,4 @@
-"""Step records -> groups: which candidates are compared with which (DESIGN.md §5).
+"""Step records -> groups: which candidates are compared with which (docs/concepts.md, "AT-GRPO").
 
 AT-GRPO compares a candidate only with the other candidates of the *same* decision: the K
 samples tree sampling drew for one role, at one turn, of one task. The group key is exactly
@@ -12,7 +12,7 @@ in `at`, `agent` and `turn` grouping each record is its own member; in `trajecto
 (vanilla GRPO, for ablations) a member is one whole episode scored by its final outcome, so
 every step of that episode gets the episode's advantage.
 
-Modes are small functions in `GROUPINGS` (the values of `train.grouping`):
+Modes are small functions in `GROUP_FNS`, keyed by the values of `train.grouping` (`masdsl.config.GROUPINGS`):
 
 >>> from masdsl.runtime.records import StepRecord
 >>> def rec(task, role, turn, cand, reward, episode=0):
@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Hashable, Sequence
 
+from masdsl.config import GROUPINGS
 from masdsl.runtime.records import StepRecord
 
 
@@ -112,18 +113,20 @@ def group_trajectory(records: Sequence[StepRecord]) -> list[Group]:
     return groups
 
 
-GROUPINGS: dict[str, Callable[[Sequence[StepRecord]], list[Group]]] = {
+GROUP_FNS: dict[str, Callable[[Sequence[StepRecord]], list[Group]]] = {
     "at": group_at,
     "agent": group_agent,
     "turn": group_turn,
     "trajectory": group_trajectory,
 }
+if tuple(GROUP_FNS) != GROUPINGS:  # the config's allowed values are the names implemented here
+    raise ImportError(f"masdsl.config.GROUPINGS {GROUPINGS} != the groupings implemented {tuple(GROUP_FNS)}")
 
 
 def group_records(records: Sequence[StepRecord], mode: str = "at") -> list[Group]:
-    """Group one rollout's records with the registered mode `mode` (see `GROUPINGS`)."""
+    """Group one rollout's records with mode `mode` (one of `masdsl.config.GROUPINGS`)."""
     try:
-        fn = GROUPINGS[mode]
+        fn = GROUP_FNS[mode]
     except KeyError:
         raise ValueError(f"unknown grouping `{mode}`; expected one of {', '.join(GROUPINGS)}") from None
     return fn(records)

@@ -1,4 +1,4 @@
-"""Policy-gradient losses over token log-probs: `LOSSES = {"grpo": grpo_loss}` (DESIGN.md §5).
+"""Policy-gradient losses over token log-probs: `LOSS_FNS = {"grpo": grpo_loss}`, keyed by `masdsl.config.LOSSES` (docs/concepts.md).
 
 Every loss takes per-token tensors of shape [B, T] (B sequences of a micro-batch, T response
 positions, `mask` 1 on real response tokens) and per-sequence advantages [B], and returns a
@@ -10,7 +10,7 @@ gives exactly the token mean over the batch, whatever the micro-batching.
 optimizer step of the update (see `update.py`): the first mini-batch sees ratios of 1, the
 later mini-batches and epochs see the policy drift away, and that is where PPO's clip and the
 dual clip act. torch is imported inside the functions so that importing this module (for
-`LOSSES`' names, by the config check) stays cheap.
+`LOSS_FNS`' names, by the config check) stays cheap.
 
 >>> import torch
 >>> logp = torch.tensor([[-1.0, -2.0], [-0.5, 0.0]], requires_grad=True)
@@ -25,6 +25,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
+
+import torch
+
+from masdsl.config import LOSSES
 
 
 @dataclass
@@ -83,7 +87,6 @@ def grpo_loss(
     >>> round(out.loss.item(), 4), out.dual_clip_frac.item()
     (3.0, 1.0)
     """
-    import torch
 
     mask = mask.to(logp.dtype)
     n = float(n_tokens) if n_tokens is not None else float(mask.sum().clamp(min=1.0))
@@ -110,4 +113,6 @@ def grpo_loss(
     return LossOut(loss, clip_frac, kl, dual_frac, ratio_dev)
 
 
-LOSSES: dict[str, Callable[..., LossOut]] = {"grpo": grpo_loss}
+LOSS_FNS: dict[str, Callable[..., LossOut]] = {"grpo": grpo_loss}
+if tuple(LOSS_FNS) != LOSSES:  # the config's allowed values are the names implemented here
+    raise ImportError(f"masdsl.config.LOSSES {LOSSES} != the losses implemented {tuple(LOSS_FNS)}")

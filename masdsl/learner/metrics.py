@@ -1,4 +1,4 @@
-"""Per-step training metrics, named as the MLflow dashboards group them (issue 6, item 2).
+"""Training and evaluation metrics, named as the MLflow dashboards group them.
 
 Pure functions over step records and rollout summaries:
 
@@ -17,6 +17,7 @@ import resource
 import sys
 from typing import Any, Iterable, Mapping, Sequence
 
+from masdsl.runtime.executor import Rollout
 from masdsl.runtime.records import StepRecord
 
 
@@ -140,7 +141,7 @@ def solved(success: Any) -> bool:
     return float(success) >= 1.0 - 1e-9
 
 
-def eval_metrics(records: Sequence[StepRecord], episodes: Sequence[Any], rollout: Any = None) -> dict[str, float]:
+def eval_metrics(records: Sequence[StepRecord], episodes: Sequence[Any], rollout: Rollout | None = None) -> dict[str, float]:
     """Evaluation summary, the one function `masdsl eval` and the trainer's evaluation share.
 
     - `success/eval`: mean success over all episodes (N episodes per task: that is mean@N);
@@ -150,9 +151,7 @@ def eval_metrics(records: Sequence[StepRecord], episodes: Sequence[Any], rollout
       `pass@k/eval` for k in `pass_ks(N)`: the unbiased estimator averaged over tasks
       (an episode is correct when its success is 1). N is the number of episodes per task
       (the smallest, should tasks differ). The tracker logs `@` as `_` (MLflow's names).
-    - with `rollout` (an `executor.Rollout`): also `executor.metrics(rollout)`'s run figures
-      (`episodes`, `tokens_generated`, `tokens_per_s`, times, truncations, expression errors)
-      and its `reward/<role>/turn<t>` keys.
+    - with `rollout` (an `executor.Rollout`): also the run's figures (`run_figures`).
 
     >>> from types import SimpleNamespace as E
     >>> eps = [E(task_id=t, success=s, team_reward=float(s), rewards_by_role_turn={("a", 0): float(s)})
@@ -186,7 +185,17 @@ def eval_metrics(records: Sequence[StepRecord], episodes: Sequence[Any], rollout
             estimates = [pass_at_k(len(v), sum(solved(s) for s in v), k) for v in by_task.values()]
             out[f"pass@{k}/eval"] = round(mean(estimates), 6)
     if rollout is not None:
-        from masdsl.runtime.executor import metrics
-
-        out.update({k: v for k, v in metrics(rollout, "eval").items() if k not in out})
+        out.update(run_figures(rollout))
     return out
+
+
+def run_figures(ro: Rollout) -> dict[str, float]:
+    """What a rollout cost: `episodes`, `tokens_generated`, `tokens_per_s` (over wall time),
+    `wall_s`, `gen_s`, `env_s`, `truncated_episodes`, `truncated_prompts`, `expression_errors`."""
+    return {
+        "episodes": float(len(ro.episodes)), "tokens_generated": float(ro.tokens_generated),
+        "tokens_per_s": ro.tokens_generated / ro.wall_s if ro.wall_s > 0 else 0.0,
+        "wall_s": ro.wall_s, "gen_s": ro.gen_s, "env_s": ro.env_s,
+        "truncated_episodes": float(sum(e.truncated for e in ro.episodes)),
+        "truncated_prompts": float(ro.truncated_prompts), "expression_errors": float(sum(ro.errors.values())),
+    }

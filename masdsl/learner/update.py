@@ -19,11 +19,14 @@ KL term is off they are counted in the token-mean denominator but not run throug
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 
-from masdsl.learner.losses import LOSSES
+import torch
+
+from masdsl.learner.losses import LOSS_FNS
 from masdsl.runtime.records import StepRecord
 
 
@@ -80,7 +83,6 @@ def pad_rows(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]
     >>> ids.tolist(), pos.tolist(), rmask.tolist()
     ([[5, 6, 1, 0], [0, 7, 2, 3]], [[0, 1, 2, 2], [0, 0, 1, 2]], [[1.0, 0.0], [1.0, 1.0]])
     """
-    import torch
 
     p = max(len(x) for x in prompts)
     t = max(len(x) for x in responses)
@@ -102,7 +104,6 @@ def sequence_logprobs(model: Any, prompts: Sequence[Sequence[int]], responses: S
     Only the last T+1 positions' logits are computed (`logits_to_keep`), which for a 49k
     vocabulary is most of the memory a full-length logits tensor would take.
     """
-    import torch
 
     ids, att, pos, rmask = pad_rows(prompts, responses, pad_id)
     device = next(model.parameters()).device
@@ -125,7 +126,6 @@ def shared_prefix_logprobs(model: Any, prompts: Sequence[Sequence[int]], group_o
     token is scored from the prompt's last logits. For K candidates per prompt, the prompt's
     forward and backward cost is paid once instead of K times.
     """
-    import torch
 
     device = next(model.parameters()).device
     ids_p, att_p, pos_p, _ = pad_rows(prompts, [[pad_id]] * len(prompts), pad_id)
@@ -173,7 +173,7 @@ def select_cache_rows(cache: Any, idx: Any) -> None:
     >>> cache.layers[0].keys.flatten().tolist()
     [2.0, 3.0, 2.0, 3.0, 0.0, 1.0]
     """
-    from transformers.cache_utils import DynamicLayer
+    from transformers.cache_utils import DynamicLayer  # heavy: transformers, only for the shared-prefix path
 
     for layer in getattr(cache, "layers", None) or [cache]:
         plain = type(layer).batch_select_indices is DynamicLayer.batch_select_indices  # keys, values only
@@ -247,8 +247,6 @@ def update_policy(
     log-probs are fixed before the first step (`old_logprob_source`), so later mini-batches see
     ratios != 1 and the clip acts. Each step's loss is the token mean over its mini-batch.
     """
-    import torch
-
     t0 = time.perf_counter()
     mine = [i for i, r in enumerate(records)
             if r.policy == policy.name and r.response_ids and (keep is None or keep[i])]
@@ -259,10 +257,9 @@ def update_policy(
     if not runnable:  # nothing to learn from this batch: no optimizer step (no decay, no moments)
         stats.seconds = time.perf_counter() - t0
         return stats
-    loss_fn = LOSSES[tc.loss]
-    pad_id = policy.tokenizer.pad_token_id if policy.tokenizer.pad_token_id is not None else 0
-    params = policy.parameters()
-    compute_dtype = getattr(policy, "compute_dtype", "float32")
+    batch = _Batch(policy, records, advantages, tc, reference if use_kl else None,
+                   policy.tokenizer.pad_token_id if policy.tokenizer.pad_token_id is not None else 0,
+                   getattr(policy, "compute_dtype", "float32"))
     # each optimizer step: its rows that run through the model, and its token count (the mean's denominator)
     steps = [([i for i in mb if i in runnable], sum(len(records[i].response_ids) for i in mb))
              for mb in mini_batch_rows(mine, tc.mini_batch_size)]
@@ -271,49 +268,78 @@ def update_policy(
         policy.activate()
         policy.model.train()
         try:
-            old: dict[int, Any] = {}
-            first_gaps: list[float] = []
-            if old_logprob_source(tc, compute_dtype) == "trainer":
-                with torch.no_grad():
-                    for run, _ in steps:
-                        for idx, logp, _mask in _forward(policy, records, run, tc, pad_id, compute_dtype):
-                            old.update(zip(idx, logp.detach().unbind(0)))
-                stats.logprob_gap = _gap(records, old)
+            if old_logprob_source(tc, batch.compute_dtype) == "trainer":
+                batch.fix_old_logprobs(steps)
+                stats.logprob_gap = _gap(records, batch.old)
             for _ in range(tc.ppo_epochs):
                 for run, n_tokens in steps:
-                    optimizer.zero_grad(set_to_none=True)
-                    totals = dict(loss=0.0, clip_frac=0.0, dual_clip_frac=0.0, ratio_dev=0.0, kl=0.0)
-                    for idx, logp, mask in _forward(policy, records, run, tc, pad_id, compute_dtype):
-                        if idx[0] in old:
-                            old_lp = torch.stack([old[i] for i in idx]).to(logp)
-                        else:
-                            old_lp = _pad_like([records[i].logprobs for i in idx], logp)
-                            old_lp = torch.where(torch.isnan(old_lp), logp.detach(), old_lp)  # an engine without a log-prob
-                            if stats.optimizer_steps == 0:  # before any update: the sampler vs the trainer
-                                first_gaps.append(((old_lp - logp.detach()).abs() * mask).max().item())
-                        adv = torch.tensor([advantages[i] for i in idx], dtype=logp.dtype, device=logp.device)
-                        responses = [records[i].response_ids for i in idx]
-                        ref_logp = (_reference_logprobs(reference, policy, [records[i].prompt_ids for i in idx],
-                                                        responses, pad_id) if use_kl else None)
-                        out = loss_fn(logp, old_lp, adv, mask, clip_eps=tc.clip_eps, dual_clip=tc.dual_clip,
-                                      ref_logp=ref_logp, kl_coef=tc.kl_coef, n_tokens=n_tokens)
-                        out.loss.backward()
-                        for k in totals:
-                            totals[k] += float(torch.as_tensor(getattr(out, k)).detach())
-                    norm = torch.nn.utils.clip_grad_norm_(params, tc.max_grad_norm)
-                    optimizer.step()
-                    stats.optimizer_steps += 1
-                    stats.grad_norm = float(norm)
-                    stats.per_step.append({**totals, "grad_norm": float(norm)})
+                    _optimizer_step(batch, optimizer, run, n_tokens, stats)
         finally:
             policy.model.eval()
             optimizer.zero_grad(set_to_none=True)
-    if first_gaps:
-        stats.logprob_gap = max(first_gaps)
+    if batch.first_gaps:
+        stats.logprob_gap = max(batch.first_gaps)
     for k in ("loss", "clip_frac", "dual_clip_frac", "ratio_dev", "kl"):
         setattr(stats, k, sum(s[k] for s in stats.per_step) / len(stats.per_step))
     stats.seconds = time.perf_counter() - t0
     return stats
+
+
+@dataclass
+class _Batch:
+    """One policy's rollout rows as the update reads them, and the old log-probs fixed for them."""
+
+    policy: Any
+    records: Sequence[StepRecord]
+    advantages: Sequence[float]
+    tc: Any
+    reference: Any  # None: no KL term
+    pad_id: int
+    compute_dtype: str
+    old: dict[int, Any] = field(default_factory=dict)  # row -> the trainer's log-probs before any step
+    first_gaps: list[float] = field(default_factory=list)  # engine vs trainer, before any step
+
+    def fix_old_logprobs(self, steps: Sequence[tuple[list[int], int]]) -> None:
+        with torch.no_grad():
+            for run, _ in steps:
+                for idx, logp, _mask in _forward(self.policy, self.records, run, self.tc, self.pad_id,
+                                                 self.compute_dtype):
+                    self.old.update(zip(idx, logp.detach().unbind(0)))
+
+    def old_logprobs(self, idx: Sequence[int], logp: Any, mask: Any, before_any_step: bool) -> Any:
+        """The fixed old log-probs of rows `idx`: the trainer's, or else the engine's sampled ones."""
+
+        if idx[0] in self.old:
+            return torch.stack([self.old[i] for i in idx]).to(logp)
+        old_lp = _pad_like([self.records[i].logprobs for i in idx], logp)
+        old_lp = torch.where(torch.isnan(old_lp), logp.detach(), old_lp)  # an engine without a log-prob
+        if before_any_step:  # the sampler vs the trainer
+            self.first_gaps.append(((old_lp - logp.detach()).abs() * mask).max().item())
+        return old_lp
+
+
+def _optimizer_step(batch: _Batch, optimizer: Any, run: Sequence[int], n_tokens: int, stats: UpdateStats) -> None:
+    """One PPO-clip optimizer step on the rows `run` (micro-batched), gradients clipped."""
+
+    tc, records = batch.tc, batch.records
+    optimizer.zero_grad(set_to_none=True)
+    totals = dict(loss=0.0, clip_frac=0.0, dual_clip_frac=0.0, ratio_dev=0.0, kl=0.0)
+    for idx, logp, mask in _forward(batch.policy, records, run, tc, batch.pad_id, batch.compute_dtype):
+        old_lp = batch.old_logprobs(idx, logp, mask, before_any_step=stats.optimizer_steps == 0)
+        adv = torch.tensor([batch.advantages[i] for i in idx], dtype=logp.dtype, device=logp.device)
+        responses = [records[i].response_ids for i in idx]
+        ref_logp = (_reference_logprobs(batch.reference, batch.policy, [records[i].prompt_ids for i in idx],
+                                        responses, batch.pad_id) if batch.reference is not None else None)
+        out = LOSS_FNS[tc.loss](logp, old_lp, adv, mask, clip_eps=tc.clip_eps, dual_clip=tc.dual_clip,
+                                ref_logp=ref_logp, kl_coef=tc.kl_coef, n_tokens=n_tokens)
+        out.loss.backward()
+        for k in totals:
+            totals[k] += float(torch.as_tensor(getattr(out, k)).detach())
+    norm = torch.nn.utils.clip_grad_norm_(batch.policy.parameters(), tc.max_grad_norm)
+    optimizer.step()
+    stats.optimizer_steps += 1
+    stats.grad_norm = float(norm)
+    stats.per_step.append({**totals, "grad_norm": float(norm)})
 
 
 def _forward(policy: Any, records: Sequence[StepRecord], rows: Sequence[int], tc: Any, pad_id: int,
@@ -323,9 +349,6 @@ def _forward(policy: Any, records: Sequence[StepRecord], rows: Sequence[int], tc
     With a half-precision compute dtype the float32 master weights run under autocast, so the
     optimizer updates float32 weights (an lr 1e-6 step on bfloat16 weights mostly rounds away).
     """
-    import contextlib
-
-    import torch
 
     plan = micro_batches([tuple(records[i].prompt_ids) for i in rows], [len(records[i].prompt_ids) for i in rows],
                          [len(records[i].response_ids) for i in rows], tc.micro_batch_tokens)
@@ -357,8 +380,6 @@ def _gap(records: Sequence[StepRecord], trainer_logp: Mapping[int, Any]) -> floa
 
 
 def _pad_like(rows: Sequence[Sequence[float]], like: Any) -> Any:
-    import torch
-
     out = torch.zeros(like.shape, dtype=like.dtype, device=like.device)
     for i, row in enumerate(rows):
         if row:
@@ -368,7 +389,6 @@ def _pad_like(rows: Sequence[Sequence[float]], like: Any) -> Any:
 
 def _reference_logprobs(reference: Any, policy: Any, prompts: Any, responses: Any, pad_id: int) -> Any:
     """Log-probs under the frozen reference: a separate model, or the base with adapters off."""
-    import torch
 
     with torch.no_grad():
         if reference == "base":  # LoRA: the reference is the shared base without any adapter

@@ -16,10 +16,19 @@ two actors take both cores, and later tasks hang with no error), and a timeout o
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any, Callable, Sequence
+
+from masdsl.errors import StepFailed
+from masdsl.lang.imports import _LOADED
+from masdsl.runtime.backends import build_engine
+from masdsl.runtime.backends.base import EngineCall, GenRequest, Results
+
+log = logging.getLogger(__name__)
 
 TASK_CPUS = 0.25  # Ray CPUs per env task
 ACTOR_CPUS = 0.25  # Ray CPUs per engine actor
@@ -63,7 +72,7 @@ def init_ray(cfg: Any) -> None:
 
     `address="local"` starts a new instance even when another Ray instance runs on the machine
     (plain `ray.init()` would join it, and refuses `num_cpus` when it does)."""
-    import ray
+    import ray  # heavy: ray is optional (the train extra); only `runtime.ray` runs need it
 
     if ray.is_initialized():
         return
@@ -83,7 +92,7 @@ ENV_SLOT, INFER_SLOT = "masdsl_env", "masdsl_infer"
 
 def slot_resources(name: str, amount: float) -> dict[str, float]:
     """`{name: amount}` when the connected Ray cluster advertises `name`, else `{}`."""
-    import ray
+    import ray  # heavy: ray is optional (the train extra); only `runtime.ray` runs need it
 
     return {name: amount} if ray.cluster_resources().get(name, 0) > 0 else {}
 
@@ -95,12 +104,8 @@ def ship_user_modules() -> None:
     so an env (or function) defined there would fail to unpickle in every env task. Functions
     that expressions call by name are re-imported in the worker from the file's path.
     """
-    from ray import cloudpickle
+    from ray import cloudpickle  # heavy: ray is optional (the train extra); only `runtime.ray` runs need it
 
-    try:
-        from masdsl.lang.imports import _LOADED
-    except ImportError:
-        return
     for module in list(_LOADED.values()):
         cloudpickle.register_pickle_by_value(module)
 
@@ -120,7 +125,7 @@ class RayPool:
     """Env steps as Ray tasks (fractional CPUs); the env is put in the object store once."""
 
     def __init__(self, env: Any, retries: int = 0, timeout_s: float = 300.0):
-        import ray
+        import ray  # heavy: ray is optional (the train extra); only `runtime.ray` runs need it
 
         self._ray = ray
         ship_user_modules()
@@ -172,11 +177,9 @@ def engine_from_folder(kind: str, model_path: str, kwargs: dict[str, Any], threa
     sums (log-probs) differ in the last bits from the same engine in a driver using all cores.
     """
     if threads:
-        import torch
+        import torch  # heavy: torch is optional (the train extra)
 
         torch.set_num_threads(int(threads))
-    from masdsl.runtime.backends import build_engine
-
     return build_engine(kind, model_path, **kwargs)
 
 
@@ -189,7 +192,7 @@ class _EngineHost:
     def tokenizer(self) -> Any:
         return getattr(self.engine, "tokenizer", None)
 
-    def generate(self, requests: list) -> list:
+    def generate(self, requests: list[GenRequest]) -> Results:
         return self.engine.generate(requests)
 
     def update_weights(self, state_dict: dict) -> None:
@@ -203,7 +206,8 @@ ENGINE_RESTARTS = 3  # times Ray restarts a dead engine actor (its constructor r
 
 
 class RemoteEngine:
-    """An `Engine` living in a Ray actor. `submit`/`collect` let the executor overlap policies.
+    """An `Engine` living in a Ray actor: `submit` returns a running call, so the executor's
+    batches for several engines overlap.
 
     Fault tolerance: the actor is created with `max_restarts`; when it dies during a call
     (`RayActorError`: process killed, node lost), Ray rebuilds it from the factory, this class
@@ -214,7 +218,7 @@ class RemoteEngine:
 
     def __init__(self, factory: Callable[[], Any], *, num_cpus: float = ACTOR_CPUS, num_gpus: float = 0.0,
                  call_timeout_s: float = ENGINE_CALL_TIMEOUT_S, max_restarts: int = ENGINE_RESTARTS):
-        import ray
+        import ray  # heavy: ray is optional (the train extra); only `runtime.ray` runs need it
 
         self._ray = ray
         self.call_timeout_s, self.max_restarts = call_timeout_s, max_restarts
@@ -226,11 +230,19 @@ class RemoteEngine:
         self.actor = host.remote(factory)
         self.tokenizer = ray.get(self.actor.tokenizer.remote(), timeout=ENGINE_START_TIMEOUT_S)
 
-    def submit(self, requests: list) -> Any:
-        return requests, self.actor.generate.remote(requests)
+    def submit(self, requests: list[GenRequest]) -> EngineCall:
+        """Start the batch in the actor; the call's `result()` waits for it (redone after a restart)."""
+        ref = self.actor.generate.remote(requests)
+        return EngineCall(partial(self._wait, requests, ref))
 
-    def collect(self, handle: Any) -> list:
-        requests, ref = handle
+    def collect(self, call: EngineCall) -> Results:
+        """The candidates of a call `submit` started (its `result()`)."""
+        return call.result()
+
+    def generate(self, requests: list[GenRequest]) -> Results:
+        return self.submit(requests).result()
+
+    def _wait(self, requests: list[GenRequest], ref: Any) -> Results:
         while True:
             try:
                 return self._ray.get(ref, timeout=self.call_timeout_s)
@@ -238,20 +250,13 @@ class RemoteEngine:
                 self._recover(exc)
                 ref = self.actor.generate.remote(requests)
 
-    def generate(self, requests: list) -> list:
-        return self.collect(self.submit(requests))
-
     def _recover(self, exc: BaseException) -> None:
         """Wait for Ray to restart the actor, then give it the latest weights again."""
-        from masdsl.errors import StepFailed
-
         self.restarts += 1
         if self.restarts > self.max_restarts:
             raise StepFailed(f"the inference engine died {self.restarts} times; last error: {_reason(exc)}",
                              error=_reason(exc)) from None
-        import logging
-
-        logging.getLogger(__name__).warning("inference engine actor died (%s); restarting it", _reason(exc))
+        log.warning("inference engine actor died (%s); restarting it", _reason(exc))
         deadline = time.monotonic() + ENGINE_START_TIMEOUT_S
         while True:  # calls fail fast (ActorUnavailableError) until the new actor is built
             try:

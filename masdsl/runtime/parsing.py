@@ -15,6 +15,7 @@ import json
 import re
 from typing import Any, Mapping
 
+from masdsl.envs.registry import REGISTRY
 from masdsl.lang.workflow import EvalContext, Expr, RoleSpec
 from masdsl.runtime.sampling import describe_error
 
@@ -23,8 +24,6 @@ _CALL_NAME = re.compile(r"\s*([A-Za-z_][A-Za-z_0-9]*)\s*\(")
 
 def parser_empty(expr: Expr) -> Any:
     """The registered `empty` value of the parser called by a `parse` expression (else None)."""
-    from masdsl.envs.registry import REGISTRY
-
     m = _CALL_NAME.match(getattr(expr, "source", "") or "")
     name = m.group(1) if m else None
     spec = REGISTRY.functions.get(name) if name else None

@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 from masdsl.errors import UserError
+from masdsl.lang.templates import environment
 
 _FALLBACK_ROLE_PREFIX = "<|{role}|>\n"
 
@@ -26,17 +27,9 @@ class PromptError(UserError):
     """A prompt template failed to render, or a prompt is longer than the limit."""
 
 
-@lru_cache(maxsize=1)
-def _jinja_env():
-    from jinja2 import StrictUndefined
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    return ImmutableSandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=False, autoescape=False)
-
-
 @lru_cache(maxsize=256)
 def _template(source: str):
-    return _jinja_env().from_string(source)
+    return environment().from_string(source)  # the checker's environment: what it accepts is what renders
 
 
 def render(source: str, variables: Mapping[str, Any], where: str = "prompt") -> str:

@@ -21,7 +21,9 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from masdsl.config import to_yaml
 from masdsl.errors import UserError
+from masdsl.lang.graph import to_mermaid
 from masdsl.runtime.records import StepRecord, read_records, write_records
 
 RECORDS = "records.jsonl"
@@ -32,21 +34,8 @@ SUMMARY = "summary.json"
 
 
 def mermaid(workflow: Any) -> str:
-    """The flow as mermaid text (the language's renderer when present, else a plain one)."""
-    try:
-        from masdsl.lang.graph import to_mermaid
-
-        return to_mermaid(workflow)
-    except ImportError:
-        pass
-    ids = {n: f"n{i}" for i, n in enumerate(workflow.graph.nodes)}
-    lines = ["flowchart TD"]
-    lines += [f'  {ids[n]}["{n}"]' for n in workflow.graph.nodes]
-    for u, v, d in sorted(workflow.graph.edges(data=True), key=lambda e: (str(e[0]), e[2].get("order", 0))):
-        guard = d.get("guard")
-        label = f'|"{getattr(guard, "source", "")}"|' if guard is not None else ""
-        lines.append(f"  {ids[u]} -->{label} {ids[v]}")
-    return "\n".join(lines) + "\n"
+    """The flow as mermaid text (`masdsl.lang.graph.to_mermaid`)."""
+    return to_mermaid(workflow)
 
 
 class RunDir:
@@ -60,8 +49,6 @@ class RunDir:
     @classmethod
     def create(cls, workflow: Any, cfg: Any, root: str | Path | None = None) -> "RunDir":
         """A fresh `root/<workflow>/<UTC timestamp>` folder holding graph, config and source."""
-        from masdsl.config import to_yaml
-
         base = Path(root if root is not None else cfg.runtime.runs_dir) / workflow.name
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
         path, i = base / stamp, 1

@@ -145,7 +145,8 @@ def run_env_job(env: Any, job: EnvJob) -> list[Outcome]:
         t0 = time.perf_counter()
         state = env.apply(job.state, job.role, cand)
         fields = {**job.fields, job.role: cand}
-        ctx = EvalContext(task=job.task, state=state, env_view=env.view(state), fields=fields, turn=job.turn, role=job.role)
+        ctx = EvalContext(task=job.task, state=state, env_view=env.view(state), fields=fields, turn=job.turn, role=job.role,
+                          limits=getattr(env, "limits", None))
         errors: list[str] = []
         local = evaluate_number(job.reward, ctx, f"reward of `{job.role}`", errors) or 0.0
         team = evaluate_number(job.team, ctx, "team reward", errors)

@@ -22,10 +22,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
+import time
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
+
+from masdsl.runtime.backends import build_engine
 
 # Node specs: keyword arguments of `Cluster.add_node` (num_cpus, resources, ...). The first is
 # the head. Two logical CPUs per node on a 2-core machine is deliberate over-subscription: the
@@ -70,8 +76,8 @@ def local_cluster(
     writes a token under $HOME). A driver already connected to another Ray instance is
     disconnected first: one process can only be a driver of one cluster.
     """
-    import ray
-    from ray.cluster_utils import Cluster
+    import ray  # heavy, optional: ray (masdsl[train]); importing this module must not need it
+    from ray.cluster_utils import Cluster  # heavy, optional: as above
 
     saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", *(env or {}))}
     os.environ["RAY_AUTH_MODE"] = "disabled"
@@ -105,7 +111,7 @@ def local_cluster(
 
 def where() -> dict[str, Any]:
     """The node id and pid of the calling process: call it inside a task or actor method."""
-    import ray
+    import ray  # heavy, optional: ray, already loaded in the Ray task or actor that calls this
 
     return {"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
 
@@ -131,11 +137,8 @@ class WhereEnv:
         self.inner, self.log_path = inner, log_path
 
     def apply(self, state: Any, role: str, fields: Mapping[str, Any]) -> Any:
-        import json
-        import time
-
         try:
-            import ray
+            import ray  # optional: an env stepped outside Ray (or without ray installed) has no node
 
             node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
         except ImportError:
@@ -162,9 +165,6 @@ class SlowEngine:
         self.tokenizer = getattr(inner, "tokenizer", None)
 
     def generate(self, requests: list) -> list:
-        import json
-        import time
-
         with open(self.log_path, "a", encoding="utf-8") as f:
             f.write(json.dumps({**where(), "time": time.time()}) + "\n")
         time.sleep(self.delay_s)
@@ -179,8 +179,6 @@ class SlowEngine:
 
 def slow_hf_engine(model_dir: str, delay_s: float, log_path: str, seed: int = 0) -> SlowEngine:
     """A `SlowEngine` over the hf engine of `model_dir` (an engine factory for Ray actors)."""
-    from masdsl.runtime.backends import build_engine
-
     return SlowEngine(build_engine("hf", str(model_dir), seed=seed), delay_s, log_path)
 
 
@@ -198,11 +196,6 @@ def kill_first_logged(log_path: str | os.PathLike, delay_s: float, timeout_s: fl
     >>> thread.join(30); victim.wait(30), killed == {"pid": victim.pid}
     (-9, True)
     """
-    import signal
-    import threading
-    import time
-    from pathlib import Path
-
     killed: dict = {}
 
     def first_row() -> dict | None:

@@ -88,8 +88,8 @@ _BUILT: dict[tuple[str, str], Path] = {}
 
 def train_tokenizer(vocab_size: int = 512):
     """A byte-level BPE `PreTrainedTokenizerFast` trained on `CORPUS`, with chat template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # heavy, optional: masdsl[train]
+    from transformers import PreTrainedTokenizerFast  # heavy, optional: masdsl[train]
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -135,26 +135,40 @@ def build_tiny_model(
     `tie_word_embeddings=True` shares one matrix between the input embedding and the LM head
     (as SmolLM2 does); the checkpoint then stores only `model.embed_tokens.weight`.
     """
-    key = _args_key(
-        seed=seed, vocab_size=vocab_size, hidden=hidden, layers=layers, heads=heads,
-        kv_heads=kv_heads, head_dim=head_dim, intermediate=intermediate,
-        max_positions=max_positions,
-        **({"tie_word_embeddings": True} if tie_word_embeddings else {}),
-    )
+    shape = dict(hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                 intermediate=intermediate, max_positions=max_positions)
+    key = _args_key(seed=seed, vocab_size=vocab_size, **shape,
+                    **({"tie_word_embeddings": True} if tie_word_embeddings else {}))
     if out_dir is None:
         out_dir = Path(tempfile.gettempdir()) / "masdsl-tiny" / key
     out = Path(out_dir)
-    if (str(out), key) in _BUILT:
+    if _already_built(out, key):
         return _BUILT[(str(out), key)]
-    stamp = out / "masdsl_tiny.json"
-    if stamp.is_file() and json.loads(stamp.read_text()).get("key") == key:
-        _BUILT[(str(out), key)] = out
-        return out
-
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     tok = train_tokenizer(vocab_size)
+    model = _random_model(tok, seed, tie_word_embeddings=tie_word_embeddings, **shape)
+    _save(out, model, tok, key, seed)
+    _BUILT[(str(out), key)] = out
+    return out
+
+
+def _has_build(out: Path, key: str) -> bool:
+    stamp = out / "masdsl_tiny.json"
+    return stamp.is_file() and json.loads(stamp.read_text()).get("key") == key
+
+
+def _already_built(out: Path, key: str) -> bool:
+    """Whether this process built `out` with `key`, or the folder already holds that build."""
+    if (str(out), key) not in _BUILT and _has_build(out, key):
+        _BUILT[(str(out), key)] = out
+    return (str(out), key) in _BUILT
+
+
+def _random_model(tok, seed: int, *, hidden: int, layers: int, heads: int, kv_heads: int, head_dim: int,
+                  intermediate: int | None, max_positions: int, tie_word_embeddings: bool):
+    """A float32 `LlamaForCausalLM` with seeded random weights, sized for `tok`."""
+    import torch  # heavy, optional: masdsl[train]; only when a model is actually built
+    from transformers import LlamaConfig, LlamaForCausalLM  # heavy, optional: as above
+
     config = LlamaConfig(
         vocab_size=len(tok),
         hidden_size=hidden,
@@ -177,8 +191,11 @@ def build_tiny_model(
     model.generation_config.pad_token_id = tok.pad_token_id
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.bos_token_id = tok.bos_token_id
+    return model
 
-    # Write to a temp folder beside the target, then rename: a crashed build leaves no half folder.
+
+def _save(out: Path, model, tok, key: str, seed: int) -> None:
+    """Write to a temp folder beside `out`, then rename: a crashed build leaves no half folder."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     model.save_pretrained(tmp, safe_serialization=True)
@@ -190,7 +207,5 @@ def build_tiny_model(
         os.replace(tmp, out)
     except OSError:  # another process built the same folder at the same time
         shutil.rmtree(tmp, ignore_errors=True)
-        if not (stamp.is_file() and json.loads(stamp.read_text()).get("key") == key):
+        if not _has_build(out, key):
             raise
-    _BUILT[(str(out), key)] = out
-    return out

@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from masdsl.tracking.store import TrackingError, resolve_uri, ui_command
+from masdsl.tracking.store import TrackingError, apply_http_defaults, resolve_uri, ui_command
 from masdsl.tracking.tracker import Tracker
 
 __all__ = ["start_run", "validate", "Tracker", "NullTracker", "TrackingError", "resolve_uri", "ui_command"]
@@ -45,7 +45,7 @@ class NullTracker(Tracker):
     def log_text(self, text: str, artifact_file: str) -> None:
         pass
 
-    def finish(self, status: str = "FINISHED") -> None:
+    def finish(self, status: str = "FINISHED", checkpoint: Path | None = None) -> None:
         pass
 
     def ui_command(self) -> str:
@@ -79,12 +79,10 @@ def start_run(workflow: Any, cfg: Any, *, kind: Literal["run", "eval"], run_dir:
         raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
     uri = resolve_uri(cfg.tracking.uri)
     try:
-        import mlflow  # noqa: F401
+        import mlflow  # noqa: F401 - optional: mlflow (masdsl[train]); is it installed?
     except ImportError:
         raise TrackingError(
             "tracking needs mlflow: install `masdsl[train]`, or set `tracking.enabled=false`"
         ) from None
-    from masdsl.tracking.store import apply_http_defaults
-
     apply_http_defaults()
     return Tracker(workflow, cfg, kind=kind, run_dir=Path(run_dir), uri=uri)

@@ -12,6 +12,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from masdsl.lang.graph import to_dot, to_mermaid
+
 PARAM_VALUE_LIMIT = 6000  # MLflow rejects longer param values
 POLICY_METRICS = ("loss", "clip_frac", "kl", "grad_norm")  # `<name>/<policy>`
 ROLE_METRICS = ("reward", "eval_reward")  # `<name>/<role>/...`
@@ -124,12 +126,8 @@ def child_params(workflow: Any, policy: str) -> dict[str, str]:
 def graph_texts(workflow: Any) -> dict[str, str]:
     """The compiled graph as artifact files: mermaid, dot and (with graphviz) svg.
 
-    Uses the language's renderers (`masdsl.lang.graph`); returns {} while they are missing.
+    Uses the language's renderers (`masdsl.lang.graph`).
     """
-    try:
-        from masdsl.lang.graph import to_dot, to_mermaid
-    except ImportError:
-        return {}
     out = {"workflow.mmd": to_mermaid(workflow), "workflow.dot": to_dot(workflow)}
     svg = dot_to_svg(out["workflow.dot"])
     if svg:

@@ -52,10 +52,10 @@ def plot_progress(history: History, path: Path, title: str = "") -> Path | None:
     success, rewards = success_series(history), reward_by_role(history)
     if not success and not rewards:
         return None
-    import matplotlib
+    import matplotlib  # heavy, optional: matplotlib (masdsl[train]), only when there is a plot
 
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
+    matplotlib.use("Agg", force=True)  # before pyplot: draw to files, never to a display
+    import matplotlib.pyplot as plt  # heavy, optional: after choosing the backend above
 
     fig, (ax_s, ax_r) = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
     try:
@@ -65,7 +65,7 @@ def plot_progress(history: History, path: Path, title: str = "") -> Path | None:
         for role, series in rewards.items():
             ax_r.plot(*zip(*series), marker="o", label=role)
         ax_r.set(title="reward by role (mean over turns)", xlabel="step", ylabel="reward")
-        from matplotlib.ticker import MaxNLocator
+        from matplotlib.ticker import MaxNLocator  # heavy, optional: as above
 
         for ax in (ax_s, ax_r):
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers

@@ -48,8 +48,8 @@ def read_rows(run_dir: Path) -> list[dict[str, Any]]:
 
 def resend(run_dir: Path, uri: str | None = None) -> int:
     """Send the buffered metrics of `run_dir`; returns how many metric values were sent."""
-    from mlflow.entities import Metric
-    from mlflow.tracking import MlflowClient
+    from mlflow.entities import Metric  # heavy, optional: mlflow (masdsl[train])
+    from mlflow.tracking import MlflowClient  # heavy, optional: mlflow (masdsl[train])
 
     rows = read_rows(run_dir)
     missing = sum(1 for r in rows if not r.get("run_id"))

@@ -3,7 +3,11 @@
 Every store call goes through an `Outbox` (see outbox.py), so an unreachable server never
 raises into training: metrics are buffered (and appended to `<run_dir>/metrics.jsonl`) and
 sent, in order and with their original steps and timestamps, when the server returns or at
-`finish()`. mlflow is imported here, and this module is imported only by `start_run`.
+`finish()`. mlflow (an optional dependency, in `masdsl[train]`) is imported only inside the
+methods that talk to the store, so importing this module never needs it.
+
+The tracker knows nothing of the learner: a training run hands `finish()` its newest complete
+checkpoint, whose weights `tracking.log_weights` stores.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from masdsl.config import flatten, to_yaml
 from masdsl.tracking import lineage, plot, store
 from masdsl.tracking.outbox import Op, Outbox, short
 
@@ -37,7 +42,7 @@ class Tracker:
 
     def __init__(self, workflow: Any, cfg: Any, *, kind: str, run_dir: Path, uri: str,
                  finish_wait_s: float = 10.0, retry_every_s: float = 5.0) -> None:
-        from mlflow.tracking import MlflowClient
+        from mlflow.tracking import MlflowClient  # heavy, optional: mlflow, only when tracking is on
 
         self.workflow, self.cfg, self.kind = workflow, cfg, kind
         self.run_dir = Path(run_dir)
@@ -66,8 +71,6 @@ class Tracker:
 
     # -- start -------------------------------------------------------------------------------
     def _begin(self) -> None:
-        from masdsl.config import flatten, to_yaml
-
         wf, kind = self.workflow, self.kind
         self._put("create parent run", self._create_parent, essential=True)
         params = lineage.params_of(flatten(self.cfg))
@@ -149,7 +152,7 @@ class Tracker:
                 self._keep_locally(clean, int(step), ts)
 
     def _send_metrics(self, values: dict[str, float], step: int, ts: int) -> None:
-        from mlflow.entities import Metric
+        from mlflow.entities import Metric  # heavy, optional: mlflow, only when tracking is on
 
         by_run: dict[str, list[Metric]] = {self.run_id: []}
         policies = set(self.workflow.policies)
@@ -198,8 +201,12 @@ class Tracker:
                       lambda: self._client.log_text(self.run_id, text, artifact_file))
 
     # -- end ---------------------------------------------------------------------------------
-    def finish(self, status: str = "FINISHED") -> None:
-        """Log the progress plot, end the child and parent runs, send what is buffered."""
+    def finish(self, status: str = "FINISHED", checkpoint: Path | None = None) -> None:
+        """Log the progress plot, end the child and parent runs, send what is buffered.
+
+        `checkpoint`: a training run's newest complete checkpoint folder (None: there is none);
+        with `tracking.log_weights`, a finished training run stores its weights.
+        """
         with self._lock:
             if self.finished:
                 return
@@ -215,7 +222,7 @@ class Tracker:
                 self._put("upload progress plot",
                           lambda: self._client.log_artifact(self.run_id, str(png), "plots"))
             if self.cfg.tracking.log_weights and self.kind == "run" and status == "FINISHED":
-                self._log_final_weights()
+                self._log_final_weights(checkpoint)
             for policy in self.workflow.policies:
                 self._put(f"end child run {policy}",
                           lambda p=policy: self._end(self.child_ids.get(p), status))
@@ -225,17 +232,15 @@ class Tracker:
                 say(f"run {self.run_id} in experiment `{self.experiment_name}`; open the dashboard with:"
                     f"\n    {self.ui_command()}")
 
-    def _log_final_weights(self) -> None:
+    def _log_final_weights(self, ckpt: Path | None) -> None:
         """`tracking.log_weights`: each policy's weights (or LoRA adapter) from the newest
-        complete checkpoint, as `weights/<policy>.pt` in that policy's child run."""
-        from masdsl.learner.checkpoint import latest
-
-        ckpt = latest(self.run_dir)
+        complete checkpoint (`policies/<policy>.pt` in it), as `weights/<policy>.pt` in that
+        policy's child run."""
         if ckpt is None:
             say(f"tracking.log_weights: no complete checkpoint in {self.run_dir}")
             return
         for policy in self.workflow.policies:
-            path = ckpt / "policies" / f"{policy}.pt"
+            path = Path(ckpt) / "policies" / f"{policy}.pt"
             if path.is_file():  # frozen policies have no weights of their own to save
                 self._put(f"upload weights {policy}", lambda p=policy, f=path: self._client.log_artifact(
                     self.child_ids.get(p) or self.run_id, str(f), "weights"))
@@ -270,7 +275,7 @@ class Tracker:
 
     def _log_dicts(self, run_id: str | None, params: dict[str, str] | None = None,
                    tags: dict[str, str] | None = None) -> None:
-        from mlflow.entities import Param, RunTag
+        from mlflow.entities import Param, RunTag  # heavy, optional: mlflow, only when tracking is on
 
         p = [Param(k, v) for k, v in (params or {}).items()]
         t = [RunTag(k, v) for k, v in (tags or {}).items()]

@@ -13,7 +13,7 @@ import pytest
 from masdsl.envs.datasets import SPLITS, apps, codecontests, livecodebench, split_of
 from masdsl.envs.parsers import MAX_IO_TESTS, io_tests
 from masdsl.envs.rewards import pass_rate, passes
-from masdsl.envs.sandbox import run_tests_many
+from masdsl.sandbox import run_tests_many
 from masdsl.errors import DataError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import pickle
 
 import pytest
 
@@ -11,28 +12,36 @@ from masdsl.envs.code import CodeEnv, failure_report
 from masdsl.envs.datasets import humaneval, math_small
 from masdsl.envs.math import MathEnv
 from masdsl.envs.registry import REGISTRY, load_builtins
-from masdsl.envs import sandbox
-from masdsl.envs.sandbox import Limits
+from masdsl.envs.rewards import math_tool_reward, pass_rate, passes, run_answer
+from masdsl.sandbox import Limits
 
 QUICK = Limits(timeout_s=1.0)
 
 
-@pytest.fixture(autouse=True)
-def default_limits():
-    """An env made with limits makes them the default (for `pass_rate` etc.); undo that here."""
-    yield
-    sandbox.set_default_limits(Limits())
-
-
-def test_env_limits_become_the_default_for_reward_functions():
-    import pickle
-
-    CodeEnv(limits={"timeout_s": 2.5})
-    assert sandbox.DEFAULT_LIMITS.timeout_s == 2.5
+def test_envs_hold_their_own_limits_and_change_no_one_elses():
+    code_env = CodeEnv(limits={"timeout_s": 2.5})
+    assert code_env.limits == Limits(timeout_s=2.5)
     env = MathEnv(limits=QUICK)
-    sandbox.set_default_limits(Limits())
-    pickle.loads(pickle.dumps(env))  # as a Ray worker receives it
-    assert sandbox.DEFAULT_LIMITS == QUICK
+    assert pickle.loads(pickle.dumps(env)).limits == QUICK  # as a Ray worker receives it
+    assert CodeEnv().limits == Limits() == MathEnv().limits  # nothing leaked into the defaults
+
+
+def test_reward_functions_run_under_the_limits_they_are_given():
+    """What the env's limits did for `pass_rate` etc. through a global default, the caller of an
+    expression now does by passing them: the code runs under exactly those limits."""
+    slow = "import time\ntime.sleep(1.5)\nprint(42)"
+    tight, roomy = Limits(timeout_s=0.5), Limits(timeout_s=5.0)
+    assert run_answer(slow, limits=tight) == "" and run_answer(slow, limits=roomy) == "42"
+    assert math_tool_reward(slow, "42", limits=tight) == -1.0 and math_tool_reward(slow, "42", limits=roomy) == 1.0
+    tests = ["import time\ntime.sleep(1.5)\nassert f() == 1"]
+    assert pass_rate("def f():\n    return 1", tests, limits=tight) == 0.0
+    assert passes("def f():\n    return 1", tests, limits=roomy) is True
+
+
+def test_env_constructors_reject_unknown_arguments():
+    for factory, typo in ((CodeEnv, {"limit": {"timeout_s": 1}}), (MathEnv, {"answer_rol": "tool"})):
+        with pytest.raises(TypeError):
+            factory(**typo)
 
 TASK = {"id": "t1", "prompt": "def inc(x):", "tests": ["assert inc(1) == 2", "assert inc(5) == 6"]}
 GOOD = "def inc(x):\n    return x + 1"

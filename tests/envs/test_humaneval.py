@@ -4,7 +4,7 @@ variant of each (the entry point returns None) fails at least one."""
 from __future__ import annotations
 
 from masdsl.envs.datasets import humaneval, split_of
-from masdsl.envs.sandbox import run_tests_many
+from masdsl.sandbox import run_tests_many
 
 
 def test_split_is_deterministic_disjoint_and_complete():

@@ -1,4 +1,4 @@
-"""Reward functions against hand-computed cases (the rules of DESIGN.md section 6)."""
+"""Reward functions against hand-computed cases (the rules of docs/concepts.md, "Sampling, parsing, scoring")."""
 
 from __future__ import annotations
 

@@ -9,8 +9,10 @@ import pytest
 
 from masdsl.envs import games_common as gc
 from masdsl.envs import sudoku as sd
+from masdsl.envs import sudoku_solver as solver
 from masdsl.envs.registry import REGISTRY
 from masdsl.errors import DataError, UserError
+from masdsl.sandbox import Limits
 
 SOLUTION = ((1, 2, 3, 4), (3, 4, 1, 2), (2, 1, 4, 3), (4, 3, 2, 1))
 # 6 empty cells; unique solution SOLUTION (checked in test_hand_puzzle_is_unique)
@@ -263,7 +265,7 @@ def test_tool_program_reads_stdin_and_bad_output_is_penalised():
 
 
 def test_failing_tool_programs_are_contained_and_penalised():
-    from masdsl.envs.sandbox import Limits
+    from masdsl.sandbox import Limits
 
     crash = tool(state(), "print('partial')\nraise SystemExit('boom')")
     assert not crash.last_valid and crash.last_reward == -2.0
@@ -276,11 +278,9 @@ def test_failing_tool_programs_are_contained_and_penalised():
 
 
 def test_any_legal_completion_of_an_ambiguous_user_puzzle_counts_as_solved():
-    from itertools import islice
-
     # blank two rows of SOLUTION: several completions exist
     puzzle = SOLUTION[:2] + ((0,) * 4,) * 2
-    first, second = (sd._grid(g, 4) for g in islice(sd._solutions(sd._flat(puzzle), 4), 2))
+    first, second = (solver.unflatten(g, 4) for g in itertools.islice(solver.solutions(solver.flatten(puzzle), 4), 2))
     assert first != second
     s0 = state(puzzle)
     assert s0.solution == first

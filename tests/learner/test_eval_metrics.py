@@ -13,7 +13,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import torch
 
 import masdsl
 from masdsl.config import ConfigError, resolve_config
@@ -22,12 +21,7 @@ from masdsl.learner.metrics import eval_metrics, pass_at_k, pass_ks
 TOY = Path(__file__).parent / "toy"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
 
 
 def toy_text() -> str:

@@ -1,4 +1,4 @@
-"""Grouping and advantages on hand-built step records (DESIGN.md §5), including regression
+"""Grouping and advantages on hand-built step records (docs/concepts.md), including regression
 tests for the two bugs of the reference implementation."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from masdsl.config import CHOICES
 from masdsl.learner.advantages import compute_advantages, group_advantages
-from masdsl.learner.grouping import GROUPINGS, group_records
+from masdsl.learner.grouping import GROUP_FNS, group_records
 from masdsl.runtime.records import StepRecord
 
 
@@ -41,7 +41,7 @@ def tree_rollout(n_tasks=4, roles=("coder", "tester"), turns=2, k=4, seed=0):
 
 
 def test_modes_match_config_choices():
-    assert tuple(GROUPINGS) == CHOICES[("train", "grouping")]
+    assert tuple(GROUP_FNS) == CHOICES[("train", "grouping")]
 
 
 def test_at_groups_are_exactly_task_role_turn():

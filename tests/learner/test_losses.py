@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from masdsl.learner.losses import LOSSES, grpo_loss, k3_kl
+from masdsl.learner.losses import LOSS_FNS, grpo_loss, k3_kl
 
 
 def batch(seed=0, b=6, t=5):
@@ -31,7 +31,7 @@ def reference_loss(logp, old, adv, mask, eps):
 
 
 def test_registry():
-    assert LOSSES["grpo"] is grpo_loss
+    assert LOSS_FNS["grpo"] is grpo_loss
 
 
 @pytest.mark.parametrize("eps", [0.1, 0.2])

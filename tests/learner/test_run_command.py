@@ -6,19 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from masdsl.cli import main
 
 TOY = Path(__file__).parent / "toy" / "toy_digits.mas"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
 
 
 def args(tiny_model_dir, tmp_path, *extra):

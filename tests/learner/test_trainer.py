@@ -20,13 +20,7 @@ from masdsl.runtime.records import read_records
 TOY = Path(__file__).parent / "toy"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread, and far faster when other processes share the cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
 
 
 def toy(name="toy_digits.mas"):
@@ -146,8 +140,9 @@ def _adapter(policy_file: Path) -> dict[str, torch.Tensor]:
 
 
 def test_lora_adapters_train_only_on_their_own_roles(tiny_model_dir, tmp_path):
-    from masdsl.learner.policies import build_engines, load_policies
+    from masdsl.learner.policies import load_policies
     from masdsl.learner.update import update_policy
+    from masdsl.runtime.engine_factory import build_engines
     from masdsl.runtime.executor import rollout
     from masdsl.runtime.session import prepare
 
@@ -157,7 +152,7 @@ def test_lora_adapters_train_only_on_their_own_roles(tiny_model_dir, tmp_path):
     assert policies["namer_p"].model is policies["copier_p"].model  # one base in memory
     base = {n: p.detach().clone() for n, p in policies["namer_p"].model.named_parameters() if "lora_" not in n}
     env, data = prepare(wf, cfg)
-    engines = build_engines(policies, cfg)
+    engines = build_engines(wf, cfg, policies)
     roll = rollout(wf, env, data["train"][:10], engines, mode="train", samples=8, step=0, seed=3, cfg=cfg)
     # the namer's samples get advantages (alternating signs within each group: a random tiny
     # model rarely earns a real reward), the copier's none: the copier's adapter must not move
@@ -188,8 +183,8 @@ def test_lora_run_and_frozen_policy(tiny_model_dir, tmp_path):
 
 def test_engine_samples_from_updated_weights(tiny_model_dir, tmp_path):
     """After an update, the engine's sampling log-probs are those of the updated model."""
-    from masdsl.learner.policies import build_engines, load_policies
-    from masdsl.learner.trainer import sync
+    from masdsl.learner.policies import load_policies, sync
+    from masdsl.runtime.engine_factory import build_engines
     from masdsl.learner.update import sequence_logprobs
     from masdsl.runtime.backends.base import GenRequest
 
@@ -197,7 +192,7 @@ def test_engine_samples_from_updated_weights(tiny_model_dir, tmp_path):
     cfg = config(wf, tiny_model_dir)
     policies = load_policies(wf, cfg)
     p = policies["shared"]
-    engine = build_engines(policies, cfg)["shared"]
+    engine = build_engines(wf, cfg, policies)["shared"]
     prompt = p.tokenizer.apply_chat_template([{"role": "user", "content": "target:7:7:7"}], add_generation_prompt=True)
     prompt = list(getattr(prompt, "input_ids", prompt))
     req = GenRequest(prompt_ids=prompt, n=1, temperature=1.0, max_tokens=4, seed=11)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from masdsl.testing.cluster import placement_summary, where
+
 
 def test_resources_force_placement(two_node_cluster):
     import ray
-
-    from masdsl.testing.cluster import placement_summary, where
 
     nodes = {n["NodeID"]: n["Resources"] for n in ray.nodes() if n["Alive"]}
     assert set(nodes) == set(two_node_cluster.node_ids) and len(nodes) == 2

@@ -38,7 +38,7 @@ def test_engine_actor_killed_mid_rollout_run_equals_uninterrupted_run(local_ray,
 
     import masdsl
     from masdsl.config import resolve_config
-    from masdsl.learner import policies
+    from masdsl.learner import session
     from masdsl.learner.trainer import train
     from masdsl.runtime import actors
 
@@ -46,8 +46,8 @@ def test_engine_actor_killed_mid_rollout_run_equals_uninterrupted_run(local_ray,
     cfg = resolve_config(wf.train, None, ["runtime.ray=true", "runtime.engine=hf", f"policy.shared.model={tiny_model_dir}",
                                           "tracking.enabled=false", "train.steps=2", "train.seed=5"])
     built: list[dict] = []  # the engines each train() built
-    real_build = policies.build_engines
-    monkeypatch.setattr(policies, "build_engines", lambda p, c: built.append(real_build(p, c)) or built[-1])
+    real_build = session.build_engines
+    monkeypatch.setattr(session, "build_engines", lambda w, c, p: built.append(real_build(w, c, p)) or built[-1])
 
     reference = train(wf, cfg, run_dir=tmp_path / "reference")
     (engine,) = {id(e): e for e in built[0].values()}.values()

@@ -41,7 +41,7 @@ def test_env_tasks_and_inference_actor_on_different_nodes(two_node_cluster, tiny
 
     from masdsl.runtime.actors import RemoteEngine
     from masdsl.runtime.executor import rollout
-    from masdsl.runtime.session import build_engines, close_engines
+    from masdsl.runtime.engine_factory import build_engines, close_engines
     from masdsl.testing.cluster import WhereEnv, where
 
     wf, cfg, env, tasks = _setup(two_node_cluster, "runtime.engine=hf", f"policy.shared.model={tiny_model_dir}")

@@ -1,4 +1,4 @@
-"""Executor semantics (DESIGN.md §4) on hand-built workflows, a counter env and the replay engine."""
+"""Executor semantics (docs/concepts.md, "Execution semantics") on hand-built workflows, a counter env and the replay engine."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Golden traces of the shipped `workflows/coder_tester.mas` with the replay engine and the real
-code env (sandboxed tests): the rewards, selections and episode ends DESIGN.md §4 prescribes."""
+code env (sandboxed tests): the rewards, selections and episode ends docs/concepts.md ("Execution semantics") prescribes."""
 
 from __future__ import annotations
 

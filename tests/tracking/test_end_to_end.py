@@ -42,9 +42,9 @@ def test_masdsl_eval_on_the_tiny_model_is_tracked(mlflow_server, tiny_model_dir,
     assert set(kids) == {"thinker", "critic"} and all(k.info.status == "FINISHED" for k in kids.values())
     metrics = run.data.metrics
     assert 0.0 <= metrics["success/eval"] <= 1.0 and metrics["episodes"] == 2
-    assert {"reward/reasoner/turn0", "reward/checker/turn0"} <= set(metrics)
-    assert "reward/reasoner/turn0" in kids["thinker"].data.metrics  # role metrics reach the policy's run
-    assert "reward/checker/turn0" in kids["critic"].data.metrics
+    assert {"eval_reward/reasoner/turn0", "eval_reward/checker/turn0"} <= set(metrics)
+    assert "eval_reward/reasoner/turn0" in kids["thinker"].data.metrics  # role metrics reach the policy's run
+    assert "eval_reward/checker/turn0" in kids["critic"].data.metrics
     paths = artifact_paths(client, run.info.run_id)
     assert {"source/duo_math.mas", "config/resolved.yaml", "graph/workflow.mmd", "records/records.jsonl",
             "plots/progress.png"} <= paths

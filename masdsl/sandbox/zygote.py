@@ -5,11 +5,12 @@ zygote pays that once. It runs inside the same isolation (`bwrap ... python -I -
 FD`), and for each run receives, over a SOCK_SEQPACKET socket, the run's working directory (made
 here, inside a root directory bound into the sandbox), its uid, its rlimits and its stdin/stdout/
 stderr/results descriptors. The forked child sets the limits, drops to the uid and runs the job exactly
-as a freshly started child would (see `sandbox_child.py`). Every run still has its own uid (so
+as a freshly started child would (see `child.py`). Every run still has its own uid (so
 its own process count), working directory, session and limits; a kill request or the child's
 exit kills its process group and every process of its uid.
 
-If the zygote cannot start or dies, `masdsl.envs.sandbox` starts one process per run instead.
+If the zygote cannot start or dies, `masdsl.sandbox.process` starts one process per run instead;
+`masdsl.sandbox.isolation` starts, probes and restarts this process's zygotes.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The program `masdsl.envs.sandbox_math` starts (as `python -I <this file>`): math-verify out of
+"""The program `masdsl.sandbox.math_equal` starts (as `python -I <this file>`): math-verify out of
 the masdsl process. Never imported by masdsl.
 
 It reads one JSON request per line on stdin, `[answer, reference]`, and writes one JSON line
@@ -32,7 +32,7 @@ def _as_boxed(text):
 
 
 def _math_verify_equal(answer, reference):
-    from math_verify import parse, verify
+    from math_verify import parse, verify  # heavy: imported once, in main(), before "ready"
 
     gold = parse(_as_boxed(reference), parsing_timeout=INNER_TIMEOUT_S)
     pred = parse(_as_boxed(answer), parsing_timeout=INNER_TIMEOUT_S)
@@ -52,6 +52,7 @@ def _sympy_equal(answer, reference):
             return False
         if any(len(w) > 1 and w not in SAFE_WORDS for w in re.findall(r"[A-Za-z]+", text)):
             return False
+    # heavy: sympy loads only when math-verify fails on an input (math-verify imports it anyway)
     import sympy
     from sympy.parsing.sympy_parser import parse_expr
 
@@ -71,7 +72,7 @@ def equal(answer, reference):
 def main():
     _limits()
     logging.disable(logging.CRITICAL)
-    import math_verify  # noqa: F401 - pay the import before saying ready
+    import math_verify  # noqa: F401 - heavy, optional: pay the import before saying ready
 
     out = sys.stdout
     out.write("ready\n")

@@ -10,13 +10,14 @@ import time
 
 import pytest
 
-from masdsl.envs import sandbox
-from masdsl.envs.sandbox import Limits, run_python, run_tests
+from masdsl import sandbox
+from masdsl.sandbox import Limits, run_python, run_tests
+from masdsl.sandbox.isolation import ZYGOTES
 
 FAST = Limits(timeout_s=2.0, max_procs=16)
 
 
-def _sandbox_processes() -> list[int]:
+def _leftover_processes() -> list[int]:
     """Pids of processes still running under this test process's sandbox uids."""
     lo = 1_000_000 + (os.getpid() % 4_000_000) * 64
     found = []
@@ -37,9 +38,9 @@ def clean_machine(request, monkeypatch):
     sandbox.CACHE.clear()
     yield
     deadline = time.monotonic() + 10  # killed processes take a moment to go on a loaded machine
-    while _sandbox_processes() and time.monotonic() < deadline:
+    while _leftover_processes() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _sandbox_processes() == [], "sandboxed processes outlived their run"
+    assert _leftover_processes() == [], "sandboxed processes outlived their run"
 
 
 def test_bubblewrap_is_the_isolation_here():
@@ -186,6 +187,6 @@ def test_background_processes_die_with_their_run():
 
 def test_the_sandbox_recovers_when_its_zygote_is_killed():
     assert run_python("print(1)", limits=FAST).ok
-    for zygote in [z for z in sandbox._process.ZYGOTES.values() if z]:
+    for zygote in [z for z in ZYGOTES.values() if z]:
         os.killpg(zygote.proc.pid, 9)
     assert run_python("print(2)", limits=FAST).stdout == "2\n"

@@ -4,7 +4,7 @@ math-verify's own timeouts use SIGALRM, which works only in a process's main thr
 not interrupt C code at all (sympy evaluating `9^{9^{9^{9}}}` computes a 370-million-digit
 integer). Rewards run in threads (the runtime's reward pool, Ray tasks), so a pathological
 answer could hang a whole training step. Here every comparison is sent to a long-lived worker
-process (`sandbox_math_worker.py`, math-verify in its main thread, memory-limited); one that
+process (`math_worker.py`, math-verify in its main thread, memory-limited); one that
 does not answer within `MASDSL_MATH_TIMEOUT` seconds (default 4) is killed, the comparison
 counts as "not equal", and the next comparison starts a fresh worker. Up to
 `MASDSL_MATH_WORKERS` (default 2) workers serve threads at once. Results are cached (LRU).
@@ -33,7 +33,7 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-WORKER = Path(__file__).with_name("sandbox_math_worker.py")
+WORKER = Path(__file__).with_name("math_worker.py")
 STARTUP_TIMEOUT_S = 120.0
 
 

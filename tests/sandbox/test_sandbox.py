@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
-from masdsl.envs import sandbox
-from masdsl.envs.sandbox import Limits, limits_from_config, run_python, run_tests, run_tests_many
+import dataclasses
+
+import pytest
+from omegaconf import OmegaConf
+
+from masdsl import sandbox
+from masdsl.config import Config, SandboxConfig
+from masdsl.errors import UserError
+from masdsl.sandbox import Limits, limits_from_config, run_python, run_tests, run_tests_many
+from masdsl.sandbox.process import CHILD_PARTS
 
 
 def test_run_python_reports_stdout_stderr_and_status():
@@ -11,7 +19,8 @@ def test_run_python_reports_stdout_stderr_and_status():
     assert (ok.ok, ok.stdout, ok.stderr, ok.returncode) == (True, "out\n", "err\n", 0)
     bad = run_python("raise ValueError('boom')")
     assert not bad.ok and bad.returncode == 1 and "ValueError: boom" in bad.stderr
-    assert "sandbox_child" not in bad.stderr and "_run_main" not in bad.stderr  # no harness frames
+    harness = [name.removesuffix(".py") for name in CHILD_PARTS] + ["masdsl", "_run_main"]
+    assert not [name for name in harness if name in bad.stderr], bad.stderr  # no harness frames
     assert run_python("import sys\nsys.exit(3)").returncode == 3
 
 
@@ -94,11 +103,33 @@ def test_limits_from_config():
     assert (limits.timeout_s, limits.memory_mb, limits.isolation, limits.max_procs) == (2.0, 256, "none", Limits().max_procs)
 
 
+def test_limits_from_config_takes_the_config_block_a_whole_config_or_a_mapping():
+    block = SandboxConfig(timeout_s=3, max_procs=8, max_output_kb=32, isolation="none")
+    want = Limits(timeout_s=3.0, max_procs=8, max_output_kb=32, isolation="none")
+    assert limits_from_config(block) == want
+    assert limits_from_config(Config(sandbox=block)) == want
+    assert limits_from_config(dataclasses.asdict(block)) == want
+    assert limits_from_config(OmegaConf.structured(Config(sandbox=block))) == want
+    assert limits_from_config(want) is want and limits_from_config(None) == Limits()
+    with pytest.raises(UserError, match="did you mean `timeout_s`"):
+        limits_from_config({"timeout": 2})
+    with pytest.raises(UserError):
+        limits_from_config({"memory_mb": "lots"})
+
+
+def test_default_limits_are_the_configs():
+    """One default set: a plain `Limits()` is what a run made through the default config gets."""
+    assert limits_from_config(SandboxConfig()) == Limits()
+    names = {f.name for f in dataclasses.fields(SandboxConfig)}
+    assert {k: getattr(Limits(), k) for k in names} == dataclasses.asdict(SandboxConfig())
+
+
+def test_no_module_holds_a_default_callers_could_change():
+    for gone in ("set_default_limits", "DEFAULT_LIMITS", "UsesSandboxLimits"):
+        assert not hasattr(sandbox, gone) and not hasattr(sandbox.run, gone)
+
+
 def test_bad_limits_and_tests_are_user_errors():
-    import pytest
-
-    from masdsl.errors import UserError
-
     with pytest.raises(UserError):
         Limits(isolation="docker")
     with pytest.raises(UserError):
@@ -106,7 +137,7 @@ def test_bad_limits_and_tests_are_user_errors():
 
 
 def test_io_outputs_are_capped_per_test_not_per_run():
-    big = 100_000  # 8 tests x 100 KB: over the 256 KB output cap together, each well under it
+    big = Limits().max_output_kb * 1024 // 2  # 8 tests x half the output cap: over it together, each under it
     tests = [{"input": str(big), "output": "x" * big}] * 8
     assert run_tests("print('x' * int(input()))", tests).passed == [True] * 8
     small = Limits(max_output_kb=16)

@@ -1,14 +1,13 @@
-"""How a sandboxed run happens: the isolation in use, the limits, and the process that runs.
+"""One sandboxed run: the process that runs a job, under its limits, a watchdog and an output cap.
 
-`masdsl.envs.sandbox` is the public face (limits, results, tests, cache, pool); this module
-chooses the isolation once per process (`mode`), and runs one job (`run_job`): forked by the
-zygote (`sandbox_zygote.py`) when there is one, else in a sandbox started for the run, under a
-watchdog and an output cap. The program that runs inside is `sandbox_child.py`.
+`run_job` runs the child program (`child.py` and its parts) once on a job, in the isolation
+`mode` it is given (`isolation.py` chooses it): forked by a `zygote` (`zygote.py`) when it is
+given one, else in a sandbox started for the run. It knows nothing of tests or caches
+(`run.py`) and chooses nothing: the caller passes the mode, the zygote and the limits.
 """
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import queue
@@ -17,7 +16,6 @@ import secrets
 import selectors
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -25,28 +23,26 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
-if TYPE_CHECKING:
-    from masdsl.envs.sandbox import Limits
+from masdsl.sandbox.limits import Limits
+from masdsl.sandbox.zygote import Zygote, ZygoteError
 
-Isolation = Literal["auto", "bwrap", "unshare", "none"]
-
-
-# ---------------------------------------------------------------- isolation choice
+# The child program: its parts joined, `child.py` last (its final lines start the program).
+CHILD_PARTS = ("child_server.py", "child_judge.py", "child_zygote.py", "child.py")
+CHILD_SOURCE = "\n\n".join(Path(__file__).with_name(name).read_text(encoding="utf-8") for name in CHILD_PARTS)
 
 
 @dataclass(frozen=True)
-class _Mode:
+class Mode:
+    """An isolation in use: how the interpreter is started (`isolation.choose_mode`)."""
+
     name: str  # bwrap | unshare | none
     switch_uid: bool  # run as a uid of its own (only possible as root)
     prefix: tuple[str, ...] = ()  # the command before the interpreter, minus the workdir binds
     hidden: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (tmpfs dir, paths bound back)
 
 
-_MODES: dict[str, _Mode] = {}
-_MODE_LOCK = threading.Lock()
-_CHILD_SOURCE = (Path(__file__).with_name("sandbox_child.py")).read_text(encoding="utf-8")
 _UID_LOCK = threading.Lock()
 _UID_SLOTS: dict[int, queue.Queue[int]] = {}  # per process id: its block of 64 uids
 
@@ -62,106 +58,6 @@ def _uid_slots() -> queue.Queue[int]:
                 slots.put(1_000_000 + (pid % 4_000_000) * 64 + slot)
             _UID_SLOTS[pid] = slots
         return _UID_SLOTS[pid]
-
-
-def _needed_paths() -> list[str]:
-    """Directories the interpreter needs: its prefix, its base prefix, and the binary's folder."""
-    paths = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix)}
-    paths.add(os.path.dirname(os.path.realpath(sys.executable)))
-    return sorted(p for p in paths if not any(p != q and Path(p).is_relative_to(q) for q in paths))
-
-
-def _blocked_by(path: str) -> str | None:
-    """The highest ancestor of `path` that other users cannot enter, if any."""
-    parts = Path(path).parts
-    for depth in range(2, len(parts) + 1):
-        ancestor = str(Path(*parts[:depth]))
-        try:
-            mode = os.stat(ancestor).st_mode
-        except OSError:
-            return None
-        if not mode & stat.S_IXOTH:
-            return ancestor
-    return None
-
-
-def _hidden_dirs() -> tuple[tuple[str, tuple[str, ...]], ...]:
-    hidden: dict[str, list[str]] = {}
-    for path in _needed_paths():
-        blocker = _blocked_by(path)
-        if blocker is not None:
-            hidden.setdefault(blocker, []).append(path)
-    return tuple((k, tuple(v)) for k, v in sorted(hidden.items()))
-
-
-def _bwrap_mode(as_root: bool, own_uid: bool) -> _Mode:
-    """bubblewrap. As root with `own_uid`: root sets up the namespaces itself (CAP_SYS_ADMIN) and
-    the code runs as a uid of its own. Otherwise in a user namespace: as the caller's uid, or, for
-    a root without CAP_SYS_ADMIN (a default container), as a root whose capabilities are dropped
-    (then the process limit is not enforced: the kernel exempts root from it)."""
-    prefix = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    # A virtualenv under /tmp (a CI checkout there) would vanish under the private /tmp.
-    for path in _needed_paths():
-        if Path(path).is_relative_to("/tmp"):
-            for parent in reversed(Path(path).relative_to("/tmp").parents[:-1]):
-                prefix += ["--perms", "0755", "--dir", str(Path("/tmp", parent))]
-            prefix += ["--ro-bind", path, path]
-    hidden = _hidden_dirs() if as_root else ()
-    if as_root and not own_uid:  # the code reads files as root here: hide the usual secrets
-        prefix += [arg for f in ("/etc/shadow", "/etc/gshadow") if os.path.exists(f) for arg in ("--ro-bind", "/dev/null", f)]
-    for blocker, paths in hidden:
-        prefix += ["--perms", "0755", "--tmpfs", blocker]
-        for path in paths:  # parents bwrap would create as 0700, so the uid could not enter
-            parents = Path(path).relative_to(blocker).parents
-            for parent in sorted(str(Path(blocker, p)) for p in parents if str(p) != "."):
-                prefix += ["--perms", "0755", "--dir", parent]
-            prefix += ["--ro-bind", path, path]
-    if as_root and own_uid:
-        prefix += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
-    else:
-        prefix += ["--unshare-all"] + (["--cap-drop", "ALL"] if as_root else [])
-    prefix += ["--die-with-parent", "--new-session"]
-    return _Mode("bwrap", as_root and own_uid, tuple(prefix), hidden)
-
-
-def _candidate_modes(isolation: Isolation) -> list[_Mode]:
-    """The modes to try for `isolation`, best first (the first that runs a probe is used)."""
-    as_root = os.geteuid() == 0
-    reachable = as_root and not _hidden_dirs()
-    unshare = ("unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--ipc", "--uts")
-    userns = unshare[:1] + ("--map-root-user",) + unshare[1:]
-    has_bwrap, has_unshare = shutil.which("bwrap"), shutil.which("unshare")
-    modes = {
-        "bwrap": ([_bwrap_mode(True, True), _bwrap_mode(True, False)] if as_root else [_bwrap_mode(False, False)])
-        if has_bwrap else [],
-        "unshare": ([_Mode("unshare", reachable, unshare)] if as_root else []) + [_Mode("unshare", False, userns)]
-        if has_unshare else [],
-        "none": [_Mode("none", reachable)],
-    }
-    if isolation == "auto":
-        return modes["bwrap"] + modes["unshare"] + modes["none"]
-    return modes[isolation]
-
-
-def choose_mode(isolation: Isolation) -> _Mode:
-    """The isolation in use for `isolation`, probed once (a tiny program must run and see no net)."""
-    with _MODE_LOCK:
-        if isolation in _MODES:
-            return _MODES[isolation]
-        from masdsl.envs.sandbox import Limits
-
-        for candidate in _candidate_modes(isolation):
-            _MODES[isolation] = candidate
-            probe = run_job({"mode": "run", "code": "print('ok')"}, "", Limits(), candidate)
-            if probe["rc"] == 0 and probe["stdout"] == b"ok\n":
-                return candidate
-            del _MODES[isolation]
-        from masdsl.errors import UserError
-
-        raise UserError(f"the sandbox cannot run Python with isolation {isolation!r} on this machine")
-
-
-# ---------------------------------------------------------------- one process
 
 
 def _user_tasks() -> int:
@@ -200,7 +96,8 @@ def _preexec(rlimits: dict[str, tuple[int, int]]):
     return apply
 
 
-def _scrubbed_env(workdir: str) -> dict[str, str]:
+def scrubbed_env(workdir: str) -> dict[str, str]:
+    """The whole environment of a sandboxed process: nothing inherited, so no secrets."""
     return {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": workdir,
@@ -225,71 +122,22 @@ def _kill_uid(uid: int) -> None:
 _BOOTSTRAP = "import sys; exec(compile(sys.stdin.read(), '<masdsl-sandbox>', 'exec'))"
 
 
-def _command(mode: _Mode, workdir: str, bootstrap: bool = False) -> list[str]:
-    interpreter = [sys.executable, "-I", "-c", _BOOTSTRAP if bootstrap else _CHILD_SOURCE]
+def command(mode: Mode, workdir: str, bootstrap: bool = False) -> list[str]:
+    """The command running the child program in `mode` with `workdir` writable; `bootstrap`: a
+    program that reads the child program from stdin instead (how the zygote starts)."""
+    interpreter = [sys.executable, "-I", "-c", _BOOTSTRAP if bootstrap else CHILD_SOURCE]
     if mode.name == "bwrap":
         return [*mode.prefix, "--bind", workdir, workdir, "--chdir", workdir, *interpreter]
     return [*mode.prefix, *interpreter]
 
 
-ZYGOTES: dict[tuple[int, str], Any] = {}  # (pid, mode) -> Zygote, or None where it cannot start
-_ZYGOTE_LOCK = threading.RLock()
+def run_job(job: dict[str, Any], stdin: str, limits: Limits, mode: Mode, zygote: Zygote | None = None,
+            n_tests: int = 0) -> dict[str, Any]:
+    """Run the child program once on `job` in `mode`; returns raw stdout/stderr and what happened.
 
-
-def zygote_enabled() -> bool:
-    """Runs fork from one long-lived sandboxed process unless MASDSL_SANDBOX_ZYGOTE=0."""
-    return os.environ.get("MASDSL_SANDBOX_ZYGOTE", "1") != "0"
-
-
-def zygote_for(mode: _Mode):
-    """This process's zygote for `mode` (restarted if it died), or None."""
-    from masdsl.envs import sandbox_zygote
-
-    key = (os.getpid(), mode.name)
-    with _ZYGOTE_LOCK:
-        current = ZYGOTES.get(key, False)
-        if current is None:
-            return None
-        if current is False or not current.alive:
-            if current:
-                current.close()
-            made = sandbox_zygote.make(lambda root: _command(mode, root, bootstrap=True), _scrubbed_env("/tmp"),
-                                       _CHILD_SOURCE)
-            ZYGOTES[key] = made
-            if made is not None and not ZYGOTES_CLOSER:
-                ZYGOTES_CLOSER.append(atexit.register(_close_zygotes))
-            if made is not None:  # it must run a program before it is trusted with runs
-                from masdsl.envs.sandbox import Limits
-
-                probe = run_job({"mode": "run", "code": "print('ok')"}, "", Limits(isolation=mode.name))
-                if probe["rc"] != 0 or probe["stdout"] != b"ok\n":
-                    made.close()
-                    ZYGOTES[key] = made = None
-            return made
-        return current
-
-
-ZYGOTES_CLOSER: list[Any] = []
-
-
-def _close_zygotes() -> None:
-    for key, zygote in list(ZYGOTES.items()):
-        if zygote and key[0] == os.getpid():
-            zygote.close()
-        ZYGOTES.pop(key, None)
-
-
-def run_job(job: dict[str, Any], stdin: str, limits: Limits, mode: _Mode | None = None,
-             n_tests: int = 0) -> dict[str, Any]:
-    """Run the child program once on `job`; returns raw stdout/stderr and what happened.
-
-    Forked by the zygote when there is one; in a sandbox started for this run when there is
-    none, or when the zygote died during the run (the run is then repeated once)."""
-    probe = mode is not None
-    mode = mode or choose_mode(limits.isolation)
-    # a zygote serves only modes where each run has its own uid: sharing one, a run could kill
-    # the others (and the zygote); elsewhere every run gets a sandbox of its own
-    zygote = None if probe or not mode.switch_uid or not zygote_enabled() else zygote_for(mode)
+    Forked by `zygote` when one is given (only for modes where each run has its own uid: sharing
+    one, a run could kill the others and the zygote); in a sandbox started for this run when
+    none is, or when the zygote died during the run (the run is then repeated once)."""
     slots = _uid_slots()
     uid = slots.get() if mode.switch_uid else None
     try:
@@ -325,7 +173,7 @@ class _Run:
     """What one run needs besides its working directory and uid."""
 
     job: dict[str, Any]
-    limits: Any
+    limits: Limits
     nonce: bytes
     chan_cap: int
 
@@ -365,14 +213,14 @@ class _Popen:
         return self.proc.wait()
 
 
-def _run_in_process(mode: _Mode, workdir: str, rlimits: dict, run: _Run) -> dict[str, Any]:
+def _run_in_process(mode: Mode, workdir: str, rlimits: dict, run: _Run) -> dict[str, Any]:
     chan_r, chan_w = os.pipe()
     try:
         run.write_job(workdir, chan_w)
         with open(os.path.join(workdir, ".stdin"), "rb") as stdin_fh:
             proc = subprocess.Popen(
-                _command(mode, workdir), stdin=stdin_fh, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                pass_fds=(chan_w,), cwd=workdir, env=_scrubbed_env(workdir), start_new_session=True,
+                command(mode, workdir), stdin=stdin_fh, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                pass_fds=(chan_w,), cwd=workdir, env=scrubbed_env(workdir), start_new_session=True,
                 preexec_fn=_preexec(rlimits),
             )
         os.close(chan_w)
@@ -388,10 +236,8 @@ def _run_in_process(mode: _Mode, workdir: str, rlimits: dict, run: _Run) -> dict
             os.close(chan_w)
 
 
-def _run_in_zygote(zygote, workdir: str, uid: int | None, rlimits: dict, run: _Run) -> dict[str, Any] | None:
+def _run_in_zygote(zygote: Zygote, workdir: str, uid: int | None, rlimits: dict, run: _Run) -> dict[str, Any] | None:
     """The run, forked by the zygote; None when the zygote is gone (the caller starts a process)."""
-    from masdsl.envs.sandbox_zygote import ZygoteError
-
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     chan_r, chan_w = os.pipe()
@@ -466,3 +312,6 @@ def _collect(handle: Any, out_fd: int, err_fd: int, chan_fd: int, run: _Run) -> 
 
 def is_memory_error(stderr: str) -> bool:
     return "MemoryError" in stderr or "Cannot allocate memory" in stderr
+
+
+__all__ = ["CHILD_PARTS", "CHILD_SOURCE", "Mode", "command", "is_memory_error", "run_job", "scrubbed_env"]

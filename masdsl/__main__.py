@@ -1,0 +1,8 @@
+"""`python -m masdsl ...`: the same CLI as the `masdsl` command."""
+
+import sys
+
+from masdsl.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

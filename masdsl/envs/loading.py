@@ -1,0 +1,128 @@
+"""Reading data files and splitting rows: what every data source of `masdsl.envs.datasets`
+uses (formats in docs/data.md).
+
+Every row is a dict with a unique string `id`. Splits are "train" and "eval", disjoint by
+construction: a row is in eval when the first byte of sha256(id) is below 52 (about 20 %), so
+the split never depends on file order. File loaders also accept "all" (every row: use it when
+the file already is one split, e.g. APPS's test file). A missing file or a malformed row raises
+`DataError` naming the file and the row.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from masdsl.errors import DataError
+
+SPLITS = ("train", "eval")
+EVAL_BELOW = 52  # of 256: the eval share of a hash split (52/256 = 20.3 %)
+DATA_DIR = Path(__file__).with_name("data")
+
+
+def split_of(row_id: str) -> str:
+    """ "eval" for about 20 % of ids (by sha256), "train" for the rest; stable across runs.
+
+    >>> split_of("HumanEval/0"), split_of("HumanEval/1")
+    ('train', 'eval')
+    """
+    return "eval" if hashlib.sha256(row_id.encode("utf-8")).digest()[0] < EVAL_BELOW else "train"
+
+
+def check_split(split: str, allow_all: bool = False) -> None:
+    """Reject a split other than "train" or "eval" (or "all" with `allow_all`) with a `DataError`."""
+    allowed = SPLITS + (("all",) if allow_all else ())
+    if split not in allowed:
+        raise DataError(f"unknown split {split!r}: use " + " or ".join(repr(s) for s in allowed))
+
+
+def select(rows: list[dict], split: str) -> list[dict]:
+    """The rows of `split` (by `split_of` their id); "all" keeps every row."""
+    return rows if split == "all" else [r for r in rows if split_of(r["id"]) == split]
+
+
+def json_line(line: str, path: Path | str, n: int) -> Any:
+    """One JSONL line's value, or a `DataError` naming the file and the row."""
+    try:
+        return json.loads(line)
+    except ValueError as exc:
+        raise DataError(f"{path}: row {n}: not valid JSON ({exc.args[0]})") from exc
+
+
+def read_rows(path: str | Path) -> list[tuple[int, Any]]:
+    """(row number, value) of a JSONL file (blank lines skipped), or of a JSON list file."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such data file")
+    text = path.read_text(encoding="utf-8") if path.suffix != ".gz" else gzip.open(path, "rt", encoding="utf-8").read()
+    if path.suffix == ".json" or text.lstrip().startswith("["):
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise DataError(f"{path}: not valid JSON ({exc.args[0]})") from exc
+        if isinstance(value, dict):
+            value = next((v for v in value.values() if isinstance(v, list)), None)
+        if not isinstance(value, list):
+            raise DataError(f"{path}: expected a JSON list of rows")
+        return list(enumerate(value, 1))
+    return [(n, json_line(line, path, n)) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+
+
+def load_jsonl(path: str | Path, *, required: Iterable[str] = ()) -> list[dict]:
+    """Rows of a JSONL file (or a JSON list). A row without `id` gets `row-N` (N: its line);
+    ids must be unique; every field in `required` must be present.
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "t.jsonl")
+    >>> _ = open(p, "w").write('{"q": 1}\\n\\n{"id": "b", "q": 2}\\n')
+    >>> [r["id"] for r in load_jsonl(p)]
+    ['row-1', 'b']
+    """
+    rows, seen = [], {}
+    for n, raw in read_rows(path):
+        if not isinstance(raw, dict):
+            raise DataError(f"{path}: row {n}: expected a JSON object, got {type(raw).__name__}")
+        missing = [k for k in required if k not in raw or raw[k] is None]
+        if missing:
+            raise DataError(f"{path}: row {n}: missing field " + ", ".join(f"`{k}`" for k in missing))
+        row = dict(raw)
+        row["id"] = str(row["id"]) if row.get("id") is not None else f"row-{n}"
+        if row["id"] in seen:
+            raise DataError(f"{path}: row {n}: duplicate id {row['id']!r} (first on row {seen[row['id']]})")
+        seen[row["id"]] = n
+        rows.append(row)
+    return rows
+
+
+def load_rows(path: str | Path, split: str, convert: Callable[[dict, int], dict]) -> list[dict]:
+    """Read `path`, convert each row (KeyError/ValueError/TypeError -> DataError with the row)."""
+    check_split(split, allow_all=True)
+    rows, seen = [], set()
+    for n, raw in read_rows(path):
+        try:
+            if not isinstance(raw, dict):
+                raise TypeError(f"expected a JSON object, got {type(raw).__name__}")
+            row = convert(raw, n)
+        except KeyError as exc:
+            raise DataError(f"{path}: row {n}: missing field `{exc.args[0]}`") from exc
+        except (ValueError, TypeError) as exc:
+            raise DataError(f"{path}: row {n}: {exc}") from exc
+        if row["id"] in seen:
+            raise DataError(f"{path}: row {n}: duplicate id {row['id']!r}")
+        seen.add(row["id"])
+        rows.append(row)
+    return select(rows, split)
+
+
+def json_field(raw: dict, key: str) -> Any:
+    """`raw[key]`, decoded when it holds JSON text (empty text: None); `ValueError` if not JSON."""
+    value = raw[key]
+    if isinstance(value, str):
+        try:
+            return json.loads(value) if value.strip() else None
+        except ValueError as exc:
+            raise ValueError(f"field `{key}` is not valid JSON") from exc
+    return value

@@ -1,0 +1,137 @@
+"""Checker rules for policies and roles: `policy NAME { ... }` keys, and each `role`'s one
+`policy`, one `prompt`, optional `system`/`reward`/`sample` lines and its `parse` fields.
+
+`SAMPLE_KEYS` are the options a `sample { }` block accepts (also what `masdsl.config` and the
+executor accept); `RESERVED` the names a role cannot take.
+
+>>> sorted(POLICY_KEYS)
+['chat_template_kwargs', 'frozen', 'lora', 'model']
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from masdsl.lang import ast as A
+from masdsl.lang.context import ANY, BOOL, LIST, NUMBER, STR, Ctx
+from masdsl.lang.context import ticks as _ticks
+from masdsl.lang.errors import did_you_mean
+
+RESERVED = {"start", "end", "task", "env", "turn", "output", "role", "history", "ok", "true", "false",
+            "and", "or", "not", "when"}
+SAMPLE_KEYS = {"temperature": "number", "top_p": "number", "top_k": "number", "min_p": "number",
+               "max_tokens": "number", "stop": "list", "seed": "number", "repetition_penalty": "number"}
+POLICY_KEYS = {"model": "str", "lora": "block", "frozen": "bool", "chat_template_kwargs": "block"}
+
+
+def _value_kind(v: A.AnyValue) -> str:
+    if isinstance(v, A.Block):
+        return "block"
+    if isinstance(v, A.ListValue):
+        return LIST
+    x = v.value
+    return BOOL if isinstance(x, bool) else NUMBER if isinstance(x, (int, float)) else STR
+
+
+def _check_block_keys(c: Ctx, block: A.Block, known: dict[str, str], what: str, strict: bool) -> None:
+    seen: dict[str, A.Entry] = {}
+    for e in block.entries:
+        k = e.key.name
+        if k in seen:
+            c.error("duplicate-name", f"key `{k}` appears twice in {what}", e.key.span,
+                    related=((seen[k].key.span, "first here"),))
+        seen[k] = e
+        if k not in known:
+            if strict:
+                c.error("invalid-value", f"unknown key `{k}` in {what}", e.key.span,
+                        notes=(f"keys: {_ticks(known)}",), help=did_you_mean(k, known))
+            continue
+        kind = _value_kind(e.value)
+        if kind != known[k]:
+            c.error("invalid-value", f"`{k}` in {what} must be a {known[k]}, not a {kind}", e.value.span)
+
+
+SAMPLE_RANGES = {  # key: (test, what it must be)
+    "temperature": (lambda v: v >= 0, "at least 0"),
+    "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "max_tokens": (lambda v: isinstance(v, int) and v >= 1, "a whole number of at least 1"),
+    "top_k": (lambda v: isinstance(v, int) and v >= -1, "a whole number (-1 or 0: off)"),
+    "min_p": (lambda v: 0 <= v <= 1, "in [0, 1] (0: off)"),
+    "repetition_penalty": (lambda v: v > 0, "positive (1: off)"),
+    "seed": (lambda v: isinstance(v, int) and v >= 0, "a whole number of at least 0"),
+}
+
+
+def _check_sample_ranges(c: Ctx, block: A.Block) -> None:
+    for e in block.entries:
+        rule = SAMPLE_RANGES.get(e.key.name)
+        if rule and _value_kind(e.value) == NUMBER and not rule[0](e.value.value):
+            c.error("invalid-value", f"`{e.key.name}` must be {rule[1]}, got {e.value.value}", e.value.span)
+
+
+def check_policies(c: Ctx) -> None:
+    """`policy NAME { model: "...", lora: {...}, frozen: true, chat_template_kwargs: {...} }`:
+    unique names, a `model`."""
+    seen: dict[str, A.PolicyDecl] = {}
+    for p in c.module.policies:
+        if p.name.name in seen:
+            c.error("duplicate-name", f"policy `{p.name.name}` is declared twice", p.name.span,
+                    label="second declaration", related=((seen[p.name.name].name.span, "first declared here"),))
+        seen.setdefault(p.name.name, p)
+        _check_block_keys(c, p.block, POLICY_KEYS, f"policy `{p.name.name}`", strict=False)
+        if p.block.get("model") is None:
+            c.error("missing-statement", f"policy `{p.name.name}` has no `model`", p.name.span,
+                    help='add `model: "smollm2-135m-instruct"` (or a model folder or hub name)')
+
+
+def _once(c: Ctx, role: A.RoleDecl, kind: type, word: str, required: bool) -> Any:
+    items = role.of(kind)
+    if kind is A.RoleParse:
+        return items
+    for dup in items[1:]:
+        c.error("duplicate-statement", f"role `{role.name.name}` has two `{word}` lines", dup.span,
+                related=((items[0].span, "first here"),))
+    if required and not items:
+        c.error("missing-statement", f"role `{role.name.name}` has no `{word}`", role.name.span,
+                help=f"add a `{word}` line to the role")
+    return items[0] if items else None
+
+
+def check_roles(c: Ctx) -> None:
+    """Role names unique and not reserved; each role has one `policy` (declared) and one
+    `prompt`; parse names unique; `sample` keys known."""
+    policies = {p.name.name for p in c.module.policies}
+    for r in c.module.roles:
+        name = r.name.name
+        if name in RESERVED:
+            c.error("reserved-name", f"`{name}` cannot be a role name", r.name.span, label="reserved",
+                    notes=(f"reserved names: {_ticks(RESERVED)}",))
+        elif name in c.roles:
+            c.error("duplicate-name", f"role `{name}` is declared twice", r.name.span, label="second declaration",
+                    related=((c.roles[name].name.span, "first declared here"),))
+            continue
+        c.roles[name] = r
+        pol = _once(c, r, A.RolePolicy, "policy", required=True)
+        if pol is not None and pol.name.name not in policies:
+            c.error("unknown-policy", f"role `{name}` uses unknown policy `{pol.name.name}`", pol.name.span,
+                    label="not a declared policy", notes=(f"policies: {_ticks(policies)}",),
+                    help=did_you_mean(pol.name.name, policies))
+        _once(c, r, A.RolePrompt, "prompt", required=True)
+        _once(c, r, A.RoleSystem, "system", required=False)
+        _once(c, r, A.RoleReward, "reward", required=False)
+        sample = _once(c, r, A.RoleSample, "sample", required=False)
+        if sample is not None:
+            _check_block_keys(c, sample.block, SAMPLE_KEYS, "`sample`", strict=True)
+            _check_sample_ranges(c, sample.block)
+        fields = {"output": STR, "ok": BOOL}
+        for p in r.of(A.RoleParse):
+            fname = p.name.name
+            if fname in ("output", "ok", "turn", "task", "env"):
+                c.error("reserved-name", f"`{fname}` cannot be a parse field", p.name.span,
+                        label="reserved", notes=("every role already has `output` (raw text) and `ok`",))
+            elif fname in fields:
+                c.error("duplicate-name", f"parse field `{fname}` is declared twice in role `{name}`", p.name.span,
+                        related=((next(q.name.span for q in r.of(A.RoleParse) if q.name.name == fname), "first here"),))
+            else:
+                fields[fname] = ANY
+        c.role_fields[name] = fields

@@ -1,0 +1,102 @@
+"""What a training run builds once and every step uses: data, env, weights, engines, optimizers.
+
+    session = open_session(workflow, cfg, run_dir, show)   # loads models, starts engines
+    state = start_state(session, resume)                   # fresh, or the newest complete checkpoint
+    ...
+    session.close()                                        # engines down (always, also on failure)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from masdsl.config import Config, ConfigError, TrainConfig
+from masdsl.lang.workflow import Workflow
+from masdsl.learner import checkpoint as ckpt
+from masdsl.learner.display import Progress
+from masdsl.learner.policies import Policy, iter_trainable, load_policies, sync
+from masdsl.runtime.backends.base import Engine
+from masdsl.runtime.engine_factory import build_engines, close_engines
+from masdsl.runtime.models import load_model
+from masdsl.runtime.session import prepare
+
+
+@dataclass
+class TrainSession:
+    workflow: Workflow
+    cfg: Config
+    run_dir: Path
+    show: Progress
+    env: Any
+    train_rows: list[dict]
+    eval_rows: list[dict]
+    policies: dict[str, Policy]
+    engines: dict[str, Engine] = field(default_factory=dict)
+    optimizers: dict[str, Any] = field(default_factory=dict)  # policy -> torch optimizer
+    references: dict[str, Any] = field(default_factory=dict)  # policy -> frozen model (or "base") for the KL term
+
+    def sync_all(self) -> None:
+        """Every trainable policy's engine samples from its current weights."""
+        for p in iter_trainable(self.policies):
+            sync(p, self.engines[p.name])
+
+    def close(self) -> None:
+        close_engines(self.engines)
+
+
+def open_session(workflow: Workflow, cfg: Config, run_dir: Path, show: Progress) -> TrainSession:
+    """Data and env, models, engines, optimizers (and KL references when `train.kl_coef > 0`)."""
+    tc = cfg.train
+    env, data = prepare(workflow, cfg)
+    train_rows, eval_rows = data["train"], data["eval"][: tc.eval_tasks or None]
+    if tc.batch > len(train_rows):  # fail before any model loads
+        raise ConfigError(f"`train.batch` ({tc.batch}) is larger than the train split ({len(train_rows)} tasks)")
+    policies = load_policies(workflow, cfg)
+    session = TrainSession(workflow, cfg, run_dir, show, env, train_rows, eval_rows, policies)
+    session.engines = build_engines(workflow, cfg, policies)
+    session.optimizers = {p.name: build_optimizer(p.parameters(), tc) for p in iter_trainable(policies)}
+    session.references = references(policies, cfg) if tc.kl_coef > 0 else {}
+    if tc.gradient_checkpointing:
+        for p in iter_trainable(policies):
+            p.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return session
+
+
+def start_state(session: TrainSession, resume: str | Path | None) -> ckpt.TrainState:
+    """A fresh `TrainState`, or the newest complete checkpoint of `resume` loaded into the session."""
+    wf = session.workflow
+    if resume is None:
+        return ckpt.TrainState(step=0, cursor=0, workflow=wf.name, workflow_hash=wf.file_hash)
+    path = ckpt.find(resume)
+    state = ckpt.read_state(path, wf.file_hash)
+    ckpt.restore(path, policies=session.policies, optimizers=session.optimizers)
+    for p in session.policies.values():
+        sync(p, session.engines[p.name])
+    session.show.log(f"resumed from {path} at step {state.step}")
+    return state
+
+
+def build_optimizer(params: Sequence[Any], tc: TrainConfig) -> Any:
+    """AdamW (`train.lr`, `train.weight_decay`), fused where torch has the kernel: on CPU one
+    step of SmolLM2-135M takes 0.14 s fused vs 0.70 s for the default per-tensor loop."""
+
+    params = list(params)
+    fusable = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+    return torch.optim.AdamW(params, lr=tc.lr, weight_decay=tc.weight_decay, fused=fusable or None)
+
+
+def references(policies: dict[str, Policy], cfg: Config) -> dict[str, Any]:
+    """Frozen reference models for the KL term: a fresh load of the starting weights (so a
+    resumed run keeps the same reference), or for LoRA the shared base with adapters off."""
+    refs: dict[str, Any] = {}
+    for p in iter_trainable(policies):
+        if p.adapter is not None:
+            refs[p.name] = "base"
+            continue
+        model, _ = load_model(p.model_path, dtype=cfg.runtime.dtype, device=cfg.runtime.device)
+        refs[p.name] = model.requires_grad_(False)
+    return refs

@@ -1,0 +1,153 @@
+"""The one place that builds and closes inference engines, for `masdsl eval`, `masdsl run` and the
+evaluations inside a run.
+
+    engines = build_engines(workflow, cfg)             # evaluation: from the policies' model names
+    engines = build_engines(workflow, cfg, weights)    # training: sampling from the learner's live weights
+    close_engines(engines)
+
+Evaluation (`weights=None`): one engine per distinct model (policies on the same model act with
+the same weights, so they share it); `runtime.engine=replay` serves every policy from
+`runtime.replay_file`. Training (`weights`: `{policy: LiveWeights}`, the learner's loaded
+policies): `hf` engines hold the very model object the learner trains (for a LoRA policy the
+shared `PeftModel`, whose adapter the engine activates before each generate), so an update is
+visible to the next rollout with no copy; a `vllm` full policy gets its own engine, fed new
+weights through `update_weights`; LoRA policies on one base share one vLLM engine, each syncing
+its adapter as a LoRA request. With `runtime.ray`, engines (training: full policies only) live
+in Ray actors (`actors.RemoteEngine`); a dead actor is rebuilt and given the latest weights again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Mapping, Protocol
+
+from masdsl.config import Config, ConfigError
+from masdsl.lang.workflow import PolicySpec, Workflow
+from masdsl.runtime import actors
+from masdsl.runtime.backends import build_engine, engine_kwargs, vllm_available
+from masdsl.runtime.backends.base import Engine
+from masdsl.runtime.executor import DEFAULT_MAX_TOKENS, role_sample
+from masdsl.runtime.session import effective_policies
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """A policy's `lora: { ... }` block, typed (peft's defaults where a key is left out).
+
+    >>> LoraSettings.of({"r": 16}), LoraSettings.of({"r": 4, "alpha": 8, "dropout": 0.1}).alpha
+    (LoraSettings(r=16, alpha=32.0, dropout=0.0, target_modules='all-linear'), 8.0)
+    """
+
+    r: int = 8
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: Any = "all-linear"
+
+    @classmethod
+    def of(cls, block: Mapping[str, Any]) -> "LoraSettings":
+        r = int(block.get("r", 8))
+        return cls(r, float(block.get("alpha", 2 * r)), float(block.get("dropout", 0.0)),
+                   block.get("target_modules", "all-linear"))
+
+
+class LiveWeights(Protocol):
+    """What the factory needs of a learner's policy (`masdsl.learner.policies.Policy`)."""
+
+    name: str
+    spec: PolicySpec
+    model: Any
+    tokenizer: Any
+    model_path: str
+    adapter: str | None
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+
+def engine_kind(cfg: Config, training: bool = False) -> str:
+    """`runtime.engine` with `auto` resolved: vllm when it imports and runs here, else hf."""
+    kind = cfg.runtime.engine
+    if kind == "auto":
+        kind = "vllm" if vllm_available()[0] else "hf"
+    if kind == "replay" and training:
+        raise ConfigError("`runtime.engine=replay` replays fixed outputs and cannot train; use hf or vllm")
+    return kind
+
+
+def build_engines(workflow: Workflow, cfg: Config,
+                  weights: Mapping[str, LiveWeights] | None = None) -> dict[str, Engine]:
+    """{policy: Engine}: from the policies' model names, or sampling from the learner's `weights`."""
+    if weights is not None:
+        return _training_engines(weights, cfg)
+    if cfg.runtime.engine == "replay":
+        from masdsl.runtime.backends.replay import ReplayEngine  # only replay runs need it
+
+        if not cfg.runtime.replay_file:
+            raise ConfigError("`runtime.engine=replay` needs `runtime.replay_file=PATH`")
+        engine = ReplayEngine(cfg.runtime.replay_file)
+        return {name: engine for name in workflow.policies}
+    specs = effective_policies(workflow, cfg)
+    longest = max((int(role_sample(workflow, cfg, name).get("max_tokens", DEFAULT_MAX_TOKENS))
+                   for name in workflow.roles), default=DEFAULT_MAX_TOKENS)  # `sample.<role>` overrides count
+    max_model_len = int(cfg.runtime.max_prompt_tokens) + longest
+    models = {s.model for s in specs.values()}
+    by_model: dict[str, Engine] = {}
+    for spec in specs.values():
+        if spec.model in by_model:
+            continue
+        if cfg.runtime.ray:
+            actors.init_ray(cfg)
+            gpus = 1.0 / len(models) if str(cfg.runtime.device).startswith("cuda") else 0.0
+            by_model[spec.model] = actors.RemoteEngine(partial(_from_name, spec, cfg, max_model_len), num_gpus=gpus)
+        else:
+            by_model[spec.model] = _from_name(spec, cfg, max_model_len)
+    return {name: by_model[spec.model] for name, spec in specs.items()}
+
+
+def _from_name(spec: PolicySpec, cfg: Config, max_model_len: int) -> Engine:
+    """One engine for a policy's model through the backends' factory (`runtime.engine`)."""
+    return build_engine(cfg.runtime.engine, spec.model, **engine_kwargs(cfg), max_model_len=max_model_len)
+
+
+def _training_engines(weights: Mapping[str, LiveWeights], cfg: Config) -> dict[str, Engine]:
+    kind = engine_kind(cfg, training=True)
+    kw = engine_kwargs(cfg)
+    engines: dict[str, Engine] = {}
+    lora_bases: dict[str, Engine] = {}  # model path -> the vLLM engine with LoRA on
+    remote = [n for n, p in weights.items() if p.adapter is None] if cfg.runtime.ray else []
+    for name, p in weights.items():
+        if name in remote:
+            engines[name] = _remote_engine(kind, p, kw, cfg, len(remote))
+        elif kind == "hf":
+            engines[name] = build_engine("hf", (p.model, p.tokenizer), seed=kw["seed"], adapter=p.adapter)
+        elif p.adapter is None:
+            engines[name] = build_engine("vllm", p.model_path, **kw)
+        else:
+            if p.model_path not in lora_bases:
+                ranks = [LoraSettings.of(q.spec.lora or {}).r for q in weights.values()
+                         if q.model_path == p.model_path and q.adapter]
+                lora = {"max_lora_rank": max(8, *ranks), "max_loras": len(ranks)}
+                lora_bases[p.model_path] = build_engine("vllm", p.model_path, lora=lora, **kw)
+            engines[name] = lora_bases[p.model_path].adapter(name, p.model.peft_config[p.adapter])
+            engines[name].update_weights(p.state_dict())
+    return engines
+
+
+def _remote_engine(kind: str, p: LiveWeights, kw: dict[str, Any], cfg: Config, n_remote: int) -> Engine:
+    """A full policy's engine in its own Ray actor, built there from the policy's model folder."""
+    import torch  # heavy: only training engines need torch's thread count
+
+    actors.init_ray(cfg)
+    on_gpu = str(cfg.runtime.device).startswith("cuda")
+    threads = None if on_gpu else torch.get_num_threads()  # sample as the driver would
+    return actors.RemoteEngine(partial(actors.engine_from_folder, kind, p.model_path, kw, threads),
+                               num_gpus=1.0 / n_remote if on_gpu else 0.0)
+
+
+def close_engines(engines: Mapping[str, Engine]) -> None:
+    """Close every engine once, and the shared vLLM base behind LoRA adapter engines."""
+    seen: set[int] = set()
+    for e in list(engines.values()) + [getattr(e, "base", None) for e in engines.values()]:
+        if e is not None and id(e) not in seen:
+            seen.add(id(e))
+            e.close()

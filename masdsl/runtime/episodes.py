@@ -1,0 +1,109 @@
+"""What a rollout keeps while it runs, and what it returns (see `executor.rollout`).
+
+`RunState` is one rollout's settings, engines, worker pool and tallies; an `Episode` is one
+task's walk through the flow; a `RoleStep` is one role's turn in one tick (its request, its
+candidates, their parsed fields and scored outcomes). `Rollout` and `EpisodeResult` are the
+results handed back.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from masdsl.lang.workflow import RoleSpec, Workflow
+from masdsl.runtime.backends.base import Candidate, Engine, GenRequest
+from masdsl.runtime.records import StepRecord
+from masdsl.runtime.sampling import Outcome
+
+log = logging.getLogger("masdsl.runtime.executor")
+
+MAX_STEPS = 10_000  # per episode: a safety net for flows the checker let through without max_turns
+
+
+@dataclass
+class EpisodeResult:
+    task_id: str
+    success: float
+    team_reward: float | None
+    turns: dict[str, int]  # how many times each role acted
+    truncated: bool  # ended by max_turns rather than by reaching `end`
+    rewards_by_role_turn: dict[tuple[str, int], float]  # reward of the selected candidate
+    sample: int = 0  # which of the `repeats` independent episodes of this task (0-based)
+
+
+@dataclass
+class Rollout:
+    records: list[StepRecord]
+    episodes: list[EpisodeResult]
+    tokens_generated: int
+    wall_s: float
+    gen_s: float
+    env_s: float
+    truncated_prompts: int
+    errors: dict[str, int] = field(default_factory=dict)  # failing expression / env step -> count
+
+
+@dataclass
+class Episode:
+    index: int
+    task: Mapping[str, Any]
+    task_id: str
+    state: Any
+    fields: dict[str, dict[str, Any]]
+    node: str = "start"
+    turns: dict[str, int] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    records: list[StepRecord] = field(default_factory=list)
+    rewards: dict[tuple[str, int], float] = field(default_factory=dict)
+    locals: list[float] = field(default_factory=list)
+    last_turn: int = 0
+    steps: int = 0
+    done: bool = False
+    truncated: bool = False
+    repeat: int = 0  # which independent episode of this task (rollout's `repeats`)
+
+
+@dataclass
+class RoleStep:
+    episode: Episode
+    role: RoleSpec
+    node: str
+    turn: int
+    request: GenRequest
+    prompt_text: str
+    truncated: bool
+    candidates: list[Candidate] = field(default_factory=list)
+    fields: list[dict[str, Any]] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)
+    gen_s: float = 0.0
+    winner: int = 0
+
+
+@dataclass
+class RunState:
+    workflow: Workflow
+    env: Any
+    engines: Mapping[str, Engine]
+    cfg: Any
+    mode: str
+    k: int
+    step: int
+    seed: int
+    pool: Any
+    tokens: int = 0
+    gen_s: float = 0.0
+    env_s: float = 0.0
+    truncated_prompts: int = 0
+    errors: Counter = field(default_factory=Counter)
+    fail_on_env: bool = False  # an env call failing after its retries raises StepFailed
+    samples: dict[str, dict[str, Any]] = field(default_factory=dict)  # role -> effective `sample { }`
+    chat_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)  # policy -> chat_template_kwargs
+
+    def error(self, message: str) -> None:
+        """Tally a failing expression or env step (logged the first time it is seen)."""
+        if message not in self.errors:
+            log.warning("%s", message)
+        self.errors[message] += 1

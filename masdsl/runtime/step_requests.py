@@ -1,0 +1,108 @@
+"""A role's turn as an engine request: its prompt rendered and tokenised, its sampling options.
+
+Every `sample { }` option (`masdsl.lang.check.SAMPLE_KEYS`) reaches the request, with the config's
+`sample.<role>.*` overrides applied (`role_sample`); the policy's `chat_template_kwargs` reach
+its chat template (`chat_template_kwargs`). Seeds are derived per (run seed, step, task, role,
+turn), so a request samples the same whatever else is in its batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from masdsl.lang.workflow import RoleSpec, Workflow
+from masdsl.runtime import prompts
+from masdsl.runtime.backends.base import GenRequest
+from masdsl.runtime.episodes import Episode, RoleStep, RunState
+from masdsl.runtime.sampling import derive_seed
+
+DEFAULT_MAX_TOKENS = 256
+REPEAT_SEED_STRIDE = 1_000_003  # repeat j of a task samples with run seed + j * stride (as the trainer's K rollouts)
+
+
+def role_sample(workflow: Workflow, cfg: Any, role: str) -> dict[str, Any]:
+    """The role's `sample { }` block with the config's `sample.<role>.*` overrides applied.
+
+    >>> from types import SimpleNamespace
+    >>> from masdsl.config import resolve_config
+    >>> wf = SimpleNamespace(roles={"coder": RoleSpec("coder", "p", "", sample={"max_tokens": 64, "top_p": 0.9})})
+    >>> role_sample(wf, resolve_config(overrides=["sample.coder.max_tokens=8"]), "coder")
+    {'max_tokens': 8, 'top_p': 0.9}
+    """
+    out = dict(workflow.roles[role].sample or {})
+    override = (getattr(cfg, "sample", None) or {}).get(role)
+    if override is not None:
+        items = dataclasses.asdict(override).items() if dataclasses.is_dataclass(override) else dict(override).items()
+        out.update({k: v for k, v in items if v is not None})
+    return out
+
+
+def chat_template_kwargs(workflow: Workflow, cfg: Any, policy: str) -> dict[str, Any]:
+    """The policy's `chat_template_kwargs`: the `.mas` block's, then `policy.<name>.chat_template_kwargs`.
+
+    >>> from types import SimpleNamespace
+    >>> from masdsl.config import resolve_config
+    >>> from masdsl.lang.workflow import PolicySpec
+    >>> wf = SimpleNamespace(policies={"p": PolicySpec("p", "m", chat_template_kwargs={"enable_thinking": True, "x": 1})})
+    >>> chat_template_kwargs(wf, resolve_config(overrides=["policy.p.chat_template_kwargs.enable_thinking=false"]), "p")
+    {'enable_thinking': False, 'x': 1}
+    """
+    spec = workflow.policies.get(policy)
+    out = dict(getattr(spec, "chat_template_kwargs", None) or {})
+    override = (getattr(cfg, "policy", None) or {}).get(policy)
+    out.update(getattr(override, "chat_template_kwargs", None) or {})
+    return out
+
+
+def roles_of(workflow: Workflow, node: str) -> tuple[str, ...]:
+    """The roles a node activates: a parallel group's members, or the node's own role."""
+    return tuple(workflow.graph.nodes[node].get("roles") or (node,))
+
+
+def request_for(ep: Episode, role: RoleSpec, turn: int, ids: list[int], run: RunState) -> GenRequest:
+    """One role step's request; every `sample { }` option is used.
+
+    In evaluation the temperature is `train.eval_temperature` (0: greedy). `seed` in a role's
+    `sample { }` is folded into that role's request seeds (other roles keep theirs).
+    """
+    sample = run.samples.get(role.name)
+    if sample is None:
+        sample = dict(role.sample or {})
+    temperature = sample.get("temperature", 1.0) if run.mode == "train" else run.cfg.train.eval_temperature
+    base = run.seed + REPEAT_SEED_STRIDE * ep.repeat
+    if sample.get("seed") is not None:
+        base = derive_seed(base, int(sample["seed"]), "", "sample.seed", 0)
+    return GenRequest(
+        prompt_ids=ids,
+        n=run.k,
+        temperature=float(temperature),
+        top_p=float(sample.get("top_p", 1.0)),
+        max_tokens=int(sample.get("max_tokens", DEFAULT_MAX_TOKENS)),
+        stop=list(sample.get("stop", ())),
+        seed=derive_seed(base, run.step, ep.task_id, role.name, turn),
+        key=(ep.task_id, role.name, turn),
+        top_k=int(sample.get("top_k", 0)),
+        min_p=float(sample.get("min_p", 0.0)),
+        repetition_penalty=float(sample.get("repetition_penalty", 1.0)),
+    )
+
+
+def role_steps(ep: Episode, run: RunState) -> list[RoleStep]:
+    """The prompts of the current node's roles, all rendered against the pre-step state."""
+    view = run.env.view(ep.state)
+    steps = []
+    for name in roles_of(run.workflow, ep.node):
+        role = run.workflow.roles[name]
+        turn = ep.turns[name]
+        where = f"{role.prompt_span or role.span or run.workflow.name}: prompt of role `{name}` (task `{ep.task_id}`, turn {turn})"
+        variables = prompts.prompt_variables(ep.task, view, turn, name, ep.fields, ep.history)
+        messages = prompts.messages_for(role.prompt, role.system, variables, where)
+        tokenizer = getattr(run.engines[role.policy], "tokenizer", None)
+        ids, text, cut = prompts.encode(
+            tokenizer, messages, max_tokens=run.cfg.runtime.max_prompt_tokens,
+            truncate=run.cfg.runtime.truncate_prompts, where=where, chat_kwargs=run.chat_kwargs.get(role.policy),
+        )
+        run.truncated_prompts += cut
+        steps.append(RoleStep(ep, role, ep.node, turn, request_for(ep, role, turn, ids, run), text, cut))
+    return steps

@@ -1,0 +1,106 @@
+"""The source tree as data: masdsl's modules, their import graph and its layers.
+
+`tests/test_architecture.py` checks the layout rules on it and `scripts/draw_architecture.py`
+draws docs/img/architecture.png from it.
+
+>>> layer_of("masdsl.errors") < layer_of("masdsl.lang.parse") < layer_of("masdsl.learner.trainer")
+True
+>>> ("masdsl.learner.trainer", "masdsl.config") in import_graph().edges
+True
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import lru_cache
+from pathlib import Path
+
+import networkx as nx
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+PKG = ROOT / "masdsl"
+
+# Low to high: a module may import from its own layer and the layers before it, never after.
+LAYERS = (
+    ("masdsl.errors", "masdsl.config"),
+    ("masdsl.sandbox",),
+    ("masdsl.envs",),
+    ("masdsl.lang",),
+    ("masdsl.runtime",),
+    ("masdsl.tracking",),
+    ("masdsl.learner",),
+    ("masdsl.commands", "masdsl.lsp"),
+    ("masdsl.cli", "masdsl.api", "masdsl.testing", "masdsl"),
+)
+
+
+@lru_cache(maxsize=1)
+def modules() -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the masdsl package."""
+    out = {}
+    for path in sorted(PKG.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def parsed(module: str) -> tuple[ast.Module, list[str]]:
+    text = modules()[module].read_text()
+    return ast.parse(text, filename=str(modules()[module])), text.splitlines()
+
+
+def _target(module: str, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    parts = module.split(".")
+    package = parts if modules()[module].name == "__init__.py" else parts[:-1]
+    package = package[: len(package) - (node.level - 1)]
+    return ".".join(package + ([node.module] if node.module else []))
+
+
+def _type_checking_nodes(tree: ast.Module) -> set[int]:
+    """Imports under `if TYPE_CHECKING:` are for annotations only and never run."""
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for n in ast.walk(node))
+    return skip
+
+
+def import_graph() -> nx.DiGraph:
+    """Module -> imported masdsl module, for every import that runs (top level or in a function)."""
+    graph = nx.DiGraph()
+    known = modules()
+    for module in known:
+        tree, _ = parsed(module)
+        graph.add_node(module)
+        skip = _type_checking_nodes(tree)
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = _target(module, node)
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+            for t in targets:
+                if t in known and t != module and not module.startswith(t + "."):
+                    graph.add_edge(module, t)
+    return graph
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of the most specific prefix naming `module`."""
+    best, depth = len(LAYERS) - 1, -1
+    for i, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and prefix.count(".") > depth:
+                best, depth = i, prefix.count(".")
+    return best
+
+
+def package_of(module: str) -> str:
+    """`masdsl.learner.trainer` -> `masdsl.learner`; top-level modules stand for themselves."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
