@@ -1,10 +1,25 @@
-"""masdsl: declare multi-agent LLM systems in `.mas` files and train them with AT-GRPO."""
+"""masdsl: declare multi-agent LLM systems in `.mas` files and train them with AT-GRPO.
+
+`masdsl.load` / `masdsl.loads` compile a workflow; `masdsl.train`, `masdsl.evaluate` and
+`masdsl.rollout` (with `TrainResult`, `EvalResult`, `Rollout`) are the Python API of
+`masdsl/api.py` (docs/api.md), imported on first use so that `import masdsl` stays light.
+"""
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["load", "loads", "__version__"]
+__all__ = ["load", "loads", "train", "evaluate", "rollout", "TrainResult", "EvalResult", "Rollout", "__version__"]
+_API = ("train", "evaluate", "rollout", "TrainResult", "EvalResult", "Rollout")
+
+
+def __getattr__(name: str):
+    """`masdsl.train` and the rest of the API, imported when first asked for."""
+    if name in _API:
+        from masdsl import api  # lazy: the API pulls in torch, the runtime and the learner
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'masdsl' has no attribute {name!r}")
 
 
 def load(path):

@@ -1,14 +1,21 @@
-"""`masdsl` command line: check | graph | run | eval | trace.
+"""`masdsl` command line: check | graph | run | eval | trace | fmt | new.
 
 Each subcommand lives in `masdsl/commands/<name>.py` with `add_arguments(parser)` and
 `main(args) -> int`, imported only when used so `masdsl check` never pays for torch.
 Exit status: 0 ok, 2 user error, 3 internal error (a bug in masdsl).
+
+Global flags, accepted before the command or anywhere after it: `--debug` (tracebacks of
+internal errors), `--verbose` (the inference engines' start-up logs: sets `MASDSL_VERBOSE=1`,
+which `masdsl.runtime.backends.vllm.environment` reads), `-h`/`--help` (the command's help, even
+among a `run`/`eval` command's overrides). `masdsl --version` prints the installed version.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
+import os
 import sys
 import traceback
 
@@ -20,16 +27,40 @@ COMMANDS = {
     "run": "train a workflow with AT-GRPO (rollout -> group -> update -> sync)",
     "eval": "roll out a workflow on its eval split and report metrics by role and turn",
     "trace": "print readable transcripts of a run's episodes",
+    "export": "write a run's trained policies as Hugging Face folders (or PEFT adapters)",
+    "fmt": "rewrite .mas files in the canonical layout (--check: list files that would change)",
+    "new": "start a workflow: NAME.mas plus a Python file with a reward function and an env stub",
+    "lsp": "language server for editors (stdio): diagnostics, hover, definition, completion, rename",
 }
+
+
+VERBOSE_ENV = "MASDSL_VERBOSE"  # set by --verbose; read where engines start (vllm/environment.py)
+HELP_FLAGS = ("-h", "--help")
+GLOBAL_FLAGS = ("--debug", "--verbose")
+
+
+def version() -> str:
+    """The installed package's version (its metadata), else the source tree's."""
+    try:
+        return importlib.metadata.version("masdsl")
+    except importlib.metadata.PackageNotFoundError:
+        import masdsl  # start-up: only `--version` of an uninstalled tree asks
+
+        return masdsl.__version__
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="masdsl", description="Multi-agent LLM workflows trained with AT-GRPO.")
+    parser.add_argument("--version", action="version", version=f"masdsl {version()}")
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks for internal errors")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show the inference engines' start-up logs (vLLM, Triton; hidden by default)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_text in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        p.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        p.set_defaults(_parser=p)
         try:
             module = importlib.import_module(f"masdsl.commands.{name}")
         except ModuleNotFoundError as exc:
@@ -41,12 +72,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def global_flags(args: argparse.Namespace) -> bool:
+    """Take `--debug`, `--verbose` and `-h`/`--help` out of a command's overrides (`run FILE
+    --help`: argparse leaves words after the file there); True when help was asked for."""
+    rest = getattr(args, "overrides", None)
+    if not rest:
+        return False
+    for flag in GLOBAL_FLAGS:
+        if flag in rest:
+            setattr(args, flag[2:], True)
+    args.overrides = [a for a in rest if a not in GLOBAL_FLAGS + HELP_FLAGS]
+    return any(a in HELP_FLAGS for a in rest)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()
         return 2
+    if global_flags(args):
+        args._parser.print_help()
+        return 0
+    if getattr(args, "verbose", False):
+        os.environ[VERBOSE_ENV] = "1"  # inherited by the engine processes started later
     if not hasattr(args, "_module"):
         print(f"masdsl: `{args.command}` is not available in this build", file=sys.stderr)
         return 3

@@ -72,6 +72,9 @@ class RuntimeConfig:
     dtype: str = "float32"
     runs_dir: str = "runs"
     vllm_gpu_memory_utilization: float = 0.3
+    # 0: every policy trains in the driver; N >= 1: each trainable full policy trains on N Ray
+    # actors with torch.distributed (data-parallel over its rows; masdsl/learner/workers.py)
+    learner_workers: int = 0
 
 
 @dataclass
@@ -80,6 +83,9 @@ class TrackingConfig:
     uri: Optional[str] = None  # default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db
     experiment: Optional[str] = None  # default: the workflow name
     log_weights: bool = False
+    log_models: bool = False  # end of a finished run: each policy as an MLflow transformers model
+    register: bool = False  # also register it as model version `<workflow>-<policy>` (implies log_models)
+    system_metrics: bool = True  # MLflow system metrics (CPU, memory, GPU) on training runs; needs psutil
 
 
 @dataclass

@@ -38,3 +38,21 @@ def vllm_engine_session(tiny_model_dir):
     engine = VLLMEngine(tiny_model_dir, seed=0, max_model_len=512, lora={"max_lora_rank": 8})
     yield engine
     engine.close()
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A plain local Ray instance for one test module (joined if one already runs; then it is
+    left running). Token auth off, like `local_cluster`."""
+    pytest.importorskip("ray")
+    import os
+
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    if started:
+        ray.shutdown()

@@ -2,24 +2,64 @@
 
 Prints one line per valid file (`ok  workflows/x.mas  roles=2 edges=4 max_turns=4`) and every
 diagnostic of the others (long rustc-style form, or `--format short`). Exit 0 when every file
-is valid, 2 when any has errors. Warnings never change the exit status.
+is valid, 2 when any has errors. Warnings never change the exit status. A file that cannot be
+read is reported on stderr.
+
+`--json` prints one JSON document on stdout instead: `{"ok": bool, "files": [{"file", "ok",
+"error" (null, or why the file could not be read), "summary" ({"roles", "edges", "max_turns"}
+or null), "diagnostics": [{"severity", "code", "message", "file", "line", "col", "end":
+{"line", "col"}, "label", "notes", "hint"}]}]}`; lines and columns are 1-based, `end` is where
+the primary span ends.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def add_arguments(p) -> None:
     p.add_argument("files", nargs="+", metavar="FILE", help=".mas files to check")
     p.add_argument("--format", choices=("long", "short"), default="long", help="diagnostic format (default long)")
     p.add_argument("--no-warnings", action="store_true", help="do not print warnings")
+    p.add_argument("--json", action="store_true", help="print the results and diagnostics as one JSON document")
 
 
 def summary(wf) -> str:
     turns = wf.max_turns if wf.max_turns is not None else "-"
     return f"roles={len(wf.roles)} edges={wf.graph.number_of_edges()} max_turns={turns}"
+
+
+def diagnostic_json(d) -> dict[str, Any]:
+    """One diagnostic as plain data (`--json`)."""
+    s = d.span
+    return {"severity": d.severity, "code": d.code, "message": d.message, "file": s.file, "line": s.line,
+            "col": s.col, "end": {"line": s.end_line, "col": s.end_col}, "label": d.label or None,
+            "notes": list(d.notes), "hint": d.help}
+
+
+def check_json(path: str, warnings: bool = True) -> dict[str, Any]:
+    """The `--json` entry of one file."""
+    from masdsl.lang import analyze  # lazy: `masdsl --help` imports every command module
+
+    entry: dict[str, Any] = {"file": path, "ok": False, "error": None, "summary": None, "diagnostics": []}
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        entry["error"] = "no such file"
+        return entry
+    except (OSError, UnicodeDecodeError) as exc:
+        entry["error"] = f"cannot read: {exc}"
+        return entry
+    a = analyze(text, path, Path(path).parent)
+    wf = a.workflow
+    entry["ok"] = wf is not None
+    if wf is not None:
+        entry["summary"] = {"roles": len(wf.roles), "edges": wf.graph.number_of_edges(), "max_turns": wf.max_turns}
+    entry["diagnostics"] = [diagnostic_json(d) for d in (a.diagnostics if warnings else a.errors)]
+    return entry
 
 
 def check_one(path: str, fmt: str = "long", warnings: bool = True, color: bool = False) -> tuple[bool, str, str]:
@@ -46,12 +86,18 @@ def check_one(path: str, fmt: str = "long", warnings: bool = True, color: bool =
 
 
 def main(args) -> int:
+    if getattr(args, "json", False):
+        files = [check_json(path, not args.no_warnings) for path in args.files]
+        ok = all(f["ok"] for f in files)
+        print(json.dumps({"ok": ok, "files": files}, indent=2), flush=True)
+        return 0 if ok else 2
     color = sys.stderr.isatty()
     status = 0
     for path in args.files:
         ok, line, diags = check_one(path, args.format, not args.no_warnings, color)
         if diags:
             print(diags + ("\n" if args.format == "long" else ""), file=sys.stderr, flush=True)
-        print(line, flush=True)
+        unreadable = not ok and not diags  # a file with errors always has diagnostics
+        print(line, file=sys.stderr if unreadable else sys.stdout, flush=True)
         status = status if ok else 2
     return status

@@ -1,4 +1,5 @@
-"""`masdsl eval FILE [overrides] [--config Y] [--tasks N | --all] [--samples N] [--temperature T]`.
+"""`masdsl eval FILE [overrides] [--config Y] [--tasks N | --all] [--samples N] [--temperature T]
+[--checkpoint RUN_DIR] [--json]`.
 
 Loads and checks the workflow, resolves the configuration (defaults < `train { }` < `--config`
 < overrides < these flags), builds the env and one engine per distinct model, runs the eval
@@ -10,11 +11,19 @@ Greedy, one episode per task is the default. `--samples N` (`train.eval_samples`
 independent episodes per task (distinct seeds, one batch) and reports mean@N and the unbiased
 pass@k for k = 1, 2, 4, ... and N; it is meant with `--temperature T > 0`
 (`train.eval_temperature`): greedy episodes of one task are identical (a warning says so).
+
+`--checkpoint RUN_DIR` (or `RUN_DIR/checkpoints/step_N`) evaluates the run's trained policies:
+they are exported to a temporary folder (`masdsl.learner.export`, LoRA merged) and evaluated
+as `policy.NAME.model=FOLDER`; the other settings come from the file and the overrides, as
+without it. `--json` prints `{"workflow", "run_dir", "tasks", "checkpoint", "metrics"}` on stdout
+(the progress bar and warnings stay on stderr). The evaluation itself is
+`masdsl.learner.evaluation.run_evaluation`, shared with `masdsl.evaluate`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from typing import Any
 
@@ -38,19 +47,23 @@ def _options(p: argparse.ArgumentParser) -> None:
                    help="N independent episodes per task: mean@N and pass@k (train.eval_samples; default 1)")
     p.add_argument("--temperature", type=float, metavar="T", default=None,
                    help="sampling temperature of every role (train.eval_temperature; default 0: greedy)")
+    p.add_argument("--checkpoint", metavar="RUN_DIR", default=None,
+                   help="evaluate the trained policies of a run (its newest checkpoint) or of one checkpoint folder")
+    p.add_argument("--json", action="store_const", const=True, default=None,
+                   help="print the metrics as JSON on stdout instead of the table")
 
 
 def split_options(args: argparse.Namespace) -> argparse.Namespace:
     """Move options written among the overrides into `args`; anything else dash-led is an error.
 
-    >>> ns = argparse.Namespace(config=None, tasks=None, all=None, samples=None, temperature=None,
-    ...                         overrides=["a=1", "--tasks", "2", "b=2", "--samples", "4"])
+    >>> ns = argparse.Namespace(config=None, tasks=None, all=None, samples=None, temperature=None, checkpoint=None,
+    ...                         json=None, overrides=["a=1", "--tasks", "2", "b=2", "--samples", "4"])
     >>> split_options(ns).tasks, ns.samples, ns.overrides
     (2, 4, ['a=1', 'b=2'])
     """
     from masdsl.commands import split_options as split  # the package imports this module: not at the top
 
-    return split(args, "masdsl eval", _options, ("config", "tasks", "all", "samples", "temperature"))
+    return split(args, "masdsl eval", _options, ("config", "tasks", "all", "samples", "temperature", "checkpoint", "json"))
 
 
 def flag_overrides(args: argparse.Namespace) -> list[str]:
@@ -83,12 +96,6 @@ def _isolation_summary(cfg: Any) -> str | None:
     from masdsl.sandbox import isolation_summary, limits_from_config  # start-up: the sandbox only when evaluating
 
     return isolation_summary(limits_from_config(cfg.sandbox))
-
-
-def _start_tracking(workflow: Any, cfg: Any, run_dir: Any) -> Any:
-    from masdsl.tracking import start_run  # start-up: mlflow only when tracking
-
-    return start_run(workflow, cfg, kind="eval", run_dir=run_dir)
 
 
 def table(workflow: Any, m: dict[str, float], run_dir: Any) -> Any:
@@ -126,8 +133,7 @@ def main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from masdsl.config import check_names, resolve_config
-    from masdsl.learner.evaluation import greedy_repeats_warning
-    from masdsl.runtime.session import load_split, make_env
+    from masdsl.learner.evaluation import eval_tasks, greedy_repeats_warning
 
     err, out = Console(stderr=True), Console()
     split_options(args)
@@ -135,65 +141,37 @@ def main(args: argparse.Namespace) -> int:
     workflow = masdsl.load(args.file)
     cfg = resolve_config(workflow.train, args.config, [*args.overrides, *flag_overrides(args)])
     check_names(cfg, workflow)  # sample.<role> / policy.<name> name the file's roles and policies
-    if "eval" not in workflow.data:
-        raise UserError(f"{args.file}: the workflow has no `data eval ...` line to evaluate on")
-    tasks = load_split(workflow.data["eval"])
-    n = cfg.train.eval_tasks if args.tasks is None else args.tasks
-    if n < 0:
+    if args.tasks is not None and args.tasks < 0:
         raise UserError("--tasks must be 0 (all) or more")
-    tasks = tasks[:n] if n else tasks
+    tasks = eval_tasks(workflow, cfg, args.tasks)
     warning = greedy_repeats_warning(cfg)
     if warning:
         err.print(warning, highlight=False, markup=False, soft_wrap=True)
-    env = make_env(workflow, cfg)
     summary = _isolation_summary(cfg)
     if summary:
         err.print(summary if summary.startswith("sandbox") else f"sandbox: {summary}", highlight=False, markup=False)
-    run_dir, ro = _evaluate(workflow, cfg, env, tasks, err)
-    for message, count in ro.errors.items():
+    result = _evaluate(workflow, cfg, tasks, args.checkpoint, err)
+    for message, count in result.errors.items():
         err.print(f"warning: {message} ({count}x, scored 0)", highlight=False, markup=False)
-    out.print(table(workflow, _metrics(ro), run_dir.path))
+    if args.json:
+        print(json.dumps({"workflow": workflow.name, "run_dir": str(result.run_dir), "tasks": result.tasks,
+                          "checkpoint": str(result.checkpoint) if result.checkpoint else None,
+                          "metrics": result.metrics}, indent=2))
+    else:
+        out.print(table(workflow, result.metrics, result.run_dir))
     return 0
 
 
-def _evaluate(workflow: Any, cfg: Any, env: Any, tasks: list[dict], err: Any) -> tuple[Any, Any]:
-    """Engines up, the eval rollout with a progress bar, records and metrics saved, engines down."""
+def _evaluate(workflow: Any, cfg: Any, tasks: list[dict], checkpoint: str | None, err: Any) -> Any:
+    """`run_evaluation` under a progress bar on stderr."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # start-up
 
-    from masdsl.runtime.engine_factory import build_engines, close_engines  # start-up: engines pull in torch
-    from masdsl.runtime.executor import rollout  # start-up: as above
-    from masdsl.runtime.rundir import RunDir  # start-up: as above
+    from masdsl.learner.evaluation import run_evaluation  # start-up: engines pull in torch
 
-    repeats = cfg.train.eval_samples
-    with err.status("loading models ..."):
-        engines = build_engines(workflow, cfg)
-    tracker = None
-    try:
-        run_dir = RunDir.create(workflow, cfg)
-        tracker = _start_tracking(workflow, cfg, run_dir.path)
-        columns = (TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TextColumn("episodes"), TimeElapsedColumn())
-        with Progress(*columns, console=err, transient=False) as bar:
-            job = bar.add_task("eval", total=len(tasks) * repeats)
-            ro = rollout(workflow, env, tasks, engines, mode="eval", samples=1, step=-1, seed=cfg.train.seed,
-                         cfg=cfg, on_records=run_dir.write_records, progress=lambda k: bar.advance(job, k),
-                         keep_records=False, repeats=repeats)
-    except BaseException as exc:
-        if tracker is not None:  # never leave the MLflow run marked RUNNING
-            tracker.finish("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
-        raise
-    finally:
-        close_engines(engines)
-    m = _metrics(ro)
-    run_dir.write_summary({"metrics": m, "errors": ro.errors, "workflow": workflow.name, "tasks": len(tasks),
-                           "samples_per_task": repeats, "temperature": cfg.train.eval_temperature})
-    if tracker is not None:
-        tracker.log_metrics(m, step=0)
-        tracker.log_artifact(run_dir.records_path, "records")
-        tracker.finish()
-    return run_dir, ro
-
-
-def _metrics(ro: Any) -> dict[str, float]:
-    from masdsl.learner.metrics import eval_metrics  # start-up: as above
-
-    return eval_metrics(ro.records, ro.episodes, rollout=ro)
+    if checkpoint:
+        err.print(f"evaluating the trained policies of {checkpoint}", highlight=False, markup=False)
+    err.print("loading models ...", highlight=False, markup=False)
+    columns = (TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TextColumn("episodes"), TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=False) as bar:
+        job = bar.add_task("eval", total=len(tasks) * cfg.train.eval_samples)
+        return run_evaluation(workflow, cfg, tasks, checkpoint=checkpoint, progress=lambda k: bar.advance(job, k))

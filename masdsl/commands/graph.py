@@ -53,10 +53,13 @@ def main(args) -> int:
         out = render_image(G.to_dot(wf), args.format)
     if args.output:
         path = Path(args.output)
-        if isinstance(out, bytes):
-            path.write_bytes(out)
-        else:
-            path.write_text(out, encoding="utf-8")
+        try:
+            if isinstance(out, bytes):
+                path.write_bytes(out)
+            else:
+                path.write_text(out, encoding="utf-8")
+        except OSError as exc:
+            raise UserError(f"{path}: cannot write: {exc.strerror or exc}") from None
         print(f"wrote {path}")
         if args.format in ("svg", "png"):
             print(table)

@@ -6,7 +6,8 @@ Loads and checks the workflow, resolves the configuration (defaults < `train { }
 `--resume`, continues the newest complete checkpoint of an earlier run in its own folder
 (the configuration saved with the checkpoint, plus any overrides given now, e.g. more
 `train.steps`). Ends with a table: eval success before vs after, where the run, its
-checkpoints and its MLflow record are.
+checkpoints and its MLflow record are (on stderr). `--json` also prints the summary
+(`summary.json` plus `run_dir`) as one JSON document on stdout at the end.
 
 A step that cannot be completed (an env call still failing after `runtime.env_retries`
 retries, an engine actor that keeps dying) ends the command with exit status 2 and one line
@@ -28,6 +29,8 @@ def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="YAML", help="a YAML config file layered under the overrides")
     p.add_argument("--resume", metavar="RUN_DIR",
                    help="continue the run in RUN_DIR from its newest complete checkpoint")
+    p.add_argument("--json", action="store_const", const=True, default=None,
+                   help="print the run's summary (summary.json plus run_dir) as JSON on stdout at the end")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -45,13 +48,15 @@ def split_options(args: argparse.Namespace) -> argparse.Namespace:
     """
     from masdsl.commands import split_options as split  # the package imports this module: not at the top
 
-    return split(args, "masdsl run", _options, ("config", "resume"))
+    return split(args, "masdsl run", _options, ("config", "resume", "json"))
 
 
 def resume_dir(path: str) -> tuple[Path, Path]:
     """(run folder, checkpoint folder) for `--resume PATH` (a run folder or one checkpoint)."""
     from masdsl.learner import checkpoint  # start-up: the commands import what they use when they run
 
+    if not Path(path).exists():
+        raise UserError(f"{path}: no such run folder or checkpoint (--resume)")
     ck = checkpoint.find(path)
     return ck.parent.parent, ck
 
@@ -95,5 +100,7 @@ def main(args: argparse.Namespace) -> int:
         "mlflow_run_id": result.mlflow_run_id, "wall_s": round(result.wall_s, 2),
     }
     (Path(run_dir) / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if getattr(args, "json", None):
+        print(json.dumps({"run_dir": str(run_dir), **summary}, indent=2), flush=True)
     return 0
 

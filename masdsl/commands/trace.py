@@ -80,6 +80,8 @@ def render(records: Iterable[StepRecord], *, task: str | None = None, role: str 
 
 
 def main(args: argparse.Namespace) -> int:
+    if not os.path.exists(args.run_dir):
+        raise UserError(f"{args.run_dir}: no such run folder")
     run = open_run(args.run_dir)
     try:
         for line in render(run.records(), task=args.task, role=args.role, step=args.step,

@@ -6,6 +6,10 @@ construction: a row is in eval when the first byte of sha256(id) is below 52 (ab
 the split never depends on file order. File loaders also accept "all" (every row: use it when
 the file already is one split, e.g. APPS's test file). A missing file or a malformed row raises
 `DataError` naming the file and the row.
+
+Files are JSONL, a JSON list (either may be gzipped), or, by extension, parquet (`.parquet`)
+and Arrow (`.arrow`: IPC file or stream, as `datasets` writes them); the last two need
+`pyarrow` (the `data` extra) and number rows from 1 in table order.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from masdsl.errors import DataError
 SPLITS = ("train", "eval")
 EVAL_BELOW = 52  # of 256: the eval share of a hash split (52/256 = 20.3 %)
 DATA_DIR = Path(__file__).with_name("data")
+TABLE_SUFFIXES = (".parquet", ".arrow")
 
 
 def split_of(row_id: str) -> str:
@@ -52,11 +57,38 @@ def json_line(line: str, path: Path | str, n: int) -> Any:
         raise DataError(f"{path}: row {n}: not valid JSON ({exc.args[0]})") from exc
 
 
+def open_table(path: Path, schema_only: bool = False) -> Any:
+    """The pyarrow table (or only its schema) of a parquet or Arrow file; `DataError` if unreadable."""
+    try:
+        import pyarrow as pa  # heavy, optional (the `data` extra): only parquet/arrow files need it
+        import pyarrow.parquet as pq  # as above
+    except ImportError as exc:
+        raise DataError(f"{path}: reading {path.suffix} files needs pyarrow: pip install 'masdsl[data]'") from exc
+    try:
+        if path.suffix == ".parquet":
+            return pq.read_schema(path) if schema_only else pq.read_table(path)
+        try:
+            reader = pa.ipc.open_file(pa.memory_map(str(path)))
+        except pa.ArrowInvalid:  # not the IPC file format: `datasets` writes the stream format
+            reader = pa.ipc.open_stream(pa.memory_map(str(path)))
+        return reader.schema if schema_only else reader.read_all()
+    except (pa.ArrowException, OSError) as exc:
+        raise DataError(f"{path}: not a readable {path.suffix[1:]} file ({exc})") from exc
+
+
+def table_fields(path: str | Path) -> list[str]:
+    """The column names of a parquet or Arrow file (its schema only, no rows read)."""
+    return list(open_table(Path(path), schema_only=True).names)
+
+
 def read_rows(path: str | Path) -> list[tuple[int, Any]]:
-    """(row number, value) of a JSONL file (blank lines skipped), or of a JSON list file."""
+    """(row number, value) of a JSONL file (blank lines skipped), of a JSON list file, or of a
+    parquet/Arrow table (rows in order, from 1)."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such data file")
+    if path.suffix in TABLE_SUFFIXES:
+        return list(enumerate(open_table(path).to_pylist(), 1))
     text = path.read_text(encoding="utf-8") if path.suffix != ".gz" else gzip.open(path, "rt", encoding="utf-8").read()
     if path.suffix == ".json" or text.lstrip().startswith("["):
         try:
@@ -81,8 +113,14 @@ def load_jsonl(path: str | Path, *, required: Iterable[str] = ()) -> list[dict]:
     >>> [r["id"] for r in load_jsonl(p)]
     ['row-1', 'b']
     """
-    rows, seen = [], {}
-    for n, raw in read_rows(path):
+    return keyed_rows(read_rows(path), path, required=required)
+
+
+def keyed_rows(numbered: Iterable[tuple[int, Any]], where: str | Path, *, required: Iterable[str] = ()) -> list[dict]:
+    """Rows given as (row number, value), checked as `load_jsonl` checks a file's; `where` names
+    the file (or dataset) in errors."""
+    rows, seen, path = [], {}, where
+    for n, raw in numbered:
         if not isinstance(raw, dict):
             raise DataError(f"{path}: row {n}: expected a JSON object, got {type(raw).__name__}")
         missing = [k for k in required if k not in raw or raw[k] is None]

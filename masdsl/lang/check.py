@@ -23,7 +23,9 @@ import re
 from pathlib import Path
 
 from masdsl.config import ConfigError, resolve_config
+from masdsl.envs.loading import TABLE_SUFFIXES, table_fields
 from masdsl.envs.registry import load_builtins
+from masdsl.errors import DataError
 from masdsl.lang import ast as A
 from masdsl.lang import templates as T
 from masdsl.lang.check_exprs import check_exprs, check_parses
@@ -117,11 +119,18 @@ def check_env(c: Ctx) -> None:
 
 
 def _jsonl_fields(c: Ctx, lit: A.StrLit) -> set[str] | None:
+    """The field names of a data file's first row (of a parquet/Arrow file: its columns)."""
     path = c.resolve(lit.value)
     if not path.is_file():
         c.error("missing-file", f"data file `{lit.value}` does not exist", lit.span, label="no such file",
                 notes=(f"looked for {path}",))
         return None
+    if path.suffix in TABLE_SUFFIXES:
+        try:
+            return set(table_fields(path))
+        except DataError as exc:
+            c.error("bad-data-file", f"data file `{lit.value}` cannot be read: {exc}", lit.span)
+            return None
     try:
         with path.open(encoding="utf-8") as fh:
             first = next((line for line in fh if line.strip()), None)
@@ -137,7 +146,7 @@ def _jsonl_fields(c: Ctx, lit: A.StrLit) -> set[str] | None:
 
 
 def check_data(c: Ctx) -> None:
-    """`data SPLIT source(args)` or `data SPLIT "file.jsonl"`: known split, registered source or
+    """`data SPLIT source(args)` or `data SPLIT "file.jsonl"` (or .parquet/.arrow): known split, registered source or
     existing file; the task fields are what every split's rows hold."""
     seen: dict[str, A.DataDecl] = {}
     fields: list[set[str] | None] = []

@@ -89,6 +89,19 @@ def _check_edges(c: Ctx, flow: A.FlowDecl) -> nx.DiGraph:
     return g
 
 
+def _check_guard(c: Ctx, guard: A.Expr) -> None:
+    """A guard is a bool; a number (a 0/1 score such as `correct(a, b)`) is refused with the
+    comparison to write instead, so a threshold is always explicit."""
+    t = infer(c, guard, Scope())
+    if t != "number":
+        _expect(c, guard, t, {"bool"}, "a guard")
+        return
+    src = " ".join(c.text[guard.span.start:guard.span.end].split())
+    c.error("type-mismatch", "a guard is a number, not a bool", guard.span, label="this is a number",
+            notes=("a guard decides whether the edge is taken: it must be true or false",),
+            help=f"write `{src} == 1`, or compare it with a threshold (`> 0.5`)")
+
+
 def check_flow(c: Ctx) -> None:
     """Roles exist; `start` reaches every node and every node reaches `end`; a cycle needs
     `max_turns`; guards are booleans."""
@@ -99,7 +112,7 @@ def check_flow(c: Ctx) -> None:
     _check_nodes(c, flow)
     for _, _, guard, _ in flow_edges(flow):
         if guard is not None:
-            _expect(c, guard, infer(c, guard, Scope()), {"bool"}, "a guard")
+            _check_guard(c, guard)
     if not c.flow_ok:
         return
     g = _check_edges(c, flow)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 from jinja2 import StrictUndefined, TemplateSyntaxError, meta, nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -107,6 +107,32 @@ def _span_in(text: str, file: str, start: int, end: int) -> Span:
     return Span(file, line, col, end_line, end_col, start, end)
 
 
+def _unknown_filters(tree, loc: _Locator, what: str) -> list[Diagnostic]:
+    """`{{ x|nope }}` and `{% if x is nope %}`: a filter or test jinja2 does not have."""
+    out = []
+    for node in tree.find_all((nodes.Filter, nodes.Test)):
+        kind, known = ("filter", environment().filters) if isinstance(node, nodes.Filter) else ("test", environment().tests)
+        if node.name in known:
+            continue
+        pattern = (r"\|\s*(%s)" if kind == "filter" else r"\bis\s+(?:not\s+)?(%s)") % re.escape(node.name)
+        out.append(Diagnostic("template-syntax", f"{what} uses the Jinja2 {kind} `{node.name}`, which does not exist",
+                              loc.span(node.lineno, pattern, 1), label=f"no such {kind}",
+                              notes=("`|` applies a filter; a field is read with `.`: `{{ name.field }}`",)
+                              if kind == "filter" and "." in node.name else (),
+                              help=did_you_mean(node.name, known)))
+    return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(text: str) -> tuple[Any, TemplateSyntaxError | None]:
+    """The Jinja2 tree of a template text, or its syntax error. Cached: an editor re-checks the
+    whole file on every keystroke, and most of its prompts have not changed (the tree is only read)."""
+    try:
+        return environment().parse(text), None
+    except TemplateSyntaxError as exc:
+        return None, exc
+
+
 def check_template(t: TemplateText, file: str, fields: Mapping[str, set[str] | None], full_text: str,
                    what: str = "prompt") -> list[Diagnostic]:
     """Diagnostics for one template. `fields`: variable -> its known attributes (None: any).
@@ -114,12 +140,13 @@ def check_template(t: TemplateText, file: str, fields: Mapping[str, set[str] | N
     `full_text` is the text of `file`, for spans (the `.mas` file, or the prompt file).
     """
     loc = _Locator(t, file, full_text or t.text)
-    try:
-        tree = environment().parse(t.text)
-    except TemplateSyntaxError as exc:
+    tree, exc = _parsed(t.text)
+    if exc is not None:
         return [Diagnostic("template-syntax", f"{what} is not a valid Jinja2 template: {exc.message}",
                            loc.span(exc.lineno or 1), label="the template error is on this line")]
-    out: list[Diagnostic] = []
+    out = _unknown_filters(tree, loc, what)
+    if out:  # jinja2 refuses to analyse a template with an unknown filter or test
+        return out
     names = sorted(set(fields) | set(environment().globals))
     undeclared = meta.find_undeclared_variables(tree)
     for name in sorted(undeclared - set(fields) - set(environment().globals)):

@@ -49,6 +49,12 @@ def validate(workflow: Workflow, cfg: Config) -> None:
     """Raise one ConfigError listing every problem of `cfg` for `workflow` (no models loaded)."""
     specs = effective_policies(workflow, cfg)  # raises on unknown role/policy names and lora keys
     errors = problems(cfg.train)
+    if cfg.runtime.learner_workers < 0:
+        errors.append(f"`runtime.learner_workers` must be >= 0 (0: train in the driver); got {cfg.runtime.learner_workers}")
+    lora = [n for n, s in specs.items() if s.lora and not s.frozen and workflow.roles_of_policy(n)]
+    if cfg.runtime.learner_workers > 0 and lora:
+        errors.append(f"`runtime.learner_workers` trains full policies only; LoRA polic{'ies' if len(lora) > 1 else 'y'} "
+                      f"{', '.join(lora)} would need the driver: set `runtime.learner_workers=0`")
     if all(s.frozen or not workflow.roles_of_policy(n) for n, s in specs.items()):
         errors.append("every policy is frozen (or has no role): `masdsl run` would train nothing; use `masdsl eval`")
     for name in ("train", "eval"):

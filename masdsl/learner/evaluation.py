@@ -1,22 +1,116 @@
-"""Evaluation inside a run: the eval split, plain sampling, one metrics function for both commands.
+"""Evaluation: the eval split, plain sampling, one metrics function for every caller.
 
-`masdsl eval` and the evaluations of `masdsl run` compute their numbers with the same
-`metrics.eval_metrics`; this module adds what the trainer does around it (records under
-`<run_dir>/eval/`, MLflow metrics, a transcript) and the warning both commands print for
-greedy repeats.
+`masdsl eval`, `masdsl.evaluate` (the Python API) and the evaluations of `masdsl run` compute
+their numbers with the same `metrics.eval_metrics`.
+
+- `run_evaluation`: a stand-alone evaluation, the one code path of `masdsl eval` and
+  `masdsl.evaluate`: engines up, the rollout, records, metrics, summary and MLflow in a fresh
+  run folder; with `checkpoint=RUN_DIR` the checkpoint's trained policies are exported to a
+  temporary folder (LoRA merged, `masdsl.learner.export`) and evaluated as `policy.NAME.model=`;
+- `evaluate`: what the trainer does at a step (records under `<run_dir>/eval/`, MLflow metrics,
+  a transcript);
+- `greedy_repeats_warning`: the warning both commands print for greedy repeats.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import os
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from masdsl.config import Config
+from masdsl.config import Config, PolicyOverride
+from masdsl.errors import UserError
 from masdsl.lang.workflow import Workflow
+from masdsl.learner import checkpoint as ckpt
+from masdsl.learner.export import export_checkpoint
 from masdsl.learner.metrics import eval_metrics
 from masdsl.runtime.backends.base import Engine
+from masdsl.runtime.engine_factory import build_engines, close_engines
 from masdsl.runtime.executor import rollout
 from masdsl.runtime.records import StepRecord, write_records
+from masdsl.runtime.rundir import RunDir
+from masdsl.runtime.session import load_split, make_env
+from masdsl.tracking import start_run
+
+
+@dataclass
+class EvalResult:
+    """What a stand-alone evaluation produced."""
+
+    workflow: str
+    metrics: dict[str, float]  # `metrics.eval_metrics`: success/eval, mean@N, pass@k, rewards by role and turn, ...
+    run_dir: Path  # the evaluation's own run folder
+    records: Path  # its records.jsonl (`masdsl trace RUN_DIR` reads it)
+    tasks: int
+    errors: dict[str, int] = field(default_factory=dict)  # expression errors (scored 0), by message
+    checkpoint: Path | None = None  # the checkpoint whose weights were evaluated
+
+
+def eval_tasks(workflow: Workflow, cfg: Config, n: int | None = None) -> list[dict]:
+    """The first `n` tasks of the eval split (default `train.eval_tasks`; 0: all)."""
+    if "eval" not in workflow.data:
+        raise UserError(f"workflow `{workflow.name}` has no `data eval ...` line to evaluate on")
+    n = cfg.train.eval_tasks if n is None else n
+    if n < 0:
+        raise UserError("the number of eval tasks must be 0 (all) or more")
+    tasks = load_split(workflow.data["eval"])
+    return tasks[:n] if n else tasks
+
+
+def run_evaluation(workflow: Workflow, cfg: Config, tasks: Sequence[dict] | None = None, *,
+                   checkpoint: str | os.PathLike | None = None,
+                   progress: Callable[[int], None] | None = None) -> EvalResult:
+    """Evaluate `workflow` (its policies' models, or a checkpoint's trained weights) on `tasks`
+    (default: `eval_tasks`): `train.eval_samples` episodes per task at `train.eval_temperature`."""
+    tasks = eval_tasks(workflow, cfg) if tasks is None else list(tasks)
+    if checkpoint is None:
+        return _evaluate_models(workflow, cfg, tasks, progress, None)
+    path = ckpt.find(checkpoint)
+    ckpt.read_state(path, workflow.file_hash)  # another workflow's checkpoint: refuse before loading
+    with tempfile.TemporaryDirectory(prefix="masdsl-eval-") as tmp:
+        exported = export_checkpoint(workflow, path, Path(tmp), merge=True)
+        return _evaluate_models(workflow, with_models(cfg, exported), tasks, progress, path)
+
+
+def with_models(cfg: Config, models: Mapping[str, str | os.PathLike]) -> Config:
+    """A copy of `cfg` with `policy.NAME.model=FOLDER` for each of `models`."""
+    cfg = copy.deepcopy(cfg)
+    cfg.policy = dict(cfg.policy or {})
+    for name, folder in models.items():
+        cfg.policy[name] = dataclasses.replace(cfg.policy.get(name) or PolicyOverride(), model=str(folder))
+    return cfg
+
+
+def _evaluate_models(workflow: Workflow, cfg: Config, tasks: list[dict], progress: Callable[[int], None] | None,
+                     checkpoint: Path | None) -> EvalResult:
+    """Engines up, the eval rollout, records and metrics saved, engines down."""
+    env = make_env(workflow, cfg)
+    engines = build_engines(workflow, cfg)
+    tracker = None
+    try:
+        run_dir = RunDir.create(workflow, cfg)
+        tracker = start_run(workflow, cfg, kind="eval", run_dir=run_dir.path)
+        ro = rollout(workflow, env, tasks, engines, mode="eval", samples=1, step=-1, seed=cfg.train.seed,
+                     cfg=cfg, on_records=run_dir.write_records, progress=progress, keep_records=False,
+                     repeats=cfg.train.eval_samples)
+    except BaseException as exc:
+        if tracker is not None:  # never leave the MLflow run marked RUNNING
+            tracker.finish("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+        raise
+    finally:
+        close_engines(engines)
+    m = eval_metrics(ro.records, ro.episodes, rollout=ro)
+    run_dir.write_summary({"metrics": m, "errors": ro.errors, "workflow": workflow.name, "tasks": len(tasks),
+                           "samples_per_task": cfg.train.eval_samples, "temperature": cfg.train.eval_temperature,
+                           "checkpoint": str(checkpoint) if checkpoint else None})
+    tracker.log_metrics(m, step=0)
+    tracker.log_artifact(run_dir.records_path, "records")
+    tracker.finish()
+    return EvalResult(workflow.name, m, run_dir.path, run_dir.records_path, len(tasks), dict(ro.errors), checkpoint)
 
 
 def evaluate(workflow: Workflow, env: Any, tasks: Sequence[dict], engines: Mapping[str, Engine], cfg: Config,

@@ -10,18 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-import torch
-
-from masdsl.config import Config, ConfigError, TrainConfig
+from masdsl.config import Config, ConfigError
 from masdsl.lang.workflow import Workflow
 from masdsl.learner import checkpoint as ckpt
 from masdsl.learner.display import Progress
 from masdsl.learner.policies import Policy, iter_trainable, load_policies, sync
+from masdsl.learner.workers import LearnerGroup, build_optimizer, close_groups, open_groups, references
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.engine_factory import build_engines, close_engines
-from masdsl.runtime.models import load_model
 from masdsl.runtime.session import prepare
 
 
@@ -38,6 +36,7 @@ class TrainSession:
     engines: dict[str, Engine] = field(default_factory=dict)
     optimizers: dict[str, Any] = field(default_factory=dict)  # policy -> torch optimizer
     references: dict[str, Any] = field(default_factory=dict)  # policy -> frozen model (or "base") for the KL term
+    groups: dict[str, LearnerGroup] = field(default_factory=dict)  # policy -> its learner workers (learner_workers > 0)
 
     def sync_all(self) -> None:
         """Every trainable policy's engine samples from its current weights."""
@@ -45,7 +44,10 @@ class TrainSession:
             sync(p, self.engines[p.name])
 
     def close(self) -> None:
-        close_engines(self.engines)
+        try:
+            close_groups(self.groups)
+        finally:
+            close_engines(self.engines)
 
 
 def open_session(workflow: Workflow, cfg: Config, run_dir: Path, show: Progress) -> TrainSession:
@@ -58,6 +60,14 @@ def open_session(workflow: Workflow, cfg: Config, run_dir: Path, show: Progress)
     policies = load_policies(workflow, cfg)
     session = TrainSession(workflow, cfg, run_dir, show, env, train_rows, eval_rows, policies)
     session.engines = build_engines(workflow, cfg, policies)
+    if cfg.runtime.learner_workers > 0:  # the policies train on Ray actors; each group is its optimizer
+        try:
+            session.groups = open_groups(policies, cfg, show.log)
+        except BaseException:
+            session.close()
+            raise
+        session.optimizers = dict(session.groups)
+        return session
     session.optimizers = {p.name: build_optimizer(p.parameters(), tc) for p in iter_trainable(policies)}
     session.references = references(policies, cfg) if tc.kl_coef > 0 else {}
     if tc.gradient_checkpointing:
@@ -74,29 +84,9 @@ def start_state(session: TrainSession, resume: str | Path | None) -> ckpt.TrainS
     path = ckpt.find(resume)
     state = ckpt.read_state(path, wf.file_hash)
     ckpt.restore(path, policies=session.policies, optimizers=session.optimizers)
+    for name, group in session.groups.items():  # the workers continue from the checkpoint's weights
+        group.load_weights(session.policies[name])
     for p in session.policies.values():
         sync(p, session.engines[p.name])
     session.show.log(f"resumed from {path} at step {state.step}")
     return state
-
-
-def build_optimizer(params: Sequence[Any], tc: TrainConfig) -> Any:
-    """AdamW (`train.lr`, `train.weight_decay`), fused where torch has the kernel: on CPU one
-    step of SmolLM2-135M takes 0.14 s fused vs 0.70 s for the default per-tensor loop."""
-
-    params = list(params)
-    fusable = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
-    return torch.optim.AdamW(params, lr=tc.lr, weight_decay=tc.weight_decay, fused=fusable or None)
-
-
-def references(policies: dict[str, Policy], cfg: Config) -> dict[str, Any]:
-    """Frozen reference models for the KL term: a fresh load of the starting weights (so a
-    resumed run keeps the same reference), or for LoRA the shared base with adapters off."""
-    refs: dict[str, Any] = {}
-    for p in iter_trainable(policies):
-        if p.adapter is not None:
-            refs[p.name] = "base"
-            continue
-        model, _ = load_model(p.model_path, dtype=cfg.runtime.dtype, device=cfg.runtime.device)
-        refs[p.name] = model.requires_grad_(False)
-    return refs

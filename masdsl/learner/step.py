@@ -21,6 +21,7 @@ from masdsl.learner.metrics import step_metrics
 from masdsl.learner.policies import iter_trainable
 from masdsl.learner.session import TrainSession
 from masdsl.learner.update import UpdateStats, update_policy
+from masdsl.learner.workers import update_all
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.executor import Rollout, rollout
 from masdsl.runtime.records import write_records
@@ -44,10 +45,14 @@ def train_step(session: TrainSession, state: TrainState, tasks: Sequence[dict], 
     # update each policy on its own roles' samples
     show.status(f"step {step + 1}/{tc.steps}: update")
     t0 = time.perf_counter()
+    keep = kept_rows(kept, len(records))
     updates: dict[str, UpdateStats] = {}
-    for p in iter_trainable(session.policies):
-        updates[p.name] = update_policy(p, session.optimizers[p.name], records, adv, tc,
-                                        session.references.get(p.name), keep=kept_rows(kept, len(records)))
+    if session.groups:  # learner workers: every policy's group at once; the driver gets the new weights
+        updates = update_all(session.groups, session.policies, records, adv, keep)
+    else:
+        for p in iter_trainable(session.policies):
+            updates[p.name] = update_policy(p, session.optimizers[p.name], records, adv, tc,
+                                            session.references.get(p.name), keep=keep)
     metrics = step_metrics(records, roll.episodes, gstats, updates, kept_groups=len(kept),
                            tokens=roll.tokens_generated, rollout_s=t_roll, update_s=time.perf_counter() - t0,
                            kl_on=tc.kl_coef > 0)

@@ -37,6 +37,7 @@ from masdsl.learner import checkpoint as ckpt
 from masdsl.learner.config import validate
 from masdsl.learner.display import Progress, summary_table
 from masdsl.learner.evaluation import evaluate, greedy_repeats_warning
+from masdsl.learner.export import export_run
 from masdsl.learner.policies import describe
 from masdsl.learner.recovery import Recovery, take_unfinished
 from masdsl.learner.session import TrainSession, open_session, start_state
@@ -108,6 +109,8 @@ def train(workflow: Workflow, cfg: Config, *, run_dir: str | Path, resume: str |
             saved = _loop(session, state, tracker, on_step)  # 3. evaluate, then step until train.steps
         if cfg.tracking.log_weights and saved:  # the final weights or adapters, when asked
             tracker.log_artifact(saved[-1] / "policies", "weights")
+        if tracker.wants_models and saved:  # tracking.log_models / register: HF folders of the final policies
+            tracker.log_models(export_run(run_dir, workflow=workflow, step=state.step, merge=True), step=state.step)
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"

@@ -83,7 +83,6 @@ def pad_rows(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]
     >>> ids.tolist(), pos.tolist(), rmask.tolist()
     ([[5, 6, 1, 0], [0, 7, 2, 3]], [[0, 1, 2, 2], [0, 0, 1, 2]], [[1.0, 0.0], [1.0, 1.0]])
     """
-
     p = max(len(x) for x in prompts)
     t = max(len(x) for x in responses)
     ids = torch.full((len(prompts), p + t), pad_id, dtype=torch.long)
@@ -104,7 +103,6 @@ def sequence_logprobs(model: Any, prompts: Sequence[Sequence[int]], responses: S
     Only the last T+1 positions' logits are computed (`logits_to_keep`), which for a 49k
     vocabulary is most of the memory a full-length logits tensor would take.
     """
-
     ids, att, pos, rmask = pad_rows(prompts, responses, pad_id)
     device = next(model.parameters()).device
     t = rmask.shape[1]
@@ -126,7 +124,6 @@ def shared_prefix_logprobs(model: Any, prompts: Sequence[Sequence[int]], group_o
     token is scored from the prompt's last logits. For K candidates per prompt, the prompt's
     forward and backward cost is paid once instead of K times.
     """
-
     device = next(model.parameters()).device
     ids_p, att_p, pos_p, _ = pad_rows(prompts, [[pad_id]] * len(prompts), pad_id)
     ids_p, att_p, pos_p = ids_p[:, :-1], att_p[:, :-1], pos_p[:, :-1]  # drop the dummy response
@@ -239,6 +236,7 @@ def update_policy(
     tc: Any,
     reference: Any = None,
     keep: Sequence[bool] | None = None,
+    shard: Any = None,
 ) -> UpdateStats:
     """Train `policy` on its own roles' records: PPO as the paper's recipe runs it.
 
@@ -246,6 +244,8 @@ def update_policy(
     `tc.mini_batch_size` rows, one optimizer step each, repeated `tc.ppo_epochs` times. The old
     log-probs are fixed before the first step (`old_logprob_source`), so later mini-batches see
     ratios != 1 and the clip acts. Each step's loss is the token mean over its mini-batch.
+    `shard` (a rank of `masdsl.learner.workers`): run only this rank's rows of each mini-batch,
+    with the whole mini-batch's token count, and sum gradients and statistics over the ranks.
     """
     t0 = time.perf_counter()
     mine = [i for i, r in enumerate(records)
@@ -259,11 +259,13 @@ def update_policy(
         return stats
     batch = _Batch(policy, records, advantages, tc, reference if use_kl else None,
                    policy.tokenizer.pad_token_id if policy.tokenizer.pad_token_id is not None else 0,
-                   getattr(policy, "compute_dtype", "float32"))
+                   getattr(policy, "compute_dtype", "float32"), shard=shard)
     # each optimizer step: its rows that run through the model, and its token count (the mean's denominator)
     steps = [([i for i in mb if i in runnable], sum(len(records[i].response_ids) for i in mb))
              for mb in mini_batch_rows(mine, tc.mini_batch_size)]
     steps = [(run, n) for run, n in steps if run]
+    if shard is not None:  # every rank takes the same optimizer steps, each on its own rows
+        steps = [(shard.rows(run), n) for run, n in steps]
     with policy.lock:
         policy.activate()
         policy.model.train()
@@ -279,6 +281,8 @@ def update_policy(
             optimizer.zero_grad(set_to_none=True)
     if batch.first_gaps:
         stats.logprob_gap = max(batch.first_gaps)
+    if shard is not None:
+        stats.logprob_gap = shard.max(stats.logprob_gap)
     for k in ("loss", "clip_frac", "dual_clip_frac", "ratio_dev", "kl"):
         setattr(stats, k, sum(s[k] for s in stats.per_step) / len(stats.per_step))
     stats.seconds = time.perf_counter() - t0
@@ -296,6 +300,7 @@ class _Batch:
     reference: Any  # None: no KL term
     pad_id: int
     compute_dtype: str
+    shard: Any = None  # None: this process holds the whole batch
     old: dict[int, Any] = field(default_factory=dict)  # row -> the trainer's log-probs before any step
     first_gaps: list[float] = field(default_factory=list)  # engine vs trainer, before any step
 
@@ -308,7 +313,6 @@ class _Batch:
 
     def old_logprobs(self, idx: Sequence[int], logp: Any, mask: Any, before_any_step: bool) -> Any:
         """The fixed old log-probs of rows `idx`: the trainer's, or else the engine's sampled ones."""
-
         if idx[0] in self.old:
             return torch.stack([self.old[i] for i in idx]).to(logp)
         old_lp = _pad_like([self.records[i].logprobs for i in idx], logp)
@@ -320,7 +324,6 @@ class _Batch:
 
 def _optimizer_step(batch: _Batch, optimizer: Any, run: Sequence[int], n_tokens: int, stats: UpdateStats) -> None:
     """One PPO-clip optimizer step on the rows `run` (micro-batched), gradients clipped."""
-
     tc, records = batch.tc, batch.records
     optimizer.zero_grad(set_to_none=True)
     totals = dict(loss=0.0, clip_frac=0.0, dual_clip_frac=0.0, ratio_dev=0.0, kl=0.0)
@@ -335,6 +338,8 @@ def _optimizer_step(batch: _Batch, optimizer: Any, run: Sequence[int], n_tokens:
         out.loss.backward()
         for k in totals:
             totals[k] += float(torch.as_tensor(getattr(out, k)).detach())
+    if batch.shard is not None:  # the gradient (and sums) of the whole mini-batch, before the clip
+        batch.shard.reduce(batch.policy.parameters(), totals)
     norm = torch.nn.utils.clip_grad_norm_(batch.policy.parameters(), tc.max_grad_norm)
     optimizer.step()
     stats.optimizer_steps += 1
@@ -349,7 +354,6 @@ def _forward(policy: Any, records: Sequence[StepRecord], rows: Sequence[int], tc
     With a half-precision compute dtype the float32 master weights run under autocast, so the
     optimizer updates float32 weights (an lr 1e-6 step on bfloat16 weights mostly rounds away).
     """
-
     plan = micro_batches([tuple(records[i].prompt_ids) for i in rows], [len(records[i].prompt_ids) for i in rows],
                          [len(records[i].response_ids) for i in rows], tc.micro_batch_tokens)
     device = next(policy.model.parameters()).device
@@ -389,7 +393,6 @@ def _pad_like(rows: Sequence[Sequence[float]], like: Any) -> Any:
 
 def _reference_logprobs(reference: Any, policy: Any, prompts: Any, responses: Any, pad_id: int) -> Any:
     """Log-probs under the frozen reference: a separate model, or the base with adapters off."""
-
     with torch.no_grad():
         if reference == "base":  # LoRA: the reference is the shared base without any adapter
             with policy.model.disable_adapter():

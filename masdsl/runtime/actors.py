@@ -88,6 +88,9 @@ def init_ray(cfg: Any) -> None:
 # runtime/cluster.yaml): env tasks take one `masdsl_env` slot, an engine actor its GPU share of
 # `masdsl_infer` slots. Asked for only when the cluster has them, so one machine needs nothing.
 ENV_SLOT, INFER_SLOT = "masdsl_env", "masdsl_infer"
+# A learner worker (`runtime.learner_workers`, masdsl/learner/workers.py) takes one `masdsl_learn`
+# slot where the cluster offers them (a node's GPUs for training), else it goes anywhere.
+LEARN_SLOT = "masdsl_learn"
 
 
 def slot_resources(name: str, amount: float) -> dict[str, float]:

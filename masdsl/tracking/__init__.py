@@ -12,13 +12,15 @@ see docs/tracking.md. mlflow is imported only when tracking is on.
 >>> t = start_run(None, resolve_config(overrides=["tracking.enabled=false"]), kind="run", run_dir=Path("."))
 >>> t.run_id, t.ui_command()
 (None, '')
->>> t.log_metrics({"loss/p": 1.0}, step=0); t.finish()
+>>> t.log_metrics({"loss/p": 1.0}, step=0); t.log_models({"p": Path("nowhere")}); t.finish()
+>>> t.wants_models
+False
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
 from masdsl.tracking.store import TrackingError, apply_http_defaults, resolve_uri, ui_command
 from masdsl.tracking.tracker import Tracker
@@ -31,18 +33,24 @@ KINDS = ("run", "eval")
 class NullTracker(Tracker):
     """What `start_run` returns when `tracking.enabled` is false: every call does nothing."""
 
+    run_id = None
+    experiment_id = None
+    child_ids: dict[str, str] = {}
+    wants_models = False
+
     def __init__(self) -> None:  # noqa: D107 - deliberately skips Tracker.__init__
-        self.run_id = None
-        self.child_ids = {}
-        self.experiment_id = None
+        pass
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         pass
 
-    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+    def log_artifact(self, path: Path, artifact_path: str | None = None, policy: str | None = None) -> None:
         pass
 
     def log_text(self, text: str, artifact_file: str) -> None:
+        pass
+
+    def log_models(self, folders: Mapping[str, Path], step: int | None = None) -> None:
         pass
 
     def finish(self, status: str = "FINISHED", checkpoint: Path | None = None) -> None:

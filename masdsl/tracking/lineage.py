@@ -146,3 +146,14 @@ def dot_to_svg(dot_text: str, timeout_s: float = 20.0) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout if out.returncode == 0 and "<svg" in out.stdout else None
+
+
+def model_tags(workflow: Any, policy: str, step: int | None) -> dict[str, str]:
+    """Lineage tags of a logged policy model; the sender adds the run ids when it is sent."""
+    return {
+        "masdsl.workflow": workflow.name,
+        "masdsl.file_hash": workflow.file_hash or "",
+        "masdsl.policy": policy,
+        "masdsl.roles": ",".join(workflow.roles_of_policy(policy)),
+        "masdsl.step": str(int(step or 0)),
+    }

@@ -1,12 +1,14 @@
-"""Send the metrics a run kept in `<run_dir>/metrics.jsonl` because the tracking server was away.
+"""Send what a run kept in `<run_dir>/metrics.jsonl` because the tracking server was away.
 
     python -m masdsl.tracking.resend RUN_DIR [--uri URI]
 
-A run that ended during an outage keeps its unsent metrics in that file (one line per logged
-step: step, timestamp, metrics, run_id, uri; and a last line with the run's final status). This
-sends them to the same MLflow run and to its policy child runs, with their original steps and
-timestamps, and ends the runs that are still marked running. Sending twice is harmless: MLflow
-ignores a metric identical in key, step, timestamp and value.
+During an outage the tracker writes every tracking call it could not send to that file (metrics
+rows: step, timestamp, metrics, run_id, uri; other calls as actions, see sender.py) and a `done`
+row for each one it sent after all. This applies the rest, in order, with the same `Sender`:
+if the server was away for the whole run, the parent and child runs are created now (with their
+original start time, params and tags), then the metrics (original steps and timestamps), the
+files, the models, and the runs' end. Sending twice is harmless: what was applied gets a `done`
+row, and MLflow ignores a metric identical in key, step, timestamp and value.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from masdsl.tracking import lineage
+from masdsl.tracking.outbox import short
+from masdsl.tracking.sender import Sender
 from masdsl.tracking.store import TrackingError, resolve_uri
 
 BUFFER_FILE = "metrics.jsonl"
@@ -47,46 +50,66 @@ def read_rows(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def resend(run_dir: Path, uri: str | None = None) -> int:
-    """Send the buffered metrics of `run_dir`; returns how many metric values were sent."""
-    from mlflow.entities import Metric  # heavy, optional: mlflow (masdsl[train])
+    """Apply the kept tracking calls of `run_dir`; returns how many metric values were sent
+    to parent runs."""
     from mlflow.tracking import MlflowClient  # heavy, optional: mlflow (masdsl[train])
 
+    run_dir = Path(run_dir)
     rows = read_rows(run_dir)
-    missing = sum(1 for r in rows if not r.get("run_id"))
-    if missing:
-        print(f"{missing} buffered steps were kept before their run existed; if the server never came "
-              "back during that run, the run was not created and they cannot be sent", file=sys.stderr)
-    sent = 0
-    by_run: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in rows:
-        if r.get("run_id"):
-            by_run.setdefault((r["run_id"], resolve_uri(uri or r.get("uri"))), []).append(r)
-    for (run_id, store), items in by_run.items():
-        client = MlflowClient(tracking_uri=store)
-        parent = client.get_run(run_id)
-        children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'")
-        child_of = {c.data.tags.get("masdsl.policy"): c.info.run_id for c in children}
-        role_policy = {role: tag.removeprefix("masdsl.roles.")
-                       for tag, roles in parent.data.tags.items() if tag.startswith("masdsl.roles.")
-                       for role in roles.split(",") if role}
-        batches: dict[str, list[Metric]] = {}
-        for row in items:
-            for key, value in row.get("metrics", {}).items():
-                metric = Metric(key, float(value), int(row["timestamp"]), int(row["step"]))
-                batches.setdefault(run_id, []).append(metric)
-                policy = lineage.route(key, set(child_of), role_policy)
-                if policy in child_of:
-                    batches.setdefault(child_of[policy], []).append(metric)
-        for target, metrics in batches.items():
-            for i in range(0, len(metrics), 1000):
-                client.log_batch(target, metrics=metrics[i : i + 1000])
-        sent += len(batches.get(run_id, []))
-        ends = [r["end"] for r in items if r.get("end")]
-        if ends:  # finish() could not end the runs: end those still marked running
-            for target in [run_id, *child_of.values()]:
-                if client.get_run(target).info.status == "RUNNING":
-                    client.set_terminated(target, ends[-1])
+    done = {r["done"]: r.get("run_id") for r in rows if r.get("done")}
+    clients: dict[str, Any] = {}
+    senders: dict[tuple[str, str], Sender] = {}  # (run id, store) -> its sender
+    current: Sender | None = None  # the run of the latest create_parent row
+    sent = skipped = 0
+    for row in rows:
+        action = _action(row)
+        if action is None:
+            continue
+        store = resolve_uri(uri or row.get("uri"))
+        client = clients.setdefault(store, MlflowClient(tracking_uri=store))
+        key = row.get("key")
+        if action["op"] == "create_parent":
+            current = Sender(client, run_id=done.get(key))
+            _apply(current, action, run_dir, key, done)
+            senders[(current.run_id, store)] = current
+            continue
+        if row.get("run_id"):
+            sender = senders.setdefault((row["run_id"], store), Sender(client, run_id=row["run_id"]))
+        elif current is not None:
+            sender = current
+        else:  # kept before its run existed, by a version that did not keep the run itself
+            skipped += 1
+            continue
+        if action["op"] == "create_child" and key in done:
+            sender.child_ids[action["policy"]] = done[key]
+        elif key not in done or key is None:
+            _apply(sender, action, run_dir, key, done)
+            if action["op"] == "metrics":
+                sent += len(action["metrics"])
+    if skipped:
+        print(f"{skipped} kept rows belong to no known run and were skipped", file=sys.stderr)
     return sent
+
+
+def _action(row: dict[str, Any]) -> dict[str, Any] | None:
+    """The action a journal row asks for; None for `done` rows."""
+    if row.get("op"):
+        return row
+    if "metrics" in row:
+        return {"op": "metrics", **row}
+    if row.get("end"):
+        return {"op": "end", "status": row["end"]}
+    return None
+
+
+def _apply(sender: Sender, action: dict[str, Any], run_dir: Path, key: str | None, done: dict) -> None:
+    if action["op"] == "create_parent" and sender.run_id is not None:
+        return  # created before (by the run, or by an earlier resend)
+    created = sender.apply(action)
+    if key is not None:
+        done[key] = created
+        with open(run_dir / BUFFER_FILE, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"done": key, "run_id": created}) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     except TrackingError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # noqa: BLE001 - the store is still away, or refused a call
+        print(f"error: could not send everything ({short(exc)}); what was sent is marked done in "
+              f"{args.run_dir / BUFFER_FILE}, run this again later", file=sys.stderr)
+        return 1
     print(f"sent {n} metric values from {args.run_dir / BUFFER_FILE}")
     return 0
 

@@ -38,7 +38,7 @@ FIX = {
  "unreachable": "Add an edge that leads to the node from `start` (directly or through other nodes), or remove it.",
  "no-path-to-end": "Give the node an edge to `end` (usually guarded: `planner -> end when solved()`), directly or through other nodes.",
  "unbounded-cycle": "Add `max_turns N` inside `flow { }`: each role then acts at most N times per episode.",
- "template-syntax": "Fix the Jinja2 syntax on the line shown (`{% if %}` needs `{% endif %}`, `{{` needs `}}`).",
+ "template-syntax": "Fix the Jinja2 syntax on the line shown (`{% if %}` needs `{% endif %}`, `{{` needs `}}`; a filter after `|` must exist: a field is read with `.`).",
  "unknown-variable": "Prompts may use `task`, `env`, `turn`, `role`, `history` and every role name (`{{ coder.code }}`).",
  "invalid-train": "Use the keys of the run configuration (`samples`, `batch`, `steps`, `lr`, `grouping`, ... see docs/language.md#train) with values of their type.",
  "never-rewarded": "Give the role a `reward EXPR`, or add a `team` reward (with `alpha` > 0) that every role receives.",

@@ -46,6 +46,7 @@ def main() -> None:
      "unknown-name": sub(("  reward pass_rate(task.solution, tests)", "  reward pass_rate(task.solution, test)")),
      "unknown-variable": sub(("{% if turn > 0 %}Failures", "{% if turns > 0 %}Failures")),
      "template-syntax": sub(("{% if turn > 0 %}Failures: {{ env.failures }}{% endif %}", "{% if turn > 0 %}Failures: {{ env.failures }}")),
+     "template-syntax__unknown_filter": sub(("{{ env.failures }}", "{{ env|v.failures }}")),
      "invalid-value__alpha": sub(("alpha 1.0", "alpha 12")),
      "invalid-value__max_turns": sub(("max_turns 3", "max_turns 0")),
      "invalid-value__max_tokens": sub(("sample { temperature: 1.0, max_tokens: 64 }", "sample { temperature: 1.0, max_tokens: 0 }")),

@@ -54,7 +54,7 @@ def test_check_missing_file_and_mixed_results(tmp_path):
     r = masdsl("check", "workflows/sudoku.mas", tmp_path / "nope.mas")
     assert r.returncode == 2
     assert r.stdout.splitlines()[0].startswith("ok  workflows/sudoku.mas")
-    assert "no such file" in r.stdout and "Traceback" not in r.stderr
+    assert "no such file" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_graph_dot_names_the_roles():

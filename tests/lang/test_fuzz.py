@@ -18,7 +18,7 @@ SEEDS = [p.read_text() for p in sorted((ROOT / "workflows").glob("*.mas"))] + [(
 TOKEN = re.compile(r'"""[\s\S]*?"""|"(?:[^"\\\n]|\\.)*"|#[^\n]*|[A-Za-z_]\w*|\d+(?:\.\d+)?(?:e-?\d+)?|->|==|!=|<=|>=|\s+|.')
 VOCAB = ["{", "}", "(", ")", "[", "]", "->", "=>", "&", ",", ":", ";", "=", ".", "when", "flow", "role", "max_turns",
          "start", "end", "coder", "tester", "task", "env", "not", "and", "or", '"', '"""', "-", "0", "1e9", "#", "\n",
-         "{{", "}}", "{%", "%}", "policy", "prompt", "file", "parse", "reward", "team", "alpha", "train", "sample", "x"]
+         "{{", "}}", "{%", "%}", "|", "|v.", " is ", "==", "policy", "prompt", "file", "parse", "reward", "team", "alpha", "train", "sample", "x"]
 MAX_SECONDS = 5.0
 
 
@@ -51,14 +51,46 @@ def mutated(draw) -> str:
     return "".join(toks)
 
 
+JINJA = ["|", "|upper", "|nope", "|v.board", " is defined", " is nope", ".", "[0]", "['x']", "(", ")", "~",
+         " + ", " if ", " else ", "}}", "{{", "{%", "%}", " not ", "x", "task", "loop", "range(3)", ","]
+PLACES = re.compile(r"\{\{.*?\}\}|\{%.*?%\}")
+
+
+@st.composite
+def mutated_template(draw) -> str:
+    """A seed with one to three Jinja fragments put inside a `{{ }}` or `{% %}` of a prompt."""
+    text = draw(st.sampled_from([s for s in SEEDS if PLACES.search(s)]))
+    for _ in range(draw(st.integers(1, 3))):
+        places = list(PLACES.finditer(text))
+        m = draw(st.sampled_from(places))
+        i = draw(st.integers(m.start() + 2, m.end() - 2))
+        text = text[:i] + draw(st.sampled_from(JINJA)) + text[i:]
+    return text
+
+
 @settings(max_examples=2000, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck),
           database=None)
 @given(mutated())
 def test_mutations_never_crash_or_hang(text):
+    check_never_crashes(text)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck),
+          database=None)
+@given(mutated_template())
+def test_template_mutations_never_crash(text):
+    check_never_crashes(text)
+
+
+def check_never_crashes(text: str) -> None:
     t0 = time.perf_counter()
     a = analyze(text, "fuzz.mas", ROOT / "workflows")
     render_all(a.diagnostics, a.sources)
     assert a.workflow is not None or a.errors
+    lines = {path: text.count("\n") + 1 for path, text in a.sources.items()}
+    for d in a.diagnostics:  # every diagnostic points into a file it can show
+        assert d.span is not None and d.span.file in a.sources, d
+        assert 1 <= d.span.line <= lines[d.span.file] and d.span.col >= 1, d
     assert time.perf_counter() - t0 < MAX_SECONDS
 
 

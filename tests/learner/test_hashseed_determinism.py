@@ -60,6 +60,7 @@ import torch
 torch.set_num_threads(2)
 import masdsl
 from masdsl.config import resolve_config
+from masdsl.learner.checkpoint import policy_weights
 from masdsl.learner.trainer import train
 
 model_dir, toy_dir, out = sys.argv[1:4]
@@ -71,7 +72,7 @@ rows = [json.loads(line) for line in open(f"{out}/records.jsonl")]
 for r in rows:
     r.pop("gen_s"), r.pop("env_s")
 json.dump(rows, open(f"{out}/rows.json", "w"))
-torch.save(torch.load(result.checkpoints[-1] / "policies" / "shared.pt", weights_only=True), f"{out}/final.pt")
+torch.save(policy_weights(result.checkpoints[-1], "shared"), f"{out}/final.pt")
 """
 
 

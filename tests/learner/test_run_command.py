@@ -38,7 +38,7 @@ def test_run_then_resume_for_more_steps(tiny_model_dir, tmp_path, capsys):
     (["train.grouping=tree"], "`train.grouping` must be one of"),
     (["train.sampels=3"], "did you mean `train.samples`"),
     (["train.batch=50"], "larger than the train split"),
-    (["--resume", "/nonexistent/run"], "is not a run folder"),
+    (["--resume", "/nonexistent/run"], "no such run folder or checkpoint"),
 ])
 def test_user_errors_exit_2_without_traceback(tiny_model_dir, tmp_path, capsys, extra, message):
     assert main(args(tiny_model_dir, tmp_path, *extra)) == 2

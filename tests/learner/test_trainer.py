@@ -43,7 +43,7 @@ def config(wf, model_dir, *extra):
 
 
 def weights(policy_state: Path) -> dict[str, torch.Tensor]:
-    return torch.load(policy_state, weights_only=True)
+    return checkpoint.load_weights(policy_state)
 
 
 SHORT = ("train.steps=4", "train.samples=4", "train.batch=5", "train.eval_every=0", "train.lr=0.01",
@@ -87,8 +87,8 @@ def test_deterministic_and_resume_is_exact(tiny_model_dir, tmp_path):
     b = _run(wf, tiny_model_dir, tmp_path / "b")
     assert _records(tmp_path / "a") == _records(tmp_path / "b")
     assert len(_records(tmp_path / "a")) == 4 * 5 * 4 * 2  # steps * tasks * K * roles
-    wa = weights(a.checkpoints[-1] / "policies" / "shared.pt")
-    wb = weights(b.checkpoints[-1] / "policies" / "shared.pt")
+    wa = weights(a.checkpoints[-1] / "policies" / "shared.safetensors")
+    wb = weights(b.checkpoints[-1] / "policies" / "shared.safetensors")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     from safetensors.torch import load_file
 
@@ -109,7 +109,7 @@ def test_deterministic_and_resume_is_exact(tiny_model_dir, tmp_path):
     assert [p.name for p in checkpoint.list_complete(tmp_path / "c")] == ["step_000002"]
     c = _run(wf, tiny_model_dir, tmp_path / "c", resume=tmp_path / "c")
     assert c.steps == 4
-    wc = weights(c.checkpoints[-1] / "policies" / "shared.pt")
+    wc = weights(c.checkpoints[-1] / "policies" / "shared.safetensors")
     assert all(torch.equal(wa[k], wc[k]) for k in wa)
     assert _records(tmp_path / "c") == _records(tmp_path / "a")
     state = json.loads((c.checkpoints[-1] / "state.json").read_text())
@@ -174,9 +174,9 @@ def test_lora_run_and_frozen_policy(tiny_model_dir, tmp_path):
     wf = dense_toy("toy_digits_lora.mas")
     result = _run(wf, tiny_model_dir, tmp_path / "r", "train.steps=2", "policy.copier_p.frozen=true")
     ck = result.checkpoints[-1] / "policies"
-    assert (ck / "namer_p.pt").is_file() and not (ck / "copier_p.pt").exists()  # frozen: not trained
+    assert (ck / "namer_p.safetensors").is_file() and not (ck / "copier_p.safetensors").exists()  # frozen: not trained
     assert set(h for h in result.history[-1] if h.startswith("loss/")) == {"loss/namer_p"}
-    adapter = _adapter(ck / "namer_p.pt")
+    adapter = _adapter(ck / "namer_p.safetensors")
     assert adapter and all("lora_" in k for k in adapter)  # an adapter checkpoint, not the base
     assert any(v.abs().sum() > 0 for k, v in adapter.items() if "lora_B" in k)  # B starts at 0: it trained
 

@@ -3,7 +3,7 @@
 `two_node_cluster` (module scope): head node with one inference slot (`masdsl_infer`), one
 worker node with four env slots (`masdsl_env`), both separate raylets; the test process is the
 driver. Ray tests always pass `timeout=` to `ray.get` (a mis-placed task hangs silently).
-`local_ray` (module scope): one plain local Ray instance.
+`local_ray` (module scope, in tests/conftest.py): one plain local Ray instance.
 """
 
 from __future__ import annotations
@@ -18,21 +18,3 @@ def two_node_cluster():
 
     with local_cluster() as cluster:
         yield cluster
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    """A plain local Ray instance for one test module (joined if one already runs; then it is
-    left running). Token auth off, like `local_cluster`."""
-    pytest.importorskip("ray")
-    import os
-
-    import ray
-
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    if started:
-        ray.shutdown()

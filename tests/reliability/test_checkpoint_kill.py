@@ -86,4 +86,4 @@ def test_kill_during_save_leaves_newest_complete_checkpoint_loadable(tmp_path, f
     # every folder that counts as complete loads; a half-written save is only a hidden .tmp-*
     for done in ckpt.list_complete(run_dir):
         ckpt.read_state(done, "h")
-        assert (done / "policies" / "shared.pt").is_file() and (done / "rng.pt").is_file()
+        assert (done / "policies" / "shared.safetensors").is_file() and (done / "rng.pt").is_file()

@@ -39,8 +39,10 @@ def _records(run_dir: Path) -> list[dict]:
 def _final(run_dir: Path, step: int) -> dict:
     import torch
 
+    from masdsl.learner.checkpoint import policy_weights
+
     ck = run_dir / "checkpoints" / f"step_{step:06d}"
-    return {"weights": torch.load(ck / "policies" / "shared.pt", weights_only=True),
+    return {"weights": policy_weights(ck, "shared"),
             "optim": torch.load(ck / "optim" / "shared.pt", weights_only=True),
             "state": json.loads((ck / "state.json").read_text())}
 

@@ -26,9 +26,9 @@ def _records(run_dir: Path) -> list[dict]:
 
 
 def _weights(run_dir: Path, step: int) -> dict:
-    import torch
+    from masdsl.learner.checkpoint import policy_weights
 
-    return torch.load(run_dir / "checkpoints" / f"step_{step:06d}" / "policies" / "shared.pt", weights_only=True)
+    return policy_weights(run_dir / "checkpoints" / f"step_{step:06d}", "shared")
 
 
 @pytest.mark.slow

@@ -192,9 +192,11 @@ def _records(path: Path) -> list[dict]:
 def _checkpoint(run_dir: Path, step: int) -> dict:
     import torch
 
+    from masdsl.learner.checkpoint import policy_weights
+
     ck = run_dir / "checkpoints" / f"step_{step:06d}"
     state = json.loads((ck / "state.json").read_text())
-    return {"weights": torch.load(ck / "policies" / "shared.pt", weights_only=True),
+    return {"weights": policy_weights(ck, "shared"),
             "optim": torch.load(ck / "optim" / "shared.pt", weights_only=True),
             "step": state["step"], "cursor": state["cursor"],
             "history": [{k: v for k, v in h.items() if not k.startswith(("time/", "throughput/", "memory/"))}

@@ -196,6 +196,8 @@ def test_training_on_the_cluster_equals_training_on_one_machine(two_node_cluster
 
     import torch
 
+    from masdsl.learner.checkpoint import policy_weights
+
     args = [str(DATA / "lengths.mas"), "runtime.engine=hf", f"policy.shared.model={tiny_model_dir}",
             "tracking.enabled=false", "train.steps=2", "train.seed=5"]
     runs = {"local": [], "cluster": ["runtime.ray=true", f"runtime.ray_address={two_node_cluster.address}"]}
@@ -216,7 +218,7 @@ def test_training_on_the_cluster_equals_training_on_one_machine(two_node_cluster
         (run_dir,) = (tmp_path / name).glob("runs/rel_lengths/*/")
         rows = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
         out[name] = ([{k: v for k, v in r.items() if k not in ("gen_s", "env_s")} for r in rows],
-                     torch.load(run_dir / "checkpoints" / "step_000002" / "policies" / "shared.pt", weights_only=True))
+                     policy_weights(run_dir / "checkpoints" / "step_000002", "shared"))
     assert len(out["local"][0]) > 0 and {r["step"] for r in out["local"][0]} == {0, 1}
     for a, b in zip(out["local"][0], out["cluster"][0]):
         assert a == b, (a["step"], a["task_id"], a["role"], a["candidate"])  # log-probs included

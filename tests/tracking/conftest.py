@@ -104,6 +104,18 @@ class MlflowServer:
         return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
 
 
+@pytest.fixture(autouse=True)
+def no_system_metrics_thread_left():
+    """A tracker's system metrics thread must end with `finish()`: none may outlive a test."""
+    yield
+    import threading
+
+    left = [t for t in threading.enumerate() if t.name == "SystemMetricsMonitor" and t.is_alive()]
+    for thread in left:  # stop them for the next tests, then fail this one
+        thread.join(timeout=30)
+    assert not left, "a SystemMetricsMonitor thread outlived its test (a tracker was not finished)"
+
+
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory):
     root = tmp_path_factory.mktemp("mlflow_server")

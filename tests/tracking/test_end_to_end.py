@@ -64,7 +64,7 @@ def test_masdsl_run_on_the_tiny_model_is_tracked(mlflow_server, tiny_model_dir, 
     experiment = f"duo_run_{tmp_path.name}"
     args = ["runtime.engine=hf", f"policy.thinker.model={tiny_model_dir}", f"policy.critic.model={tiny_model_dir}",
             f"runtime.runs_dir={tmp_path}", "train.steps=2", "train.kl_coef=0.01", "tracking.log_weights=true",
-            f"tracking.uri={mlflow_server.uri}", f"tracking.experiment={experiment}"]
+            "tracking.register=true", f"tracking.uri={mlflow_server.uri}", f"tracking.experiment={experiment}"]
     assert main(["run", str(DUO), *args]) == 0
 
     client = MlflowClient(mlflow_server.uri)
@@ -85,10 +85,12 @@ def test_masdsl_run_on_the_tiny_model_is_tracked(mlflow_server, tiny_model_dir, 
         assert {f"{m}/{policy}" for m in POLICY_METRICS} | {f"reward/{role}/turn0/mean"} <= set(kid.data.metrics)
         assert not any(k.endswith(f"/{other}") for k in kid.data.metrics)
         assert [m.step for m in client.get_metric_history(kid.info.run_id, f"loss/{policy}")] == [1, 2]
-        assert artifact_paths(client, kid.info.run_id) == {f"weights/{policy}.pt"}  # tracking.log_weights
-        got = Path(client.download_artifacts(kid.info.run_id, f"weights/{policy}.pt", str(tmp_path)))
-        saved = Path(run.data.tags["masdsl.run_dir"]) / "checkpoints" / "step_000002" / "policies" / f"{policy}.pt"
+        assert artifact_paths(client, kid.info.run_id) == {f"weights/{policy}.safetensors"}  # tracking.log_weights
+        got = Path(client.download_artifacts(kid.info.run_id, f"weights/{policy}.safetensors", str(tmp_path)))
+        saved = Path(run.data.tags["masdsl.run_dir"]) / "checkpoints" / "step_000002" / "policies" / f"{policy}.safetensors"
         assert got.read_bytes() == saved.read_bytes()
+        (version,) = client.search_model_versions(f"name='duo_math-{policy}'")  # tracking.register: the trainer's export
+        assert version.tags["masdsl.step"] == "2" and version.tags["masdsl.policy"] == policy
 
     paths = artifact_paths(client, run.info.run_id)
     assert {"source/duo_math.mas", "graph/workflow.mmd", "graph/workflow.dot", "config/resolved.yaml",

@@ -47,6 +47,11 @@ def step_metrics(step: int) -> dict[str, float]:
     }
 
 
+def journal(run_dir: Path) -> list[dict]:
+    """The rows a run kept in metrics.jsonl."""
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
 def history(client, run_id: str, key: str) -> list[tuple[int, float]]:
     return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
 
@@ -160,7 +165,7 @@ def test_server_outage_mid_run_buffers_and_flushes(mlflow_server, make_workflow,
     err = capsys.readouterr().err
     assert err.count("tracking server unreachable") == 1, err
 
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in journal(tmp_path / "run") if r.get("op") == "metrics"]
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert rows[2]["metrics"]["loss/writer"] == pytest.approx(0.3)
 
@@ -245,8 +250,9 @@ def test_unreachable_from_the_start_never_raises(make_workflow, tmp_path, capsys
     err = capsys.readouterr().err
     assert err.count("tracking server unreachable") == 1, err
     assert "could not be sent before the end of the run" in err
-    rows = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(r)["step"] for r in rows] == [0, 1, 2, 3, 4]
+    rows = journal(tmp_path / "run")
+    assert [r["step"] for r in rows if r["op"] == "metrics"] == [0, 1, 2, 3, 4]
+    assert rows[0]["op"] == "create_parent" and rows[0]["run_id"] is None  # kept for `resend`
     assert (tmp_path / "run" / "progress.png").read_bytes()[:8] == PNG_MAGIC
 
 
@@ -292,12 +298,12 @@ def test_log_weights_stores_each_policy_of_the_checkpoint_it_is_given(make_workf
     cfg = resolve_config(overrides=[f"tracking.uri={uri}", "tracking.log_weights=true"])
     ckpt = tmp_path / "somewhere" / "step_000002"
     (ckpt / "policies").mkdir(parents=True)
-    (ckpt / "policies" / "writer.pt").write_bytes(b"weights of writer")
+    (ckpt / "policies" / "writer.safetensors").write_bytes(b"weights of writer")
     tracker = start_run(make_workflow(unique("weights")), cfg, kind="run", run_dir=tmp_path / "r")
     tracker.finish(checkpoint=ckpt)
     client = MlflowClient(uri)
     kids = children(client, client.get_run(tracker.run_id))
-    assert artifact_paths(client, kids["writer"].info.run_id) == {"weights/writer.pt"}
+    assert artifact_paths(client, kids["writer"].info.run_id) == {"weights/writer.safetensors"}
     assert artifact_paths(client, kids["checker"].info.run_id) == set()
 
     bare = start_run(make_workflow(unique("weights")), cfg, kind="run", run_dir=tmp_path / "r2")

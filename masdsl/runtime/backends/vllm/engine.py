@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from masdsl.runtime.backends.base import Candidate, GenRequest, LocalEngine, Results
-from masdsl.runtime.backends.vllm.environment import engine_env_defaults, on_gpu, vllm_environment
+from masdsl.runtime.backends.vllm.environment import engine_env_defaults, on_gpu, verbose, vllm_environment
 from masdsl.runtime.backends.vllm.lora import AdapterFolders, VLLMAdapterEngine
 from masdsl.runtime.backends.vllm.supervision import (
     child_pids,
@@ -59,6 +59,7 @@ def llm_kwargs(model_path: str, *, seed: int, gpu: bool, max_model_len: int | No
         enable_prefix_caching=enable_prefix_caching,
         dtype=dtype or ("auto" if gpu else "float32"),
         logprobs_mode="raw_logprobs",
+        use_tqdm_on_load=verbose(),  # the weights' loading bar: start-up chatter (environment.py)
         worker_extension_cls=f"{WeightSyncExtension.__module__}.{WeightSyncExtension.__qualname__}",
     )
     if gpu:

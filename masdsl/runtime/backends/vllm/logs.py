@@ -1,4 +1,5 @@
-"""The one log filter masdsl installs in vLLM: expected warnings of the in-place weight reload.
+"""What masdsl hides of vLLM's logs: expected warnings of the in-place weight reload, and
+(unless `masdsl --verbose`) the start-up notices of this process (`quiet_startup`).
 
 vLLM's reload logs "<Module>: Failed to load weights" for every module that received no weight
 under its own name. Two kinds are expected after each `update_weights`, and printed on every
@@ -12,7 +13,9 @@ update they would mislead:
 `expected_reload_warnings` installs the filter on vLLM's reload logger for the duration of one
 reload and removes it after: it runs inside vLLM's worker process (`WeightSyncExtension`), and no
 other logger or message is touched. vLLM's own log level is set through its environment
-(`environment.py`).
+(`environment.py`), which also wraps an engine's construction in `quiet_startup`: the Triton
+notice vLLM logs at import (before its logging is configured, so no level applies) and the
+FutureWarnings of torch deprecations vLLM hits, in this process and only for that block.
 
 >>> import logging
 >>> record = logging.LogRecord(RELOAD_LOGGER, logging.WARNING, "", 0, "%s: Failed to load weights", ("Head",), None)
@@ -28,9 +31,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import warnings
 from typing import Any, Iterable, Iterator
 
 RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"  # vLLM's in-place reload
+# loggers that speak at `import vllm`, before vLLM configures its logging ("Triton is installed,
+# but doesn't include CPU backend")
+STARTUP_LOGGERS = ("vllm.triton_utils.importing",)
 _FAILED = "%s: Failed to load weights"
 
 
@@ -69,3 +76,29 @@ def expected_reload_warnings(names: set[str]) -> Iterator[None]:
         yield
     finally:
         logger.removeFilter(quiet)
+
+
+@contextlib.contextmanager
+def quiet_startup(quiet: bool = True) -> Iterator[None]:
+    """For the block (when `quiet`): `STARTUP_LOGGERS` at ERROR and FutureWarnings ignored.
+
+    >>> with quiet_startup():
+    ...     logging.getLogger(STARTUP_LOGGERS[0]).isEnabledFor(logging.WARNING)
+    False
+    >>> logging.getLogger(STARTUP_LOGGERS[0]).isEnabledFor(logging.WARNING)
+    True
+    """
+    if not quiet:
+        yield
+        return
+    loggers = [logging.getLogger(name) for name in STARTUP_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)

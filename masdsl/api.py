@@ -1,0 +1,119 @@
+"""The Python API: what the CLI does, as functions (docs/api.md).
+
+    result = masdsl.train("workflows/coder_tester.mas", ["train.steps=2"])      # -> TrainResult
+    ev = masdsl.evaluate("workflows/coder_tester.mas", checkpoint=result.run_dir)  # -> EvalResult
+    ro = masdsl.rollout(workflow, ["runtime.engine=hf"], tasks=2)                 # -> Rollout
+
+`workflow` is a path to a `.mas` file, `.mas` text, or a loaded `Workflow`; `overrides` are the
+dotted `key=value` strings of the command line; `config` is a YAML file (as `--config`) or a
+`Config`. The configuration is layered as on the command line: defaults < the file's `train { }`
+< `config` < `overrides`. Mistakes raise `masdsl.errors.UserError` subclasses before any model
+loads. `train` and `evaluate` share their code with `masdsl run` and `masdsl eval`
+(`masdsl.learner.trainer.train`, `masdsl.learner.evaluation.run_evaluation`).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable, Sequence
+
+from masdsl.config import Config, check_names, resolve_config, to_yaml
+from masdsl.errors import UserError
+from masdsl.lang import load, loads
+from masdsl.lang.workflow import Workflow
+from masdsl.learner import checkpoint as ckpt
+from masdsl.learner.config import validate
+from masdsl.learner.evaluation import EvalResult, eval_tasks, run_evaluation
+from masdsl.learner.trainer import TrainResult
+from masdsl.learner.trainer import train as _train
+from masdsl.runtime.engine_factory import build_engines, close_engines
+from masdsl.runtime.executor import Rollout
+from masdsl.runtime.executor import rollout as _rollout
+from masdsl.runtime.rundir import SOURCE, RunDir
+from masdsl.runtime.session import load_split, make_env
+
+__all__ = ["train", "evaluate", "rollout", "TrainResult", "EvalResult", "Rollout", "workflow_of", "config_of"]
+
+def workflow_of(workflow: str | os.PathLike | Workflow) -> Workflow:
+    """A `Workflow` from a path, `.mas` text (anything with a newline), or a `Workflow`."""
+    if isinstance(workflow, Workflow):
+        return workflow
+    if isinstance(workflow, str) and "\n" in workflow:
+        return loads(workflow)
+    return load(workflow)
+
+
+def config_of(workflow: Workflow, overrides: Sequence[str] = (), config: str | os.PathLike | Config | None = None) -> Config:
+    """The configuration as the CLI layers it; `config` a YAML file or a `Config`."""
+    if isinstance(overrides, str):
+        overrides = [overrides]
+    if isinstance(config, Config):
+        with tempfile.TemporaryDirectory() as tmp:  # a complete Config replaces the defaults and train { }
+            (Path(tmp) / "config.yaml").write_text(to_yaml(config))
+            cfg = resolve_config(None, Path(tmp) / "config.yaml", list(overrides))
+    else:
+        cfg = resolve_config(workflow.train, config, list(overrides))
+    check_names(cfg, workflow)
+    return cfg
+
+
+def train(workflow: str | os.PathLike | Workflow, overrides: Sequence[str] = (),
+          config: str | os.PathLike | Config | None = None, run_dir: str | os.PathLike | None = None,
+          resume: str | os.PathLike | None = None,
+          on_step: Callable[[int, dict], None] | None = None) -> TrainResult:
+    """Train with AT-GRPO, as `masdsl run`: a fresh run folder (`runtime.runs_dir/<workflow>/<time>`,
+    or `run_dir`), or with `resume` the newest checkpoint of that run, continued in its folder
+    with the checkpoint's configuration plus `overrides`. `on_step(step, metrics)` after each step."""
+    wf = workflow_of(workflow)
+    if resume is not None:
+        if config is not None:
+            raise UserError("resume continues with the checkpoint's configuration; pass changes as overrides")
+        path = ckpt.find(resume)
+        ckpt.read_state(path, wf.file_hash)  # another workflow's checkpoint: refuse early
+        cfg = config_of(wf, overrides, path / "config.yaml")
+        run_dir = path.parent.parent
+    else:
+        path, cfg = None, config_of(wf, overrides, config)
+    validate(wf, cfg)
+    if run_dir is None:
+        run_dir = RunDir.create(wf, cfg).path
+    run_dir = Path(run_dir)
+    if not (run_dir / SOURCE).is_file():  # `masdsl export RUN_DIR` reads the workflow from here
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / SOURCE).write_text(wf.source, encoding="utf-8")
+    return _train(wf, cfg, run_dir=run_dir, resume=path, on_step=on_step)
+
+
+def evaluate(workflow: str | os.PathLike | Workflow, overrides: Sequence[str] = (), tasks: int | None = None,
+             checkpoint: str | os.PathLike | None = None,
+             config: str | os.PathLike | Config | None = None) -> EvalResult:
+    """Evaluate on the eval split, as `masdsl eval`: the first `tasks` tasks (default
+    `train.eval_tasks`; 0: all); with `checkpoint` (a run folder or one checkpoint) the run's
+    trained policies instead of the models the workflow names. Writes its own run folder."""
+    wf = workflow_of(workflow)
+    cfg = config_of(wf, overrides, config)
+    return run_evaluation(wf, cfg, eval_tasks(wf, cfg, tasks), checkpoint=checkpoint)
+
+
+def rollout(workflow: str | os.PathLike | Workflow, overrides: Sequence[str] = (), split: str = "eval",
+            tasks: int | Sequence[dict] | None = None,
+            config: str | os.PathLike | Config | None = None) -> Rollout:
+    """One episode per task in evaluation mode (one candidate per step at
+    `train.eval_temperature`), nothing written: the records and episodes in memory.
+    `tasks`: the first N tasks of `split`, or the task rows themselves (default: all of `split`)."""
+    wf = workflow_of(workflow)
+    cfg = config_of(wf, overrides, config)
+    if tasks is None or isinstance(tasks, int):
+        if split not in wf.data:
+            raise UserError(f"workflow `{wf.name}` has no `data {split} ...` line; splits: {', '.join(wf.data)}")
+        rows = load_split(wf.data[split])
+        tasks = rows[:tasks] if tasks else rows
+    env = make_env(wf, cfg)
+    engines = build_engines(wf, cfg)
+    try:
+        return _rollout(wf, env, list(tasks), engines, mode="eval", samples=1, step=-1, seed=cfg.train.seed,
+                        cfg=cfg, repeats=cfg.train.eval_samples)
+    finally:
+        close_engines(engines)

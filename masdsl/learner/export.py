@@ -1,0 +1,180 @@
+"""Trained policies out of a run: one Hugging Face folder per policy, loadable without masdsl.
+
+    export_run("runs/coder_tester/20261129-191500")            # newest checkpoint
+    export_run(run_dir, step=2, out="exported", merge=True)     # LoRA adapters merged into full weights
+
+For each policy the checkpoint holds weights of (trained, not frozen), a folder
+`<out>/<policy>/` with
+- a full policy: `save_pretrained` safetensors (tied weights stay tied), `config.json`,
+  `generation_config.json`, the tokenizer and its chat template;
+- a LoRA policy: a PEFT adapter (`adapter_config.json`, `adapter_model.safetensors`, whose
+  `base_model_name_or_path` is the base folder) plus the tokenizer; with `merge=True` the adapter
+  merged into its base, saved as a full policy;
+- `README.md`: a model card naming the workflow, the roles the policy played, the step, and the
+  evaluation results before and after training (from the checkpoint's state).
+Default `out`: `RUN_DIR/export/step_N/`. The models are built as the trainer builds them
+(`policies.load_policies` with the checkpoint's configuration, on the CPU), so an export computes
+the same log-probs as the checkpoint's policy.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from masdsl.config import Config, resolve_config
+from masdsl.errors import CheckpointError, UserError
+from masdsl.lang import loads
+from masdsl.lang.workflow import Workflow
+from masdsl.learner import checkpoint as ckpt
+from masdsl.learner.policies import Policy, load_policies
+from masdsl.runtime.models import load_model
+from masdsl.runtime.rundir import SOURCE
+
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
+def find_checkpoint(run_dir: str | os.PathLike, step: int | None = None) -> Path:
+    """The checkpoint folder of `run_dir` (a run folder or one checkpoint): the newest, or `step`'s."""
+    path = ckpt.find(run_dir)
+    if step is None or ckpt.read_state(path).step == step:
+        return path
+    run = path.parent.parent
+    wanted = ckpt.checkpoints_dir(run) / ckpt.checkpoint_name(step)
+    if not (wanted / "state.json").is_file():
+        have = ", ".join(str(ckpt.read_state(p).step) for p in ckpt.list_complete(run)) or "none"
+        raise CheckpointError(f"run `{run}` has no complete checkpoint of step {step}; steps with one: {have}")
+    return wanted
+
+
+def run_workflow(run_dir: str | os.PathLike) -> Workflow:
+    """The workflow a run trained, from the source the run folder keeps (`workflow.mas`)."""
+    run_dir = Path(run_dir)
+    source = run_dir / SOURCE
+    if not source.is_file() or not source.read_text().strip():
+        raise UserError(f"`{run_dir}` has no {SOURCE}; name the workflow file (masdsl export RUN_DIR --workflow FILE)")
+    try:
+        return loads(source.read_text(), name=str(source), base_dir=run_dir)
+    except UserError as exc:  # e.g. an `import "env.py"` relative to the original file
+        raise UserError(f"the workflow kept in {source} does not load here ({str(exc).splitlines()[0]}); "
+                        "name the original file: masdsl export RUN_DIR --workflow FILE") from None
+
+
+def export_run(run_dir: str | os.PathLike, *, workflow: Workflow | None = None, step: int | None = None,
+               out: str | os.PathLike | None = None, merge: bool = False) -> dict[str, Path]:
+    """Export every trained policy of a run's checkpoint; {policy: folder}."""
+    path = find_checkpoint(run_dir, step)
+    run = path.parent.parent
+    if workflow is None:
+        workflow = run_workflow(run)
+    state = ckpt.read_state(path, workflow.file_hash)
+    out = Path(out) if out is not None else run / "export" / ckpt.checkpoint_name(state.step)
+    return export_checkpoint(workflow, path, out, merge=merge)
+
+
+def checkpoint_config(path: Path) -> Config:
+    """The configuration a checkpoint was trained with, on the CPU."""
+    return resolve_config(None, path / "config.yaml", ["runtime.device=cpu"])
+
+
+def export_checkpoint(workflow: Workflow, path: Path, out: Path, *, merge: bool = False) -> dict[str, Path]:
+    """Export the policies of one checkpoint folder into `out/<policy>/`."""
+    state = ckpt.read_state(path, workflow.file_hash)
+    names = [n for n in ckpt.trained_policies(path) if n in workflow.policies]
+    if not names:
+        raise CheckpointError(f"checkpoint `{path}` holds no trained policy of workflow `{workflow.name}`")
+    cfg = checkpoint_config(path)
+    policies = load_policies(*_only(workflow, cfg, names))
+    done = {}
+    for name in names:
+        p = policies[name]
+        p.load_state_dict(ckpt.policy_weights(path, name))
+        folder = out / name
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        if p.adapter is None:
+            _save_full(p.model, p.tokenizer, folder)
+            kind = "full"
+        elif merge:
+            with tempfile.TemporaryDirectory() as tmp:
+                _save_adapter(p, Path(tmp))
+                _merge(p, Path(tmp), folder, cfg)
+            kind = "merged"
+        else:
+            _save_adapter(p, folder)
+            kind = "adapter"
+        (folder / "README.md").write_text(model_card(workflow, cfg, state, p, kind))
+        done[name] = folder
+    return done
+
+
+def _only(workflow: Workflow, cfg: Config, names: list[str]) -> tuple[Workflow, Config]:
+    """The workflow and configuration narrowed to `names` (no frozen judge is loaded for nothing)."""
+    cfg = copy.deepcopy(cfg)
+    cfg.policy = {k: v for k, v in (cfg.policy or {}).items() if k in names}
+    return dataclasses.replace(workflow, policies={n: workflow.policies[n] for n in names}), cfg
+
+
+def _save_full(model: Any, tokenizer: Any, folder: Path) -> None:
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+
+
+def _save_adapter(p: Policy, folder: Path) -> None:
+    """A PEFT adapter folder of `p`'s adapter alone (the shared `PeftModel` may hold several)."""
+    config = copy.deepcopy(p.model.peft_config[p.adapter])
+    config.base_model_name_or_path = str(p.model_path)
+    config.inference_mode = True
+    config.save_pretrained(str(folder))
+    ckpt.save_weights(p.state_dict(), folder / "adapter_model.safetensors")
+    p.tokenizer.save_pretrained(folder)
+
+
+def _merge(p: Policy, adapter: Path, folder: Path, cfg: Config) -> None:
+    """A fresh base with the adapter folder merged in (the shared base stays untouched)."""
+    from peft import PeftModel  # heavy: peft only for LoRA policies
+
+    base, tokenizer = load_model(p.model_path, dtype=cfg.runtime.dtype, device="cpu")
+    merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
+    _save_full(merged, tokenizer, folder)
+
+
+def model_card(workflow: Workflow, cfg: Config, state: ckpt.TrainState, p: Policy, kind: str) -> str:
+    """The README.md of an exported policy."""
+    roles = ", ".join(f"`{r}`" for r in p.roles) or "(none)"
+    what = {"full": "full weights (Hugging Face `save_pretrained`, safetensors)",
+            "adapter": f"a PEFT LoRA adapter on `{p.model_path}`",
+            "merged": "full weights: a LoRA adapter merged into its base"}[kind]
+    lines = [
+        f"# {workflow.name} · policy `{p.name}`", "",
+        workflow.description, "",
+        f"Trained with AT-GRPO by masdsl: workflow `{workflow.name}`, roles {roles}, "
+        f"{state.step} optimizer steps (`{ckpt.checkpoint_name(state.step)}`).", "",
+        f"- base model: `{p.spec.model}`",
+        f"- this folder: {what}",
+        f"- training: lr {cfg.train.lr}, K = {cfg.train.samples}, batch {cfg.train.batch}, "
+        f"grouping `{cfg.train.grouping}`, seed {cfg.train.seed}",
+    ]
+    if p.spec.chat_template_kwargs:
+        lines.append(f"- chat template variables used: `{json.dumps(p.spec.chat_template_kwargs)}`")
+    lines += ["", "## Evaluation", "", "Before training (step 0) and after; the run's eval split, "
+              f"{cfg.train.eval_samples} episode(s) per task at temperature {cfg.train.eval_temperature}.", "",
+              "| step | metric | value |", "|---|---|---|"]
+    lines += [f"| {ev.get('step')} | `{k}` | {v:.4f} |" for ev in state.evals for k, v in ev.items()
+              if isinstance(v, (int, float)) and _card_metric(k, p.roles)]
+    use = (f"masdsl eval WORKFLOW.mas policy.{p.name}.model=THIS_FOLDER" if kind != "adapter" else
+           f"python -c 'from peft import AutoPeftModelForCausalLM; AutoPeftModelForCausalLM.from_pretrained(\"THIS_FOLDER\")'")
+    return "\n".join([*lines, "", "## Use", "", "```bash", use, "```", ""])
+
+
+def _card_metric(key: str, roles: list[str]) -> bool:
+    """The metrics a model card lists: success, reward, mean@N / pass@k, and the policy's roles' rewards."""
+    return key in ("success/eval", "reward/eval") or key.startswith(("mean@", "pass@")) \
+        or any(key.startswith(f"eval_reward/{r}/") for r in roles)

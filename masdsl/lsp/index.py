@@ -1,0 +1,167 @@
+"""What each position of a `.mas` file names: every declaration and use of a role, policy,
+parse field, function, env, data source, template variable and block key, as offsets.
+
+Hover, definition, rename and highlighting of uses read `Index.at(offset)`; rename collects
+`Index.uses(kind, name)`. Template variables are found in `{{ }}` and `{% %}` of inline prompts.
+
+>>> from masdsl.lang.parse import parse_text
+>>> text = 'role a { policy p\\n prompt "{{ a.x }}" parse x = f(output) }\\nflow { start -> a -> end }'
+>>> ix = Index(parse_text(text, "w.mas")[0], text)
+>>> [(o.kind, o.name, o.decl) for o in ix.uses("role", "a")]
+[('role', 'a', True), ('role', 'a', False), ('role', 'a', False)]
+>>> o = ix.at(text.index("a.x") + 2); (o.kind, o.name, o.owner)
+('field', 'x', 'a')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+
+from masdsl.lang import ast as A
+from masdsl.lang.templates import BASE_VARIABLES
+
+VARIABLES = ("task", "env", "turn", "output")
+_TAG = re.compile(r"\{\{(.*?)\}\}|\{%(.*?)%\}", re.S)
+_REF = re.compile(r"(?<![.\w|'\"])([A-Za-z_]\w*)(?:(\s*\.\s*)([A-Za-z_]\w*))?")
+_QUOTED = re.compile(r"\"[^\"]*\"|'[^']*'")
+
+
+@dataclass(frozen=True)
+class Occ:
+    kind: str  # role | policy | field | function | env | data-source | variable | task-field | env-field | key
+    name: str
+    start: int
+    end: int
+    decl: bool = False
+    owner: str | None = None  # a field's role; a key's block (`sample`, `train`, `train.runtime`, `policy P`)
+    node: object = None  # the declaration's AST node
+
+
+class Index:
+    def __init__(self, module: A.Module | None, text: str):
+        self.text, self.occs = text, []
+        if module is None:
+            return
+        self.roles = {r.name.name: r for r in module.roles}
+        self.fields = {n: {p.name.name for p in r.of(A.RoleParse)} | {"output", "ok"} for n, r in self.roles.items()}
+        for p in module.policies:
+            self._add("policy", p.name, decl=True, node=p)
+            self._keys(p.block, f"policy {p.name.name}")
+        for e in module.envs:
+            self._add("env", e.name)
+            self._walk(e.call, None, skip_func=True)
+        for d in module.data:
+            if d.call is not None:
+                self._add("data-source", d.call.func)
+        for r in module.roles:
+            self._role(r)
+        for f in module.flows:
+            for item in f.items:
+                if isinstance(item, A.Edge):
+                    for node in item.nodes:
+                        for ident in node.roles:
+                            if ident.name in self.roles:
+                                self._add("role", ident)
+                self._walk(item.guard if isinstance(item, A.Edge) else item.expr, None)
+        for s in module.teams + module.alphas + module.successes:
+            self._walk(s.expr, None)
+        for t in module.trains:
+            self._keys(t.block, "train")
+        self.occs.sort(key=lambda o: (o.start, o.end))
+
+    def _add(self, kind: str, ident: A.Ident, decl: bool = False, owner: str | None = None, node=None) -> None:
+        self.occs.append(Occ(kind, ident.name, ident.span.start, ident.span.end, decl, owner, node))
+
+    def _keys(self, block: A.Block, owner: str) -> None:
+        for e in block.entries:
+            self._add("key", e.key, owner=owner)
+            if isinstance(e.value, A.Block):
+                self._keys(e.value, f"{owner}.{e.key.name}")
+
+    def _role(self, r: A.RoleDecl) -> None:
+        self._add("role", r.name, decl=True, node=r)
+        for item in r.items:
+            if isinstance(item, A.RolePolicy):
+                self._add("policy", item.name)
+            elif isinstance(item, A.RoleParse):
+                self._add("field", item.name, decl=True, owner=r.name.name, node=item)
+                self._walk(item.expr, r.name.name)
+            elif isinstance(item, A.RoleReward):
+                self._walk(item.expr, r.name.name)
+            elif isinstance(item, A.RoleSample):
+                self._keys(item.block, "sample")
+            elif isinstance(item, (A.RolePrompt, A.RoleSystem)) and not getattr(item, "file", False):
+                self._template(item.text)
+
+    def _walk(self, node, role: str | None, skip_func: bool = False) -> None:
+        """Names, attributes and calls of an expression."""
+        if node is None:
+            return
+        if isinstance(node, A.Call):
+            if not skip_func:
+                self._add("function", node.func)
+            for a in node.args:
+                self._walk(a, role)
+            for k in node.kwargs:
+                self._walk(k.value, role)
+        elif isinstance(node, A.Attr):
+            self._attr(node.obj, node.attr)
+        elif isinstance(node, A.Name):
+            ident = A.Ident(node.name, node.span)
+            if role is not None and node.name in self.fields.get(role, ()) and node.name not in VARIABLES:
+                self._add("field", ident, owner=role)
+            elif node.name in self.roles:
+                self._add("role", ident)
+            elif node.name in VARIABLES:
+                self._add("variable", ident)
+        elif dataclasses.is_dataclass(node):
+            for f in dataclasses.fields(node):
+                value = getattr(node, f.name)
+                for v in value if isinstance(value, tuple) else (value,):
+                    if dataclasses.is_dataclass(v) and not isinstance(v, A.Ident):
+                        self._walk(v, role)
+
+    def _attr(self, obj: A.Ident, attr: A.Ident) -> None:
+        if obj.name in self.roles:
+            self._add("role", obj)
+            self._add("field", attr, owner=obj.name)
+        elif obj.name in ("task", "env"):
+            self._add("variable", obj)
+            self._add(f"{obj.name}-field", attr, owner=obj.name)
+
+    def _template(self, lit: A.StrLit) -> None:
+        """Variables of the `{{ }}` and `{% %}` tags of an inline prompt (strings inside skipped)."""
+        raw = self.text[lit.span.start : lit.span.end]
+        for tag in _TAG.finditer(raw):
+            group = 1 if tag.group(1) is not None else 2
+            body = _QUOTED.sub(lambda m: " " * len(m.group()), tag.group(group))
+            base = lit.span.start + tag.start(group)
+            for m in _REF.finditer(body):
+                name, attr = m.group(1), m.group(3)
+                if name not in self.roles and name not in BASE_VARIABLES:
+                    continue
+                s = base + m.start(1)
+                ident = A.Ident(name, dataclasses.replace(lit.span, start=s, end=s + len(name)))
+                if attr is None:
+                    self._add("role" if name in self.roles else "variable", ident)
+                    continue
+                a = base + m.start(3)
+                self._attr(ident, A.Ident(attr, dataclasses.replace(lit.span, start=a, end=a + len(attr))))
+
+    def at(self, offset: int) -> Occ | None:
+        """The innermost occurrence under `offset` (its end counts: the cursor just after a name)."""
+        best = None
+        for o in self.occs:
+            if o.start > offset:
+                break
+            if o.start <= offset <= o.end and (best is None or o.end - o.start <= best.end - best.start):
+                best = o
+        return best
+
+    def uses(self, kind: str, name: str, owner: str | None = None) -> list[Occ]:
+        return [o for o in self.occs if o.kind == kind and o.name == name and (owner is None or o.owner == owner)]
+
+    def decl(self, kind: str, name: str, owner: str | None = None) -> Occ | None:
+        return next((o for o in self.uses(kind, name, owner) if o.decl), None)

@@ -1,0 +1,226 @@
+"""`runtime.learner_workers`: policies trained by Ray actors with torch.distributed (gloo, CPU).
+
+Two learner workers on a tiny model compute the same update as the driver alone on the same
+global batch. Exact equality is not possible: each rank sums its own rows' gradients, then
+gloo adds the two ranks' sums, a different order of float additions than one process
+accumulating every micro-batch. The gradient (its norm, the loss) agrees to ~1e-7 relative.
+AdamW's first steps move every weight by about `lr * g / |g|`, which turns float noise on a
+gradient component that is itself ~0 (terms that cancel) into a visible difference of that
+one weight: after one update (lr 1e-3) about 130 of the tiny model's 427k weights differ by
+more than 1e-6 of their tensor's scale. So the weights are compared as a whole: the norm of the
+difference over the norm of the weights (measured 9e-7 after one update, 1.6e-6 after two).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import masdsl
+from masdsl.config import ConfigError, resolve_config
+from masdsl.learner import workers
+from masdsl.learner.config import validate
+from masdsl.learner.trainer import train
+from masdsl.runtime.records import read_records
+
+TOY = Path(__file__).parent / "toy"
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
+RTOL = 1e-6  # ||w_workers - w_driver|| / ||w_driver|| after one update
+
+
+def dense(text: str, name: str):
+    """The toy with a dense reward (output length), so a random model's groups are not flat."""
+    for role_reward in ("reward same(digit, task.target)", "reward same(digit, namer.digit)"):
+        text = text.replace(role_reward, "reward len(output)")
+    return masdsl.loads(text.replace("max_tokens: 1", "max_tokens: 4"), name=name, base_dir=TOY)
+
+
+def shared_toy():
+    return dense((TOY / "toy_digits.mas").read_text(), "dense_shared")
+
+
+def per_role_toy():
+    """Two full policies, one per role (both start from the same model folder)."""
+    text = (TOY / "toy_digits.mas").read_text()
+    text = text.replace('policy shared { model: "smollm2-135m-instruct" }',
+                        'policy namer_p { model: "smollm2-135m-instruct" }\n'
+                        'policy copier_p { model: "smollm2-135m-instruct" }')
+    head, sep, tail = text.partition("role copier")
+    text = head.replace("policy shared", "policy namer_p") + sep + tail.replace("policy shared", "policy copier_p")
+    return dense(text, "dense_per_role")
+
+
+def config(wf, model_dir, *extra):
+    models = [f"policy.{p}.model={model_dir}" for p in wf.policies]
+    return resolve_config(wf.train, overrides=[*models, "tracking.enabled=false", "runtime.engine=hf",
+                                               "train.samples=4", "train.batch=5", "train.eval_every=0",
+                                               "train.eval_tasks=2", "train.lr=0.001", "train.mini_batch_size=8",
+                                               "train.checkpoint_every=1", *extra])
+
+
+def weights(ck: Path, name: str) -> dict[str, torch.Tensor]:
+    (file,) = (ck / "policies").glob(f"{name}.*")
+    if file.suffix == ".safetensors":
+        from safetensors.torch import load_file  # the checkpoint format may be either
+
+        return load_file(str(file))
+    return torch.load(file, weights_only=True)
+
+
+def assert_close_weights(a: dict, b: dict, rtol: float = RTOL) -> float:
+    """||a - b|| / ||a|| over all tensors within `rtol`; returns it."""
+    assert a.keys() == b.keys()
+    diff = sum(float(((a[k] - b[k]) ** 2).sum()) for k in a) ** 0.5
+    rel = diff / sum(float((a[k] ** 2).sum()) for k in a) ** 0.5
+    assert rel <= rtol, rel
+    return rel
+
+
+def records(run_dir: Path):
+    return list(read_records(run_dir / "records.jsonl"))
+
+
+def assert_same_records(a, b) -> None:
+    """Same tokens, rewards and advantages' inputs; log-probs equal up to float noise."""
+    assert len(a) == len(b) > 0
+    for x, y in zip(a, b):
+        assert (x.step, x.task_id, x.role, x.turn, x.candidate, x.policy) == (y.step, y.task_id, y.role, y.turn,
+                                                                              y.candidate, y.policy)
+        assert x.response_ids == y.response_ids and x.prompt_ids == y.prompt_ids and x.reward == y.reward
+        assert all(math.isclose(p, q, rel_tol=1e-5, abs_tol=1e-5) for p, q in zip(x.logprobs, y.logprobs))
+
+
+def test_config_checks(tiny_model_dir):
+    wf = shared_toy()
+    with pytest.raises(ConfigError, match="learner_workers` must be >= 0"):
+        validate(wf, config(wf, tiny_model_dir, "runtime.learner_workers=-1"))
+    lora = masdsl.load(TOY / "toy_digits_lora.mas")
+    with pytest.raises(ConfigError, match="LoRA policies namer_p, copier_p"):
+        validate(lora, config(lora, tiny_model_dir, "runtime.learner_workers=2"))
+    validate(wf, config(wf, tiny_model_dir, "runtime.learner_workers=2"))  # full policies: fine
+
+
+def test_shard_rows_cover_each_mini_batch_once():
+    for n in range(0, 12):
+        for world in (1, 2, 3):
+            parts = [workers.Shard(r, world).rows(list(range(n))) for r in range(world)]
+            assert sum(parts, []) == list(range(n))
+
+
+@pytest.fixture(scope="module")
+def shared_runs(tiny_model_dir, tmp_path_factory, local_ray):
+    """The same 2-step run in the driver and with 2 learner workers (checkpoints after each step)."""
+    wf, root = shared_toy(), tmp_path_factory.mktemp("shared")
+    import io
+
+    from rich.console import Console
+
+    printed = io.StringIO()  # what the run prints (the placement line)
+    out = {}
+    for n in (0, 2):
+        out[n] = train(wf, config(wf, tiny_model_dir, "train.steps=2", f"runtime.learner_workers={n}"),
+                       run_dir=root / f"w{n}", console=Console(file=printed, width=400) if n else None)
+    return out, printed.getvalue().splitlines()
+
+
+def test_one_update_on_two_workers_equals_the_driver(shared_runs, tiny_model_dir):
+    runs, lines = shared_runs
+    first = {n: runs[n].run_dir / "checkpoints" / "step_000001" for n in runs}
+    a, b = weights(first[0], "shared"), weights(first[2], "shared")
+    rel = assert_close_weights(a, b)
+    from safetensors.torch import load_file
+
+    initial = load_file(str(Path(tiny_model_dir) / "model.safetensors"))
+    moved = sum(float(((a[k] - initial[k]) ** 2).sum()) for k in a) ** 0.5
+    diff = sum(float(((a[k] - b[k]) ** 2).sum()) for k in a) ** 0.5
+    print(f"after one update: ||w2 - w0|| / ||w0|| = {rel:.2e}; / ||update|| = {diff / moved:.2e}")
+    assert diff < 1e-4 * moved  # the update moved the weights, both runs the same way
+    h0, h2 = runs[0].history[0], runs[2].history[0]
+    assert h2["grad_norm/shared"] == pytest.approx(h0["grad_norm/shared"], rel=1e-5)  # the all-reduced gradient
+    assert h2["loss/shared"] == pytest.approx(h0["loss/shared"], rel=1e-5, abs=1e-7)
+    assert (first[2] / "optim").is_dir() and any((first[2] / "optim").iterdir())  # the workers' AdamW state
+    assert any("learner shared: 2 workers: rank 0 pid" in line and "rank 1 pid" in line for line in lines), lines
+
+
+def test_two_steps_with_workers_sample_the_same_records(shared_runs):
+    runs, _ = shared_runs
+    assert_same_records(records(runs[0].run_dir), records(runs[2].run_dir))
+    last = {n: runs[n].checkpoints[-1] for n in runs}
+    assert last[0].name == last[2].name == "step_000002"
+    assert_close_weights(weights(last[0], "shared"), weights(last[2], "shared"), rtol=5e-6)
+
+
+def test_resume_with_workers_continues_from_the_checkpoint(shared_runs, tiny_model_dir, tmp_path):
+    """Resume the worker run's step-1 checkpoint (weights and AdamW state go to the workers)."""
+    import shutil
+
+    runs, _ = shared_runs
+    wf = shared_toy()
+    run = tmp_path / "resumed"
+    shutil.copytree(runs[2].run_dir, run)
+    shutil.rmtree(run / "checkpoints" / "step_000002")
+    resumed = train(wf, config(wf, tiny_model_dir, "train.steps=2", "runtime.learner_workers=2"), run_dir=run,
+                    resume=run)
+    assert resumed.steps == 2
+    assert_close_weights(weights(runs[0].checkpoints[-1], "shared"), weights(resumed.checkpoints[-1], "shared"),
+                         rtol=5e-6)
+
+
+def test_per_role_policies_update_concurrently(tiny_model_dir, tmp_path, local_ray, monkeypatch):
+    wf = per_role_toy()
+    intervals: dict[str, tuple[float, float]] = {}
+    collect = workers.LearnerGroup.collect
+
+    def timed(self, refs):  # the real collect, recording each group's update interval
+        out = collect(self, refs)
+        intervals[self.name] = self.interval
+        return out
+
+    monkeypatch.setattr(workers.LearnerGroup, "collect", timed)
+    extra = ("train.steps=2", "train.old_logprobs=trainer", "train.ppo_epochs=2")
+    base = train(wf, config(wf, tiny_model_dir, *extra), run_dir=tmp_path / "w0")
+    t0 = time.time()
+    dist = train(wf, config(wf, tiny_model_dir, *extra, "runtime.learner_workers=2"), run_dir=tmp_path / "w2")
+    (s1, e1), (s2, e2) = intervals["namer_p"], intervals["copier_p"]
+    assert t0 < s1 and max(s1, s2) < min(e1, e2), intervals  # the two groups' updates overlap in time
+    # each engine sampled step 2 from its own policy's new weights: the records match the driver run's
+    assert_same_records(records(base.run_dir), records(dist.run_dir))
+    for name in ("namer_p", "copier_p"):
+        assert_close_weights(weights(base.checkpoints[-1], name), weights(dist.checkpoints[-1], name), rtol=5e-6)
+    a, b = weights(dist.checkpoints[-1], "namer_p"), weights(dist.checkpoints[-1], "copier_p")
+    assert any(not torch.equal(a[k], b[k]) for k in a)  # two policies, two different updates
+
+
+def test_a_killed_worker_fails_the_step_and_resume_continues(shared_runs, tiny_model_dir, tmp_path):
+    """Rank 1 SIGKILLed after step 1: step 2's update fails (StepFailed, checkpoint of step 1 with
+    the pre-step AdamW state from rank 0); `--resume` on fresh workers ends as the uninterrupted run."""
+    import io
+    import os
+    import re
+    import signal
+
+    from rich.console import Console
+
+    from masdsl.errors import StepFailed
+
+    runs, _ = shared_runs
+    wf, printed = shared_toy(), io.StringIO()
+    cfg = config(wf, tiny_model_dir, "train.steps=2", "runtime.learner_workers=2")
+
+    def kill_rank_1(step, metrics):
+        if step == 1:
+            (pid,) = re.findall(r"rank 1 pid (\d+)", printed.getvalue())
+            os.kill(int(pid), signal.SIGKILL)
+
+    with pytest.raises(StepFailed, match="learner worker of policy `shared` failed") as failed:
+        train(wf, cfg, run_dir=tmp_path / "run", console=Console(file=printed, width=400), on_step=kill_rank_1)
+    assert failed.value.checkpoint.name == "step_000001"
+    resumed = train(wf, cfg, run_dir=tmp_path / "run", resume=tmp_path / "run")
+    assert resumed.steps == 2
+    assert_close_weights(weights(runs[2].checkpoints[-1], "shared"), weights(resumed.checkpoints[-1], "shared"),
+                         rtol=1e-6)
+    assert_same_records(records(runs[2].run_dir), records(tmp_path / "run"))
