@@ -36,6 +36,7 @@ from masdsl.runtime.session import load_split, make_env
 
 __all__ = ["train", "evaluate", "rollout", "TrainResult", "EvalResult", "Rollout", "workflow_of", "config_of"]
 
+
 def workflow_of(workflow: str | os.PathLike | Workflow) -> Workflow:
     """A `Workflow` from a path, `.mas` text (anything with a newline), or a `Workflow`."""
     if isinstance(workflow, Workflow):
