@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.metadata
 import os
 import sys
 import traceback
@@ -41,6 +40,8 @@ GLOBAL_FLAGS = ("--debug", "--verbose")
 
 def version() -> str:
     """The installed package's version (its metadata), else the source tree's."""
+    import importlib.metadata  # start-up: ~30 ms, paid only by `--version`
+
     try:
         return importlib.metadata.version("masdsl")
     except importlib.metadata.PackageNotFoundError:
@@ -49,9 +50,20 @@ def version() -> str:
         return masdsl.__version__
 
 
+class _Version(argparse.Action):
+    """`--version`, reading the package metadata only when asked."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(f"masdsl {version()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="masdsl", description="Multi-agent LLM workflows trained with AT-GRPO.")
-    parser.add_argument("--version", action="version", version=f"masdsl {version()}")
+    parser.add_argument("--version", action=_Version, help="show the version and exit")
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks for internal errors")
     parser.add_argument("--verbose", action="store_true",
                         help="show the inference engines' start-up logs (vLLM, Triton; hidden by default)")
