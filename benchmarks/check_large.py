@@ -78,6 +78,20 @@ def time_analyze(text: str, path: Path, repeat: int) -> list[float]:
     return out
 
 
+def append_to_section(name: str, line: str) -> None:
+    """Append `line` to section `## name` of docs/performance.md (created at the end if missing)."""
+    perf = ROOT / "docs" / "performance.md"
+    body = perf.read_text() if perf.exists() else "# Performance\n"
+    marker = f"\n## {name}\n"
+    if marker not in body:
+        body = body.rstrip("\n") + "\n" + marker + "\n"
+    head, _, tail = body.partition(marker)
+    nxt = tail.find("\n## ")
+    section, rest = (tail, "") if nxt < 0 else (tail[: nxt + 1], tail[nxt + 1 :])
+    section = section.rstrip("\n") + "\n" + line + "\n"
+    perf.write_text(head + marker + section + ("\n" + rest if rest else ""))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--roles", type=int, default=200)
@@ -98,15 +112,7 @@ def main() -> None:
                f"(min {min(inproc):.3f}). The machine is shared, so wall times vary with load. Goal < 1 s. Command: `.venv/bin/python benchmarks/check_large.py`")
     print(summary)
     if not args.no_write:
-        perf = ROOT / "docs" / "performance.md"
-        body = perf.read_text() if perf.exists() else "# Performance\n"
-        if "## language" not in body:
-            body = body.rstrip("\n") + "\n\n## language\n\n"
-        head, _, tail = body.partition("## language\n")
-        nxt = tail.find("\n## ")
-        section, rest = (tail, "") if nxt < 0 else (tail[: nxt + 1], tail[nxt + 1 :])
-        section = section.rstrip("\n") + ("\n" if section.strip() else "\n") + summary + "\n"
-        perf.write_text(head + "## language\n" + section + ("\n" + rest if rest else ""))
+        append_to_section("language", summary)
 
 
 if __name__ == "__main__":

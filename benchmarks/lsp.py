@@ -26,7 +26,7 @@ from pygls.lsp.client import LanguageClient
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from check_large import generate  # noqa: E402  (the same generated file as the checker benchmark)
+from check_large import append_to_section, generate  # noqa: E402  (the checker benchmark's file and docs writer)
 
 
 def _pos(text: str, i: int) -> T.Position:
@@ -104,16 +104,7 @@ def main() -> None:
                f"Goal < 100 ms. Command: `.venv/bin/python benchmarks/lsp.py`")
     print(summary)
     if not args.no_write:
-        perf = ROOT / "docs" / "performance.md"
-        body = perf.read_text()
-        if "\n## lsp\n" not in body:
-            body = body.rstrip("\n") + "\n\n## lsp\n\n"
-        head, _, tail = body.partition("\n## lsp\n")
-        nxt = tail.find("\n## ")
-        section, rest = (tail, "") if nxt < 0 else (tail[: nxt + 1], tail[nxt + 1:])
-        section = section.rstrip("\n") + "\n" + summary + "\n"
-        perf.write_text(head + "\n## lsp\n" + section + ("\n" + rest if rest else ""))
-
+        append_to_section("lsp", summary)
 
 if __name__ == "__main__":
     main()

@@ -29,18 +29,23 @@ def test_no_module_over_the_line_limit():
     assert not big, f"modules over {MAX_MODULE_LINES} lines: {big}"
 
 
-def test_long_functions_say_why():
-    unexplained = []
+def _functions():
+    """(module, source lines, function node) for every function of masdsl."""
     for module, (tree, lines) in TREES.items():
         for fn in ast.walk(tree):
-            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            if fn.end_lineno - fn.lineno + 1 <= MAX_FUNCTION_LINES:
-                continue
-            body = fn.body[1:] if ast.get_docstring(fn) is not None and len(fn.body) > 1 else fn.body
-            head = lines[fn.lineno - 1 : body[0].lineno]  # signature, docstring, up to the first statement
-            if not any(line.strip().startswith("# long:") for line in head):
-                unexplained.append(f"{module}.{fn.name} ({fn.end_lineno - fn.lineno + 1} lines)")
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield module, lines, fn
+
+
+def test_long_functions_say_why():
+    unexplained = []
+    for module, lines, fn in _functions():
+        if fn.end_lineno - fn.lineno + 1 <= MAX_FUNCTION_LINES:
+            continue
+        body = fn.body[1:] if ast.get_docstring(fn) is not None and len(fn.body) > 1 else fn.body
+        head = lines[fn.lineno - 1 : body[0].lineno]  # signature, docstring, up to the first statement
+        if not any(line.strip().startswith("# long:") for line in head):
+            unexplained.append(f"{module}.{fn.name} ({fn.end_lineno - fn.lineno + 1} lines)")
     assert not unexplained, f"functions over {MAX_FUNCTION_LINES} lines with no `# long:` reason: {unexplained}"
 
 
@@ -59,13 +64,10 @@ def _explained(lines: list[str], lineno: int) -> bool:
 
 def test_imports_inside_functions_say_why():
     silent = []
-    for module, (tree, lines) in TREES.items():
-        for fn in ast.walk(tree):
-            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            for node in ast.walk(fn):
-                if isinstance(node, (ast.Import, ast.ImportFrom)) and not _explained(lines, node.lineno):
-                    silent.append(f"{MODULES[module].relative_to(ROOT)}:{node.lineno}")
+    for module, lines, fn in _functions():
+        for node in ast.walk(fn):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and not _explained(lines, node.lineno):
+                silent.append(f"{MODULES[module].relative_to(ROOT)}:{node.lineno}")
     assert not silent, f"imports inside functions with no comment saying why: {sorted(set(silent))}"
 
 

@@ -107,8 +107,6 @@ def train(workflow: Workflow, cfg: Config, *, run_dir: str | Path, resume: str |
         tracker = start_run(workflow, cfg, kind="run", run_dir=run_dir)
         with show.live():
             saved = _loop(session, state, tracker, on_step)  # 3. evaluate, then step until train.steps
-        if cfg.tracking.log_weights and saved:  # the final weights or adapters, when asked
-            tracker.log_artifact(saved[-1] / "policies", "weights")
         if tracker.wants_models and saved:  # tracking.log_models / register: HF folders of the final policies
             tracker.log_models(export_run(run_dir, workflow=workflow, step=state.step, merge=True), step=state.step)
         status = "FINISHED"
