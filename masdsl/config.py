@@ -75,6 +75,11 @@ class RuntimeConfig:
     # 0: every policy trains in the driver; N >= 1: each trainable full policy trains on N Ray
     # actors with torch.distributed (data-parallel over its rows; masdsl/learner/workers.py)
     learner_workers: int = 0
+    learner_fsdp: bool = False  # learner workers shard weights, grads and AdamW state (FSDP2 fully_shard) instead of DDP
+    learner_restarts: int = 1  # a learner group whose rank dies is restarted this often per run (then the step fails)
+    engine_replicas: int = 1  # engines per full policy, requests balanced across them (runtime.ray=true)
+    vllm_tensor_parallel_size: int = 1  # GPUs per vLLM engine
+    vllm_sleep_mode: bool = False  # a vLLM engine on its learner's GPU sleeps (frees weights + KV cache) during the update
 
 
 @dataclass
@@ -226,6 +231,9 @@ def resolve_config(
     for name in ("steps", "samples", "batch", "ppo_epochs"):
         if cfg.train[name] < 1:
             raise ConfigError(f"`train.{name}` must be at least 1; got {cfg.train[name]}")
+    for name, low in (("engine_replicas", 1), ("vllm_tensor_parallel_size", 1), ("learner_restarts", 0)):
+        if cfg.runtime[name] < low:
+            raise ConfigError(f"`runtime.{name}` must be at least {low}; got {cfg.runtime[name]}")
     if cfg.train.eval_samples < 1:
         raise ConfigError(f"`train.eval_samples` must be at least 1; got {cfg.train.eval_samples}")
     return OmegaConf.to_object(cfg)

@@ -51,6 +51,8 @@ def validate(workflow: Workflow, cfg: Config) -> None:
     errors = problems(cfg.train)
     if cfg.runtime.learner_workers < 0:
         errors.append(f"`runtime.learner_workers` must be >= 0 (0: train in the driver); got {cfg.runtime.learner_workers}")
+    if cfg.runtime.learner_fsdp and cfg.runtime.learner_workers < 1:
+        errors.append("`runtime.learner_fsdp=true` shards the learner over its workers: set `runtime.learner_workers` >= 1")
     lora = [n for n, s in specs.items() if s.lora and not s.frozen and workflow.roles_of_policy(n)]
     if cfg.runtime.learner_workers > 0 and lora:
         errors.append(f"`runtime.learner_workers` trains full policies only; LoRA polic{'ies' if len(lora) > 1 else 'y'} "
