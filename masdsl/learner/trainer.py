@@ -148,8 +148,9 @@ def _loop(session: TrainSession, state: ckpt.TrainState, tracker: Any,
                 recovery.begin(f"step {state.step}/{tc.steps} (weight sync)", updated=True)
                 t0 = time.perf_counter()
                 session.sync_all()
-                metrics["time/update_s"] += time.perf_counter() - t0  # the update's time includes its sync
-                state.history[-1]["time/update_s"] = metrics["time/update_s"]
+                metrics["time/sync_s"] = time.perf_counter() - t0
+                metrics["time/update_s"] += metrics["time/sync_s"]  # the update's time includes its sync
+                state.history[-1].update({k: metrics[k] for k in ("time/update_s", "time/sync_s")})
                 tracker.log_metrics(metrics, step=state.step)
                 show.step(state.step, metrics)
             unfinished = False

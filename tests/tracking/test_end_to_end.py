@@ -51,7 +51,7 @@ def test_masdsl_eval_on_the_tiny_model_is_tracked(mlflow_server, tiny_model_dir,
 
 
 TRAIN_METRICS = {"success/train", "groups/count", "groups/zero_variance_frac", "tokens/generated",
-                 "throughput/tokens_per_s", "time/rollout_s", "time/update_s", "memory/peak_rss_gb",
+                 "throughput/tokens_per_s", "time/rollout_s", "time/update_s", "time/sync_s", "memory/peak_rss_gb",
                  "success/eval"}
 POLICY_METRICS = ("loss", "clip_frac", "kl", "grad_norm")
 
