@@ -9,9 +9,15 @@ actor (`runtime.ray=true`), so every configuration pays the same weight sync int
 Per step it reports:
 
 - `update_s`: the update phase of `train_step` (with workers: submit, both ranks' forward and
-  backward, all-reduce, AdamW, rank 0's weights back into the driver's model);
-- `return_s` (workers only): from rank 0's end of the update to the weights loaded in the driver;
-- `sync_s`: `TrainSession.sync_all`, the driver's weights into the engine actor.
+  backward, all-reduce, AdamW, rank 0's new weights into the object store);
+- `return_s` (workers only): from rank 0's end of the update to the driver holding the ref of
+  the new weights (the driver no longer loads them after each update);
+- `sync_s`: `TrainSession.sync_all`: the weights into the engine actor (the driver's, or with
+  workers the object-store ref rank 0 left, which the actor reads directly).
+
+`--via-driver` (workers only) measures the path before the engines read the object store: after
+each update the driver loads rank 0's weights into its model (counted in `return_s`) and sends
+them to the engine itself.
 
 The first step is a warm-up; the table holds the mean of the others. Each configuration runs in
 its own process (`--one N`).
@@ -32,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TOY = ROOT / "tests" / "learner" / "toy"
 
 
-def one(workers: int, steps: int) -> dict[str, float]:
+def one(workers: int, steps: int, via_driver: bool = False) -> dict[str, float]:
     """Run `steps` training steps with `runtime.learner_workers=workers`; per-step timings."""
     import masdsl
     from masdsl.config import resolve_config
@@ -60,10 +66,17 @@ def one(workers: int, steps: int) -> dict[str, float]:
             t0 = time.perf_counter()
             m = train_step(session, state, [session.train_rows[i] for i in idx], cursor)
             step_s = time.perf_counter() - t0
+            ret = sum(g.return_s for g in session.groups.values())
+            if via_driver:  # the former path: weights into the driver's model, then sent to the engine
+                t0 = time.perf_counter()
+                for p in session.policies.values():
+                    p.current()
+                    p.remote_weights = None
+                step_s += time.perf_counter() - t0
+                ret += time.perf_counter() - t0
             t0 = time.perf_counter()
             session.sync_all()
             sync_s = time.perf_counter() - t0
-            ret = sum(g.return_s for g in session.groups.values())
             rows.append({"step_s": step_s + sync_s, "rollout_s": m["time/rollout_s"], "update_s": m["time/update_s"],
                          "return_s": ret, "sync_s": sync_s})
     finally:
@@ -73,7 +86,7 @@ def one(workers: int, steps: int) -> dict[str, float]:
 
 
 def table(results: dict[int, dict[str, float]]) -> str:
-    lines = ["| learner | step s | rollout s | update s | weights back to driver s | sync to engine s |",
+    lines = ["| learner | step s | rollout s | update s | rank 0 end to driver s | sync to engine s |",
              "|---|--:|--:|--:|--:|--:|"]
     for n, r in results.items():
         who = "driver (`learner_workers=0`)" if n == 0 else f"{n} worker{'s' if n > 1 else ''}"
@@ -87,14 +100,16 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--via-driver", action="store_true", help="workers' weights reach the engine through the driver")
     ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one is not None:
-        print("RESULT " + json.dumps(one(args.one, args.steps)))
+        print("RESULT " + json.dumps(one(args.one, args.steps, args.via_driver)))
         return
     results = {}
     for n in args.workers:
-        out = subprocess.run([sys.executable, __file__, "--one", str(n), "--steps", str(args.steps)],
+        via = ["--via-driver"] if args.via_driver else []
+        out = subprocess.run([sys.executable, __file__, "--one", str(n), "--steps", str(args.steps), *via],
                              capture_output=True, text=True, check=True).stdout
         results[n] = json.loads(next(l for l in out.splitlines() if l.startswith("RESULT "))[7:])
         print(n, results[n], flush=True)

@@ -1,7 +1,8 @@
 """`masdsl` command line: check | graph | run | eval | trace | fmt | new.
 
 Each subcommand lives in `masdsl/commands/<name>.py` with `add_arguments(parser)` and
-`main(args) -> int`, imported only when used so `masdsl check` never pays for torch.
+`main(args) -> int`, imported only when used: `masdsl check` imports `commands/check.py` and
+no other command module (never torch, the runtime or MLflow); only `masdsl --help` imports them all.
 Exit status: 0 ok, 2 user error, 3 internal error (a bug in masdsl).
 
 Global flags, accepted before the command or anywhere after it: `--debug` (tracebacks of
@@ -61,7 +62,19 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_of(argv: list[str]) -> str | None:
+    """The command named on the command line (the first word that is one), else None."""
+    for word in argv:
+        if word in COMMANDS:
+            return word
+        if not word.startswith("-"):
+            return None
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; with `command`, only that command's module is imported (the others'
+    arguments are not needed to parse its command line)."""
     parser = argparse.ArgumentParser(prog="masdsl", description="Multi-agent LLM workflows trained with AT-GRPO.")
     parser.add_argument("--version", action=_Version, help="show the version and exit")
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks for internal errors")
@@ -73,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         p.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         p.set_defaults(_parser=p)
+        if command is not None and name != command:
+            continue
         try:
             module = importlib.import_module(f"masdsl.commands.{name}")
         except ModuleNotFoundError as exc:
@@ -98,7 +113,7 @@ def global_flags(args: argparse.Namespace) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(command_of(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()

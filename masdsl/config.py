@@ -17,12 +17,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
-
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+from typing import TYPE_CHECKING, Any, Optional
 
 from masdsl.errors import UserError, did_you_mean
+
+if TYPE_CHECKING:  # OmegaConf is imported where it is used: it costs `masdsl check` ~70 ms of start-up
+    from omegaconf import DictConfig
 
 
 class ConfigError(UserError, ValueError):
@@ -76,7 +76,7 @@ class RuntimeConfig:
     # actors with torch.distributed (data-parallel over its rows; masdsl/learner/workers.py)
     learner_workers: int = 0
     learner_fsdp: bool = False  # learner workers shard weights, grads and AdamW state (FSDP2 fully_shard) instead of DDP
-    learner_restarts: int = 1  # a learner group whose rank dies is restarted this often per run (then the step fails)
+    learner_restarts: int = 1  # a learner group whose rank dies is restarted (step redone) this often per run, then the step fails
     engine_replicas: int = 1  # engines per full policy, requests balanced across them (runtime.ray=true)
     vllm_tensor_parallel_size: int = 1  # GPUs per vLLM engine
     vllm_sleep_mode: bool = False  # a vLLM engine on its learner's GPU sleeps (frees weights + KV cache) during the update
@@ -149,6 +149,11 @@ OLD_LOGPROBS = ("auto", "engine", "trainer")
 MASTER_WEIGHTS = ("float32", "compute")
 ENGINES = ("auto", "vllm", "hf", "replay")
 ISOLATIONS = ("auto", "bwrap", "unshare", "none")
+MINIMUMS = {
+    ("train", "steps"): 1, ("train", "samples"): 1, ("train", "batch"): 1, ("train", "ppo_epochs"): 1,
+    ("train", "eval_samples"): 1, ("runtime", "engine_replicas"): 1, ("runtime", "vllm_tensor_parallel_size"): 1,
+    ("runtime", "learner_restarts"): 0,
+}
 CHOICES = {
     ("train", "grouping"): GROUPINGS,
     ("train", "old_logprobs"): OLD_LOGPROBS,
@@ -159,6 +164,8 @@ CHOICES = {
 
 
 def _all_keys(node: Any, prefix: str = "") -> list[str]:
+    from omegaconf import DictConfig  # start-up: see the top of the module
+
     keys = []
     if isinstance(node, (DictConfig, dict)):
         for k in node:
@@ -184,6 +191,9 @@ def _unknown_key_error(key: str, schema: DictConfig) -> ConfigError:
 
 
 def _merge(base: DictConfig, layer: Any, what: str) -> DictConfig:
+    from omegaconf import OmegaConf  # start-up: see the top of the module
+    from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+
     try:
         return OmegaConf.merge(base, layer)
     except ConfigKeyError as exc:
@@ -204,6 +214,8 @@ def resolve_config(
     overrides: list[str] | tuple[str, ...] = (),
 ) -> Config:
     """Layer the configuration and validate it; raises ConfigError with a hint on mistakes."""
+    from omegaconf import OmegaConf  # start-up: see the top of the module
+
     cfg = OmegaConf.structured(Config)
     if train_block:
         block = dict(train_block)
@@ -224,27 +236,71 @@ def resolve_config(
         except Exception as exc:  # omegaconf grammar errors
             raise ConfigError(f"override `{item}`: {exc}") from None
         cfg = _merge(cfg, layer, f"override `{key}`")
-    for (section, name), allowed in CHOICES.items():
-        value = cfg[section][name]
-        if value not in allowed:
-            raise ConfigError(f"`{section}.{name}` must be one of {', '.join(allowed)}; got `{value}`")
-    for name in ("steps", "samples", "batch", "ppo_epochs"):
-        if cfg.train[name] < 1:
-            raise ConfigError(f"`train.{name}` must be at least 1; got {cfg.train[name]}")
-    for name, low in (("engine_replicas", 1), ("vllm_tensor_parallel_size", 1), ("learner_restarts", 0)):
-        if cfg.runtime[name] < low:
-            raise ConfigError(f"`runtime.{name}` must be at least {low}; got {cfg.runtime[name]}")
-    if cfg.train.eval_samples < 1:
-        raise ConfigError(f"`train.eval_samples` must be at least 1; got {cfg.train.eval_samples}")
-    return OmegaConf.to_object(cfg)
+    from omegaconf.errors import OmegaConfBaseException  # start-up: see the top of the module
+
+    try:  # reading the values resolves `${...}` interpolations, which may name nothing
+        for (section, name), allowed in CHOICES.items():
+            value = cfg[section][name]
+            if value not in allowed:
+                raise ConfigError(f"`{section}.{name}` must be one of {', '.join(allowed)}; got `{value}`")
+        for (section, name), low in MINIMUMS.items():
+            if cfg[section][name] < low:
+                raise ConfigError(f"`{section}.{name}` must be at least {low}; got {cfg[section][name]}")
+        return OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as exc:
+        msg = str(getattr(exc, "msg", None) or exc).splitlines()[0]
+        key = getattr(exc, "full_key", None)
+        raise ConfigError(f"`{key}`: {msg}" if key else msg) from None
+
+
+_SECTIONS = {"train": TrainConfig, "runtime": RuntimeConfig, "tracking": TrackingConfig, "sandbox": SandboxConfig}
+_PLAIN = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}
+
+
+def _plain_value(annotation: str, value: Any) -> bool:
+    """`value` is exactly of the field's type (OmegaConf would take it as it is)."""
+    if annotation.startswith("Optional[") and value is None:
+        return True
+    kinds = _PLAIN.get(annotation.removeprefix("Optional[").removesuffix("]"))
+    return kinds is not None and type(value) in kinds and not (type(value) is str and ("${" in value or value == "???"))
+
+
+def plainly_valid(train_block: dict[str, Any]) -> bool:
+    """True when `resolve_config(train_block=...)` would accept the block, told without OmegaConf
+    (what `masdsl check` pays for on every file): known keys of `train` (or of a nested
+    `runtime`, `tracking`, `sandbox` block), values of exactly their field's type, the allowed
+    choices and minimums of `resolve_config`. False says nothing: ask `resolve_config`.
+
+    >>> plainly_valid({"samples": 2, "lr": 1, "runtime": {"engine": "hf"}}), plainly_valid({"sampels": 2})
+    (True, False)
+    """
+    values: dict[str, dict[str, Any]] = {"train": {}}
+    for key, value in train_block.items():
+        if key in _SECTIONS and key != "train" and isinstance(value, dict):
+            values[key] = value
+        else:
+            values["train"][key] = value
+    merged = {}
+    for section, cls in _SECTIONS.items():
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        given = values.get(section, {})
+        if any(k not in fields or not _plain_value(str(fields[k].type), v) for k, v in given.items()):
+            return False
+        merged[section] = {**{n: f.default for n, f in fields.items()}, **given}
+    return (all(merged[sec][name] in allowed for (sec, name), allowed in CHOICES.items())
+            and all(merged[sec][name] >= low for (sec, name), low in MINIMUMS.items()))
 
 
 def to_yaml(cfg: Config) -> str:
+    from omegaconf import OmegaConf  # start-up: see the top of the module
+
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 
 
 def flatten(cfg: Config) -> dict[str, Any]:
     """Dotted key -> value, for MLflow params."""
+    from omegaconf import OmegaConf  # start-up: see the top of the module
+
     out: dict[str, Any] = {}
 
     def walk(node: Any, prefix: str) -> None:

@@ -27,9 +27,10 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print the results and diagnostics as one JSON document")
 
 
-def summary(wf) -> str:
-    turns = wf.max_turns if wf.max_turns is not None else "-"
-    return f"roles={len(wf.roles)} edges={wf.graph.number_of_edges()} max_turns={turns}"
+def summary(s: dict[str, Any]) -> str:
+    """`roles=2 edges=4 max_turns=3` of `Analysis.summary`."""
+    turns = s["max_turns"] if s["max_turns"] is not None else "-"
+    return f"roles={s['roles']} edges={s['edges']} max_turns={turns}"
 
 
 def diagnostic_json(d) -> dict[str, Any]:
@@ -53,11 +54,8 @@ def check_json(path: str, warnings: bool = True) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         entry["error"] = f"cannot read: {exc}"
         return entry
-    a = analyze(text, path, Path(path).parent)
-    wf = a.workflow
-    entry["ok"] = wf is not None
-    if wf is not None:
-        entry["summary"] = {"roles": len(wf.roles), "edges": wf.graph.number_of_edges(), "max_turns": wf.max_turns}
+    a = analyze(text, path, Path(path).parent, build=False)
+    entry["ok"], entry["summary"] = a.ok, a.summary
     entry["diagnostics"] = [diagnostic_json(d) for d in (a.diagnostics if warnings else a.errors)]
     return entry
 
@@ -74,15 +72,15 @@ def check_one(path: str, fmt: str = "long", warnings: bool = True, color: bool =
         return False, f"error  {path}  no such file", ""
     except (OSError, UnicodeDecodeError) as exc:
         return False, f"error  {path}  cannot read: {exc}", ""
-    a = analyze(text, path, p.parent)
+    a = analyze(text, path, p.parent, build=False)  # no `Workflow`: no networkx to import
     shown = a.diagnostics if warnings else a.errors
     diags = render_all(shown, a.sources, color=color, fmt=fmt) if shown else ""
-    if a.workflow is None:
+    if not a.ok:
         n = len(a.errors)
         return False, f"error  {path}  {n} error{'s' if n != 1 else ''}", diags
     w = len(a.warnings)
     tail = f"  ({w} warning{'s' if w != 1 else ''})" if w and warnings else ""
-    return True, f"ok  {path}  {summary(a.workflow)}{tail}", diags
+    return True, f"ok  {path}  {summary(a.summary)}{tail}", diags
 
 
 def main(args) -> int:

@@ -1,28 +1,55 @@
-"""`masdsl graph FILE`: the turn graph (ascii | mermaid | dot | svg | png) and the AT-GRPO
-groups the trainer will form per (role, turn) for the file's `train.samples` (K).
+"""`masdsl graph FILE [overrides...] [--config YAML]`: the turn graph (ascii | mermaid | dot | svg |
+png), the AT-GRPO groups the trainer will form per (role, turn) for `train.samples` (K), and the
+placement of `masdsl run` with this configuration: per policy its engine (kind, driver or Ray
+actors, replicas, GPUs, tensor parallelism, sleep mode) and its learner (`runtime.placement`).
 
-svg and png go through Graphviz's `dot` program.
+The configuration is resolved as `masdsl run` resolves it (defaults < `train { }` < `--config` <
+overrides); nothing starts. svg and png go through Graphviz's `dot` program.
 """
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from masdsl.errors import UserError
+
+if TYPE_CHECKING:
+    from masdsl.config import Config
+    from masdsl.lang.workflow import Workflow
 
 
 class GraphvizMissing(UserError):
     pass
 
 
-def add_arguments(p) -> None:
-    p.add_argument("file", metavar="FILE", help="a .mas file")
-    p.add_argument("--format", choices=("ascii", "mermaid", "dot", "svg", "png"), default="ascii")
+def _options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", choices=("ascii", "mermaid", "dot", "svg", "png"), default=None)
     p.add_argument("-o", "--output", metavar="OUT", help="write the graph to OUT instead of stdout")
     p.add_argument("--samples", type=int, default=None, help="K for the groups table (default: train.samples or 4)")
+    p.add_argument("--config", metavar="YAML", help="a YAML config file layered under the overrides (placement)")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="a .mas file")
+    _options(p)
+    # REMAINDER so options may follow the overrides (`FILE runtime.ray=true --format dot`); split in main
+    p.add_argument("overrides", nargs=argparse.REMAINDER,
+                   help="dotted config overrides for the placement section, e.g. runtime.engine_replicas=2")
+
+
+def text_sections(wf: Workflow, cfg: Config, samples: int | None) -> str:
+    """The groups table and the placement section, as `masdsl graph` prints them under the graph."""
+    from masdsl.lang import graph as G  # lazy: `masdsl --help` imports every command module
+    from masdsl.runtime.placement import plan_placement  # lazy: as above
+
+    table = G.groups_table(wf, cfg.train.samples if samples is None else samples)
+    return table + "\nplacement of `masdsl run` (engines and learners per policy):\n" + "\n".join(
+        "  " + line for line in plan_placement(wf, cfg).lines())
 
 
 def render_image(dot_text: str, fmt: str) -> bytes:
@@ -38,11 +65,15 @@ def render_image(dot_text: str, fmt: str) -> bytes:
 
 
 def main(args) -> int:
-    from masdsl.lang import load  # lazy: `masdsl --help` imports every command module
+    from masdsl.commands import split_options  # the package imports this module: not at the top
+    from masdsl.config import resolve_config  # lazy: `masdsl --help` imports every command module
     from masdsl.lang import graph as G  # lazy: as above
+    from masdsl.lang import load  # lazy: as above
 
+    split_options(args, "masdsl graph", _options, ("format", "output", "samples", "config"))
+    args.format = args.format or "ascii"
     wf = load(args.file)
-    table = G.groups_table(wf, args.samples)
+    table = text_sections(wf, resolve_config(wf.train, args.config, args.overrides), args.samples)
     if args.format == "ascii":
         out: str | bytes = G.to_ascii(wf) + "\n\n" + table + "\n"
     elif args.format == "mermaid":

@@ -5,8 +5,11 @@ every error found), `analyze(text, path)` (diagnostics without raising: what `ma
 uses), `Diagnostic`, `MasError`.
 
 Importing any `masdsl.lang` module runs this file first (a worker unpickling a `Workflow`, the
-runtime reading one), so the parser, the checker and the compiler, with lark, jinja2 and
-omegaconf behind them, are imported by the functions below when text is first parsed.
+runtime reading one), so the parser, the checker and the compiler are imported by the
+functions below when text is first parsed. Heavier libraries load later still, only when
+needed: lark for text the fast parser declines (syntax errors), jinja2 for templates beyond
+`{{ name.field }}`, OmegaConf for a `train { }` block that is not plainly valid, networkx for
+a `Workflow` (`masdsl check` builds none).
 """
 
 from __future__ import annotations
@@ -24,22 +27,22 @@ __all__ = ["load", "loads", "analyze", "parse", "check", "compile_workflow", "An
 
 def parse(text: str, path: str = "<string>"):
     """Text -> (`Module` or None, syntax diagnostics). See `masdsl.lang.parse.parse_text`."""
-    from masdsl.lang.parse import parse_text  # lazy: lark, only once text is parsed (see above)
+    from masdsl.lang.parse import parse_text  # lazy: the parser, only once text is parsed (see above)
 
     return parse_text(text, path)
 
 
 def check(module, text: str, base_dir: str | Path | None = None, registry=None) -> list[Diagnostic]:
     """Every diagnostic of a parsed module. See `masdsl.lang.check.check`."""
-    from masdsl.lang.check import check as _check  # lazy: jinja2 and omegaconf, only when checking
+    from masdsl.lang.check import check as _check  # lazy: the checker, only when checking (see above)
 
     return _check(module, text, Path(base_dir) if base_dir is not None else None, registry)
 
 
 def compile_workflow(module, text: str, base_dir: str | Path | None = None, registry=None, name: str = "workflow"):
     """A checked module -> `Workflow` (raises `MasError` if it has errors)."""
-    from masdsl.lang.check import run_checks  # lazy: jinja2 and omegaconf, only when checking
-    from masdsl.lang.compile import compile_workflow as _compile  # lazy: with the checker
+    from masdsl.lang.check import run_checks  # lazy: the checker, only when checking (see above)
+    from masdsl.lang.compile import compile_workflow as _compile  # lazy: networkx, only when a Workflow is built
 
     c = run_checks(module, text, Path(base_dir) if base_dir is not None else None, registry)
     if any(d.is_error for d in c.diags):
@@ -52,9 +55,14 @@ class Analysis:
     """The outcome of checking one file: a workflow when there are no errors."""
 
     path: str
-    workflow: Workflow | None
+    workflow: Workflow | None  # None with errors, or when not asked for (`analyze(build=False)`)
     diagnostics: list[Diagnostic]
     sources: dict[str, str] = field(default_factory=dict)
+    summary: dict | None = None  # {"roles", "edges", "max_turns"} when there are no errors
+
+    @property
+    def ok(self) -> bool:
+        return self.summary is not None
 
     @property
     def errors(self) -> list[Diagnostic]:
@@ -66,11 +74,11 @@ class Analysis:
 
 
 def analyze(text: str, path: str = "<string>", base_dir: str | Path | None = None, registry=None,
-            name: str | None = None) -> Analysis:
-    """Parse, check and (when clean) compile; never raises for a user mistake."""
-    from masdsl.lang.check import run_checks  # lazy: jinja2 and omegaconf, only when checking
-    from masdsl.lang.compile import compile_workflow  # lazy: with the checker
-    from masdsl.lang.parse import parse_text  # lazy: lark, only once text is parsed
+            name: str | None = None, build: bool = True) -> Analysis:
+    """Parse, check and (when clean and `build`) compile; never raises for a user mistake.
+    `masdsl check` passes `build=False`: the diagnostics and the summary need no `Workflow`."""
+    from masdsl.lang.check import run_checks, summary_of  # lazy: the checker, only once text is checked
+    from masdsl.lang.parse import parse_text  # lazy: the parser, only once text is parsed
 
     module, diags = parse_text(text, path)
     sources = {path: text}
@@ -80,9 +88,13 @@ def analyze(text: str, path: str = "<string>", base_dir: str | Path | None = Non
     sources.update(c.sources)
     if any(d.is_error for d in c.diags):
         return Analysis(path, None, c.diags, sources)
+    if not build:
+        return Analysis(path, None, c.diags, sources, summary_of(c))
+    from masdsl.lang.compile import compile_workflow  # lazy: networkx, only when a Workflow is built
+
     stem = name or Path(path).stem
     wf = compile_workflow(c, stem, Path(path) if base_dir is not None and path != "<string>" else None)
-    return Analysis(path, wf, c.diags, sources)
+    return Analysis(path, wf, c.diags, sources, summary_of(c))
 
 
 def loads(text: str, name: str = "<string>", base_dir: str | Path | None = None) -> Workflow:

@@ -8,6 +8,7 @@ kept as tuples so the checker can point at duplicates.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Union
 
 from masdsl.lang.workflow import Span
@@ -220,7 +221,7 @@ class Node:
     roles: tuple[Ident, ...]  # one name, or a parallel group `a & b`
     span: Span
 
-    @property
+    @cached_property  # read thousands of times per check of a large flow; the names never change
     def key(self) -> str:
         return "&".join(r.name for r in self.roles)
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
-from masdsl.config import ConfigError, resolve_config
+from masdsl.config import ConfigError, plainly_valid, resolve_config
 from masdsl.envs.loading import TABLE_SUFFIXES, table_fields
 from masdsl.envs.registry import load_builtins
 from masdsl.errors import DataError
@@ -236,8 +237,11 @@ def check_train(c: Ctx) -> None:
     if not c.module.trains:
         return
     block = c.module.trains[0].block
+    values = A.to_python(block)
+    if plainly_valid(values):  # most blocks: no need to start OmegaConf
+        return
     try:
-        resolve_config(train_block=A.to_python(block))
+        resolve_config(train_block=values)
     except ConfigError as exc:
         msg = str(exc)
         m = re.search(r"full_key: ([\w.]+)", msg) or re.search(r"`([\w.]+)`", msg)
@@ -283,6 +287,16 @@ def run_checks(module: A.Module, text: str, base_dir: Path | None = None, regist
         rule(c)
     c.diags.sort(key=Diagnostic.sort_key)
     return c
+
+
+def summary_of(c: Ctx) -> dict[str, Any]:
+    """`{"roles", "edges", "max_turns"}` of a module that checked without errors: what its
+    `Workflow` will have (`len(wf.roles)`, `wf.graph.number_of_edges()`, `wf.max_turns`)."""
+    flow = c.module.flows[0]
+    turns = [i for i in flow.items if isinstance(i, A.MaxTurns)]
+    return {"roles": len({r.name.name for r in c.module.roles}),
+            "edges": len({(s.key, d.key) for s, d, _, _ in flow_edges(flow)}),
+            "max_turns": literal(turns[0].expr) if turns else None}
 
 
 def check(module: A.Module, text: str, base_dir: Path | None = None, registry=None) -> list[Diagnostic]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import networkx as nx
+from dataclasses import dataclass, field
 
 from masdsl.lang import ast as A
 from masdsl.lang.context import Ctx, expect as _expect
@@ -60,8 +60,55 @@ def _check_nodes(c: Ctx, flow: A.FlowDecl) -> None:
                     c.flow_ok = False
 
 
-def _check_edges(c: Ctx, flow: A.FlowDecl) -> nx.DiGraph:
-    g = nx.DiGraph()
+@dataclass
+class FlowGraph:
+    """The flow's nodes (in first-seen order, with the span where each is first named) and edges
+    (in file order, with the span of their target): plain dicts, so checking needs no networkx."""
+
+    nodes: dict[str, object] = field(default_factory=dict)
+    edges: dict[tuple[str, str], object] = field(default_factory=dict)
+    succ: dict[str, list[str]] = field(default_factory=dict)
+    pred: dict[str, list[str]] = field(default_factory=dict)
+
+    def add_edge(self, u: str, v: str, span) -> None:
+        self.edges[(u, v)] = span
+        self.succ.setdefault(u, []).append(v)
+        self.pred.setdefault(v, []).append(u)
+
+    def reach(self, node: str, forward: bool = True) -> set[str]:
+        """`node` and every node it leads to (or, backwards, that leads to it)."""
+        adj, seen, stack = self.succ if forward else self.pred, {node}, [node]
+        while stack:
+            for n in adj.get(stack.pop(), ()):
+                if n not in seen:
+                    seen.add(n)
+                    stack.append(n)
+        return seen
+
+    def acyclic(self) -> bool:
+        indegree = {n: len(self.pred.get(n, ())) for n in self.nodes}
+        ready = [n for n, d in indegree.items() if d == 0]
+        done = 0
+        while ready:
+            done += 1
+            for m in self.succ.get(ready.pop(), ()):
+                indegree[m] -= 1
+                if indegree[m] == 0:
+                    ready.append(m)
+        return done == len(self.nodes)
+
+    def a_cycle(self) -> list[tuple[str, str]]:
+        """The cycle `networkx.find_cycle` names (the same graph, built in the same order)."""
+        import networkx as nx  # start-up: networkx (~150 ms), only to name a cycle in an error
+
+        g = nx.DiGraph()
+        g.add_nodes_from(self.nodes)
+        g.add_edges_from(self.edges)
+        return nx.find_cycle(g)
+
+
+def _check_edges(c: Ctx, flow: A.FlowDecl) -> FlowGraph:
+    g = FlowGraph()
     seen: dict[tuple[str, str], A.Node] = {}
     fallback: dict[str, A.Node] = {}
     for src, dst, guard, _ in flow_edges(flow):
@@ -84,8 +131,8 @@ def _check_edges(c: Ctx, flow: A.FlowDecl) -> nx.DiGraph:
         elif guard is None:
             fallback[src.key] = dst
         for n in (src, dst):
-            g.add_node(n.key, span=g.nodes[n.key]["span"] if n.key in g else n.span)
-        g.add_edge(src.key, dst.key, span=dst.span)
+            g.nodes.setdefault(n.key, n.span)
+        g.add_edge(src.key, dst.key, dst.span)
     return g
 
 
@@ -116,23 +163,21 @@ def check_flow(c: Ctx) -> None:
     if not c.flow_ok:
         return
     g = _check_edges(c, flow)
-    if "start" not in g or not g.out_degree("start"):
+    if "start" not in g.nodes or not g.succ.get("start"):
         c.error("missing-statement", "the flow has no edge from `start`", flow.span, help="add `start -> ROLE`")
         return
-    if "end" not in g:
+    if "end" not in g.nodes:
         c.error("no-path-to-end", "no edge of the flow reaches `end`", flow.span, help="add `ROLE -> end`")
         return
-    reach = nx.descendants(g, "start") | {"start"}
-    back = nx.ancestors(g, "end") | {"end"}
-    for node, data in g.nodes(data=True):
+    reach, back = g.reach("start"), g.reach("end", forward=False)
+    for node, span in g.nodes.items():
         if node not in reach:
-            c.error("unreachable", f"`{node}` cannot be reached from `start`", data["span"],
+            c.error("unreachable", f"`{node}` cannot be reached from `start`", span,
                     label="no path from `start` leads here")
         elif node not in back:
-            c.error("no-path-to-end", f"`{node}` has no path to `end`", data["span"],
+            c.error("no-path-to-end", f"`{node}` has no path to `end`", span,
                     label="every path from here runs forever", help=f"add an edge `{node} -> end` (with a `when` guard)")
-    if turns is None and not nx.is_directed_acyclic_graph(g):
-        cycle = nx.find_cycle(g)
-        u, v = cycle[-1][0], cycle[-1][1]
-        c.error("unbounded-cycle", "the flow has a cycle but no `max_turns`", g.edges[u, v]["span"],
+    if turns is None and not g.acyclic():
+        u, v = g.a_cycle()[-1][:2]
+        c.error("unbounded-cycle", "the flow has a cycle but no `max_turns`", g.edges[u, v],
                 label=f"the edge `{u} -> {v}` closes a cycle", help="add `max_turns N` inside `flow { }`")

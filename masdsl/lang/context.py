@@ -4,6 +4,7 @@ diagnostics) and small helpers. The rules live in `check.py`, `check_exprs.py`, 
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +50,20 @@ def ticks(names: Iterable[str]) -> str:
 
 
 def bind(fn, args: int, kwargs: list[str], skip: int = 0) -> str | None:
-    """None if `fn` accepts `args` positional values and these keyword names, else why not."""
+    """None if `fn` accepts `args` positional values and these keyword names, else why not.
+    Cached: a large workflow calls the same few functions a thousand times."""
+    try:
+        return _bind_cached(fn, args, tuple(kwargs), skip)
+    except TypeError:  # an unhashable callable
+        return _bind(fn, args, kwargs, skip)
+
+
+@functools.lru_cache(maxsize=4096)
+def _bind_cached(fn, args: int, kwargs: tuple[str, ...], skip: int) -> str | None:
+    return _bind(fn, args, list(kwargs), skip)
+
+
+def _bind(fn, args: int, kwargs: list[str], skip: int) -> str | None:
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):

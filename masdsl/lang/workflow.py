@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
-import networkx as nx
+if TYPE_CHECKING:  # the graph's type only: importing networkx costs `masdsl check` ~150 ms
+    import networkx as nx
 
 
 @dataclass(frozen=True, slots=True)

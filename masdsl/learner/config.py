@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from masdsl.config import LOSSES, Config, ConfigError, TrainConfig
 from masdsl.lang.workflow import Workflow
+from masdsl.runtime.placement import engine_problems
 from masdsl.runtime.session import effective_policies
 
 
@@ -48,7 +49,7 @@ def problems(tc: TrainConfig) -> list[str]:
 def validate(workflow: Workflow, cfg: Config) -> None:
     """Raise one ConfigError listing every problem of `cfg` for `workflow` (no models loaded)."""
     specs = effective_policies(workflow, cfg)  # raises on unknown role/policy names and lora keys
-    errors = problems(cfg.train)
+    errors = problems(cfg.train) + engine_problems(cfg)
     if cfg.runtime.learner_workers < 0:
         errors.append(f"`runtime.learner_workers` must be >= 0 (0: train in the driver); got {cfg.runtime.learner_workers}")
     if cfg.runtime.learner_fsdp and cfg.runtime.learner_workers < 1:

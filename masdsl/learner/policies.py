@@ -7,7 +7,8 @@
   adapter has its own optimizer and is trained only on its own roles' samples.
 - `frozen: true` policies act but never train.
 
-`describe` needs no torch and is what the run's start-up lines print:
+`describe` needs no torch and is what the run's start-up lines print: per policy its roles and
+weights, where its engine runs and where it learns (`masdsl.runtime.placement`):
 
 >>> from masdsl.lang.workflow import PolicySpec, RoleSpec, Workflow
 >>> import networkx as nx
@@ -19,38 +20,33 @@
 >>> from masdsl.config import resolve_config
 >>> print("\\n".join(describe(wf, resolve_config())))
 policy shared <- roles coder, tester (full weights, smollm2-135m-instruct)
+  engine: auto in the driver, vllm when usable (its own engine, loading the learner's new weights after each update), else hf (sampling from the learner's own model object)
+  learner: the driver (cpu)
 policy judge_p <- role judge (frozen, Qwen/Qwen3-8B)
+  engine: auto in the driver, vllm when usable (its own engine, loading the learner's new weights after each update), else hf (sampling from the learner's own model object)
+  learner: none (frozen)
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 
 from masdsl.config import Config
 from masdsl.lang.workflow import PolicySpec, Workflow
+from masdsl.runtime.actors import takes_refs
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.engine_factory import LoraSettings
 from masdsl.runtime.models import load_model, resolve_model
+from masdsl.runtime.placement import plan_placement
 from masdsl.runtime.session import effective_policies
 
 def describe(workflow: Workflow, cfg: Config) -> list[str]:
-    """One line per policy: which roles train which weights."""
-    lines = []
-    for name, spec in effective_policies(workflow, cfg).items():
-        roles = workflow.roles_of_policy(name)
-        who = f"role{'s' if len(roles) != 1 else ''} {', '.join(roles) or '(none)'}"
-        if spec.frozen:
-            kind = "frozen"
-        elif spec.lora:
-            kind = f"LoRA r={spec.lora.get('r', 8)} adapter on a shared base"
-        else:
-            kind = "full weights"
-        lines.append(f"policy {name} <- {who} ({kind}, {spec.model})")
-    return lines
+    """Per policy: which roles train which weights, its engine and its learner (`plan_placement`)."""
+    return plan_placement(workflow, cfg).lines()
 
 
 @dataclass
@@ -66,6 +62,22 @@ class Policy:
     adapter: str | None = None  # peft adapter name (== policy name) for LoRA policies
     compute_dtype: str = "float32"  # forward passes run in this dtype (autocast over fp32 master weights)
     lock: threading.Lock = field(default_factory=threading.Lock)  # adapters share one module
+    # newer weights trained elsewhere (learner workers): fetched into `model` when the driver needs them
+    _fetch: Callable[[], dict[str, Any]] | None = field(default=None, repr=False)
+    remote_weights: Any = None  # those weights as engine actors load them (an object-store ref), or None
+
+    def trained_elsewhere(self, fetch: Callable[[], dict[str, Any]], remote_weights: Any) -> None:
+        """The policy's newest weights are not in `model` but elsewhere: `fetch()` returns them
+        (loaded on first use: `state_dict`, `sync` into an engine in this process); an engine actor
+        loads `remote_weights` directly."""
+        self._fetch, self.remote_weights = fetch, remote_weights
+
+    def current(self) -> None:
+        """Load weights trained elsewhere into `model`, if there are newer ones."""
+        if self._fetch is not None:
+            weights = self._fetch()
+            self.model.load_state_dict(weights)
+            self._fetch = None
 
     @property
     def trainable(self) -> bool:
@@ -85,6 +97,7 @@ class Policy:
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint stores and an engine syncs: all weights, or the adapter's."""
+        self.current()
         if self.adapter is None:
             return self.model.state_dict()
         from peft import get_peft_model_state_dict  # heavy: peft only for LoRA policies
@@ -92,6 +105,7 @@ class Policy:
         return get_peft_model_state_dict(self.model, adapter_name=self.adapter)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._fetch = self.remote_weights = None  # these weights replace any trained elsewhere
         if self.adapter is None:
             self.model.load_state_dict(state)
             return
@@ -166,16 +180,33 @@ def sync(policy: Policy, engine: Engine) -> None:
 
     An hf engine holding the very model object trains in place (nothing to copy); any other
     engine (vllm, or a copy) receives the weights, or only the adapter, by `update_weights`.
+    Weights trained by learner workers go to engine actors straight from the object store
+    (`remote_weights`); the driver's model loads them only for an engine in this process.
     """
+    if policy.remote_weights is not None and takes_refs(engine):
+        engine.update_weights(policy.remote_weights)
+        return
+    policy.current()
     if getattr(engine, "model", None) is policy.model:
         return
     state = policy.state_dict()
-    if policy.compute_dtype != "float32" and policy.adapter is None:  # fp32 master weights: send what the engine holds
-
-        dtype, cast = getattr(torch, policy.compute_dtype), {}
-        state = {k: cast.setdefault(v.data_ptr(), v.to(dtype)) if v.is_floating_point() else v  # tied stay tied
-                 for k, v in state.items()}
+    if policy.adapter is None:  # fp32 master weights: send what the engine holds
+        state = compute_state(state, policy.compute_dtype)
     engine.update_weights(state)
+
+
+def compute_state(state: Mapping[str, Any], dtype: str) -> dict[str, Any]:
+    """`state` with its float tensors cast to `dtype` (what an engine holds); tied tensors stay
+    tied, and in float32 nothing is copied.
+
+    >>> w = torch.ones(2); out = compute_state({"a": w, "b": w, "n": torch.arange(2)}, "bfloat16")
+    >>> out["a"].dtype, out["a"] is out["b"], out["n"].dtype, compute_state({"a": w}, "float32")["a"] is w
+    (torch.bfloat16, True, torch.int64, True)
+    """
+    if dtype == "float32":
+        return dict(state)
+    to, cast = getattr(torch, dtype), {}
+    return {k: cast.setdefault(v.data_ptr(), v.to(to)) if v.is_floating_point() else v for k, v in state.items()}
 
 
 def iter_trainable(policies: Mapping[str, Policy]) -> Iterator[Policy]:

@@ -19,7 +19,7 @@ from masdsl.learner.display import Progress
 from masdsl.learner.policies import Policy, iter_trainable, load_policies, sync
 from masdsl.learner.workers import LearnerGroup, build_optimizer, close_groups, open_groups, references
 from masdsl.runtime.backends.base import Engine
-from masdsl.runtime.engine_factory import build_engines, close_engines
+from masdsl.runtime.engine_factory import build_engines, close_engines, sleep_engines, wake_engines
 from masdsl.runtime.session import prepare
 
 
@@ -42,6 +42,16 @@ class TrainSession:
         """Every trainable policy's engine samples from its current weights."""
         for p in iter_trainable(self.policies):
             sync(p, self.engines[p.name])
+
+    def sleep_engines(self) -> None:
+        """With `runtime.vllm_sleep_mode`, the engines free their GPU memory for the update."""
+        if self.cfg.runtime.vllm_sleep_mode:
+            sleep_engines(self.engines, level=1)
+
+    def wake_engines(self) -> None:
+        """After the update: the engines take their memory back (`sync_all` then loads the weights)."""
+        if self.cfg.runtime.vllm_sleep_mode:
+            wake_engines(self.engines)
 
     def close(self) -> None:
         try:

@@ -47,12 +47,16 @@ def train_step(session: TrainSession, state: TrainState, tasks: Sequence[dict], 
     t0 = time.perf_counter()
     keep = kept_rows(kept, len(records))
     updates: dict[str, UpdateStats] = {}
-    if session.groups:  # learner workers: every policy's group at once; the driver gets the new weights
-        updates = update_all(session.groups, session.policies, records, adv, keep)
-    else:
-        for p in iter_trainable(session.policies):
-            updates[p.name] = update_policy(p, session.optimizers[p.name], records, adv, tc,
-                                            session.references.get(p.name), keep=keep)
+    session.sleep_engines()  # runtime.vllm_sleep_mode: the learner gets the engines' GPU memory
+    try:
+        if session.groups:  # learner workers: every policy's group at once; the driver gets the new weights
+            updates = update_all(session.groups, session.policies, records, adv, keep, log=show.log)
+        else:
+            for p in iter_trainable(session.policies):
+                updates[p.name] = update_policy(p, session.optimizers[p.name], records, adv, tc,
+                                                session.references.get(p.name), keep=keep)
+    finally:
+        session.wake_engines()
     metrics = step_metrics(records, roll.episodes, gstats, updates, kept_groups=len(kept),
                            tokens=roll.tokens_generated, rollout_s=t_roll, update_s=time.perf_counter() - t0,
                            kl_on=tc.kl_coef > 0)

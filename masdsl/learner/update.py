@@ -26,6 +26,12 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 
+from masdsl.learner.logprobs import (  # noqa: F401 - re-exported: tests and benchmarks import them from here
+    pad_rows,
+    select_cache_rows,
+    sequence_logprobs,
+    shared_prefix_logprobs,
+)
 from masdsl.learner.losses import LOSS_FNS
 from masdsl.runtime.records import StepRecord
 
@@ -71,114 +77,6 @@ def micro_batches(prompt_keys: Sequence[Any], prompt_lens: Sequence[int], resp_l
     if cur:
         out.append(cur)
     return out
-
-
-def pad_rows(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int) -> tuple[Any, Any, Any, Any]:
-    """Left-pad prompts and right-pad responses so every response starts at the same column.
-
-    Returns input ids [B, P+T], attention mask [B, P+T], position ids (counting real tokens
-    only, as `generate` does with left padding) and the response mask [B, T].
-
-    >>> ids, att, pos, rmask = pad_rows([[5, 6], [7]], [[1], [2, 3]], pad_id=0)
-    >>> ids.tolist(), pos.tolist(), rmask.tolist()
-    ([[5, 6, 1, 0], [0, 7, 2, 3]], [[0, 1, 2, 2], [0, 0, 1, 2]], [[1.0, 0.0], [1.0, 1.0]])
-    """
-    p = max(len(x) for x in prompts)
-    t = max(len(x) for x in responses)
-    ids = torch.full((len(prompts), p + t), pad_id, dtype=torch.long)
-    att = torch.zeros((len(prompts), p + t), dtype=torch.long)
-    rmask = torch.zeros((len(prompts), t))
-    for i, (pr, rs) in enumerate(zip(prompts, responses)):
-        ids[i, p - len(pr) : p] = torch.tensor(pr, dtype=torch.long)
-        ids[i, p : p + len(rs)] = torch.tensor(rs, dtype=torch.long)
-        att[i, p - len(pr) : p + len(rs)] = 1
-        rmask[i, : len(rs)] = 1.0
-    pos = (att.cumsum(-1) - 1).clamp(min=0)
-    return ids, att, pos, rmask
-
-
-def sequence_logprobs(model: Any, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int) -> tuple[Any, Any]:
-    """log pi(response token | prefix) for every response position: ([B, T], mask [B, T]).
-
-    Only the last T+1 positions' logits are computed (`logits_to_keep`), which for a 49k
-    vocabulary is most of the memory a full-length logits tensor would take.
-    """
-    ids, att, pos, rmask = pad_rows(prompts, responses, pad_id)
-    device = next(model.parameters()).device
-    t = rmask.shape[1]
-    out = model(input_ids=ids.to(device), attention_mask=att.to(device), position_ids=pos.to(device),
-                logits_to_keep=t + 1, use_cache=False)
-    logits = out.logits[:, :-1, :].float()  # position P-1+j predicts response token j
-    logp = torch.log_softmax(logits, dim=-1)
-    target = ids[:, -t:].to(device).unsqueeze(-1)
-    return logp.gather(-1, target).squeeze(-1), rmask.to(device)
-
-
-def shared_prefix_logprobs(model: Any, prompts: Sequence[Sequence[int]], group_of_row: Sequence[int],
-                           responses: Sequence[Sequence[int]], pad_id: int) -> tuple[Any, Any]:
-    """Like `sequence_logprobs`, but each distinct prompt goes through the model once.
-
-    `prompts` are the G distinct prompts, `group_of_row[i]` the prompt of response i. The
-    prompts run with a KV cache (left-padded, real positions); the cache is gathered to one
-    row per response (with gradients), then the responses run on top of it. The first response
-    token is scored from the prompt's last logits. For K candidates per prompt, the prompt's
-    forward and backward cost is paid once instead of K times.
-    """
-    device = next(model.parameters()).device
-    ids_p, att_p, pos_p, _ = pad_rows(prompts, [[pad_id]] * len(prompts), pad_id)
-    ids_p, att_p, pos_p = ids_p[:, :-1], att_p[:, :-1], pos_p[:, :-1]  # drop the dummy response
-    out = model(input_ids=ids_p.to(device), attention_mask=att_p.to(device), position_ids=pos_p.to(device),
-                use_cache=True, logits_to_keep=1)
-    idx = torch.tensor(list(group_of_row), dtype=torch.long, device=device)
-    t = max(len(r) for r in responses)
-    resp = torch.full((len(responses), t), pad_id, dtype=torch.long)
-    rmask = torch.zeros((len(responses), t))
-    for i, r in enumerate(responses):
-        resp[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-        rmask[i, : len(r)] = 1.0
-    resp, rmask = resp.to(device), rmask.to(device)
-    first = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1).index_select(0, idx)  # [R, V]
-    parts = [first.gather(-1, resp[:, :1])]
-    if t > 1:
-        cache = out.past_key_values
-        select_cache_rows(cache, idx)
-        att = torch.cat([att_p.to(device)[idx], rmask[:, :-1].long()], dim=1)
-        pos = att_p.sum(-1).to(device)[idx].unsqueeze(1) + torch.arange(t - 1, device=device).unsqueeze(0)
-        out2 = model(input_ids=resp[:, :-1], attention_mask=att, position_ids=pos, past_key_values=cache,
-                     use_cache=True)
-        logits = out2.logits.float()  # gather - logsumexp: no second [R, T, V] tensor (log_softmax's)
-        picked = logits.gather(-1, resp[:, 1:].unsqueeze(-1)).squeeze(-1)
-        parts.append(picked - torch.logsumexp(logits, dim=-1))
-    return torch.cat(parts, dim=1), rmask
-
-
-def select_cache_rows(cache: Any, idx: Any) -> None:
-    """Keep the KV cache rows `idx` (repeated rows allowed), with a run-to-run exact backward.
-
-    transformers' `cache.batch_select_indices(idx)` gathers with `keys[idx]`, whose backward
-    (`index_put_` with accumulate) adds the rows of a repeated index with parallel atomic float
-    adds on CPU when torch runs more than one thread: the order of those additions, and so the
-    last bits of the prompt's gradient, change from run to run. `index_select`'s backward
-    (`index_add_`) adds them in index order. Cache layers of other kinds keep transformers' own
-    selection.
-
-    >>> import torch
-    >>> from transformers import DynamicCache
-    >>> cache = DynamicCache()
-    >>> _ = cache.update(torch.arange(4.0).view(2, 1, 2, 1), torch.zeros(2, 1, 2, 1), 0)
-    >>> select_cache_rows(cache, torch.tensor([1, 1, 0]))
-    >>> cache.layers[0].keys.flatten().tolist()
-    [2.0, 3.0, 2.0, 3.0, 0.0, 1.0]
-    """
-    from transformers.cache_utils import DynamicLayer  # heavy: transformers, only for the shared-prefix path
-
-    for layer in getattr(cache, "layers", None) or [cache]:
-        plain = type(layer).batch_select_indices is DynamicLayer.batch_select_indices  # keys, values only
-        if not (isinstance(layer, DynamicLayer) and plain):
-            layer.batch_select_indices(idx)
-        elif layer.keys is not None and layer.keys.numel() > 0:
-            layer.keys = layer.keys.index_select(0, idx)
-            layer.values = layer.values.index_select(0, idx)
 
 
 @dataclass
@@ -244,8 +142,9 @@ def update_policy(
     `tc.mini_batch_size` rows, one optimizer step each, repeated `tc.ppo_epochs` times. The old
     log-probs are fixed before the first step (`old_logprob_source`), so later mini-batches see
     ratios != 1 and the clip acts. Each step's loss is the token mean over its mini-batch.
-    `shard` (a rank of `masdsl.learner.workers`): run only this rank's rows of each mini-batch,
-    with the whole mini-batch's token count, and sum gradients and statistics over the ranks.
+    `shard` (a rank of `masdsl.learner.workers`, see `masdsl.learner.parallel`): run only this
+    rank's rows of each mini-batch, with the whole mini-batch's token count, and sum gradients
+    and statistics over the ranks (data parallel, or FSDP2's reduce-scatter).
     """
     t0 = time.perf_counter()
     mine = [i for i, r in enumerate(records)
@@ -307,9 +206,10 @@ class _Batch:
     def fix_old_logprobs(self, steps: Sequence[tuple[list[int], int]]) -> None:
         with torch.no_grad():
             for run, _ in steps:
-                for idx, logp, _mask in _forward(self.policy, self.records, run, self.tc, self.pad_id,
-                                                 self.compute_dtype):
-                    self.old.update(zip(idx, logp.detach().unbind(0)))
+                for idx, logp, _mask, stand_in in _forward(self.policy, self.records, run, self.tc, self.pad_id,
+                                                           self.compute_dtype, self.shard):
+                    if not stand_in:
+                        self.old.update(zip(idx, logp.detach().unbind(0)))
 
     def old_logprobs(self, idx: Sequence[int], logp: Any, mask: Any, before_any_step: bool) -> Any:
         """The fixed old log-probs of rows `idx`: the trainer's, or else the engine's sampled ones."""
@@ -327,7 +227,12 @@ def _optimizer_step(batch: _Batch, optimizer: Any, run: Sequence[int], n_tokens:
     tc, records = batch.tc, batch.records
     optimizer.zero_grad(set_to_none=True)
     totals = dict(loss=0.0, clip_frac=0.0, dual_clip_frac=0.0, ratio_dev=0.0, kl=0.0)
-    for idx, logp, mask in _forward(batch.policy, records, run, tc, batch.pad_id, batch.compute_dtype):
+    shard = batch.shard
+    for idx, logp, mask, stand_in in _forward(batch.policy, records, run, tc, batch.pad_id, batch.compute_dtype,
+                                              shard):
+        if stand_in:  # FSDP: a rank without rows, or without this micro-batch, takes part at weight 0
+            (logp.sum() * 0.0).backward()
+            continue
         old_lp = batch.old_logprobs(idx, logp, mask, before_any_step=stats.optimizer_steps == 0)
         adv = torch.tensor([batch.advantages[i] for i in idx], dtype=logp.dtype, device=logp.device)
         responses = [records[i].response_ids for i in idx]
@@ -338,9 +243,11 @@ def _optimizer_step(batch: _Batch, optimizer: Any, run: Sequence[int], n_tokens:
         out.loss.backward()
         for k in totals:
             totals[k] += float(torch.as_tensor(getattr(out, k)).detach())
-    if batch.shard is not None:  # the gradient (and sums) of the whole mini-batch, before the clip
-        batch.shard.reduce(batch.policy.parameters(), totals)
-    norm = torch.nn.utils.clip_grad_norm_(batch.policy.parameters(), tc.max_grad_norm)
+    if shard is not None:  # the gradient (and sums) of the whole mini-batch, before the clip
+        shard.reduce(batch.policy.parameters(), totals)
+        norm = shard.clip(batch.policy.parameters(), tc.max_grad_norm)
+    else:
+        norm = torch.nn.utils.clip_grad_norm_(batch.policy.parameters(), tc.max_grad_norm)
     optimizer.step()
     stats.optimizer_steps += 1
     stats.grad_norm = float(norm)
@@ -348,19 +255,28 @@ def _optimizer_step(batch: _Batch, optimizer: Any, run: Sequence[int], n_tokens:
 
 
 def _forward(policy: Any, records: Sequence[StepRecord], rows: Sequence[int], tc: Any, pad_id: int,
-             compute_dtype: str) -> Iterator[tuple[list[int], Any, Any]]:
-    """Log-probs of `rows` micro-batch by micro-batch: yields (row indices, log-probs [B, T], mask).
+             compute_dtype: str, shard: Any = None) -> Iterator[tuple[list[int], Any, Any, bool]]:
+    """Log-probs of `rows` micro-batch by micro-batch: yields (row indices, log-probs [B, T], mask,
+    whether it is a stand-in to run at weight 0).
+
+    Under FSDP (`shard.lockstep`) every rank runs as many micro-batches as the rank with the most
+    (the others repeat their first row as stand-ins) and the shared-prompt forward always makes
+    both its calls, so every rank makes the same per-layer gathers and reduce-scatters.
 
     With a half-precision compute dtype the float32 master weights run under autocast, so the
     optimizer updates float32 weights (an lr 1e-6 step on bfloat16 weights mostly rounds away).
     """
     plan = micro_batches([tuple(records[i].prompt_ids) for i in rows], [len(records[i].prompt_ids) for i in rows],
                          [len(records[i].response_ids) for i in rows], tc.micro_batch_tokens)
+    lockstep = shard is not None and shard.lockstep
+    padded = len(plan)
+    if lockstep:
+        plan = plan + [[[0]]] * (shard.micro_batches(len(plan)) - len(plan))
     device = next(policy.model.parameters()).device
     half = compute_dtype in ("bfloat16", "float16")
     autocast = (torch.autocast(device.type, dtype=getattr(torch, compute_dtype)) if half
                 else contextlib.nullcontext())
-    for mb_groups in plan:
+    for k, mb_groups in enumerate(plan):
         idx = [rows[j] for g in mb_groups for j in g]
         prompts = [records[rows[g[0]]].prompt_ids for g in mb_groups]
         group_of_row = [gi for gi, g in enumerate(mb_groups) for _ in g]
@@ -369,8 +285,9 @@ def _forward(policy: Any, records: Sequence[StepRecord], rows: Sequence[int], tc
             if tc.gradient_checkpointing:  # HF turns the KV cache off under checkpointing
                 logp, mask = sequence_logprobs(policy.model, [records[i].prompt_ids for i in idx], responses, pad_id)
             else:
-                logp, mask = shared_prefix_logprobs(policy.model, prompts, group_of_row, responses, pad_id)
-        yield idx, logp.float(), mask
+                logp, mask = shared_prefix_logprobs(policy.model, prompts, group_of_row, responses, pad_id,
+                                                    two_calls=lockstep)
+        yield idx, logp.float(), mask, k >= padded or (lockstep and idx[0] in shard.stand_ins)
 
 
 def _gap(records: Sequence[StepRecord], trainer_logp: Mapping[int, Any]) -> float:

@@ -6,29 +6,33 @@
 
 Each group is one `torch.distributed` process group (gloo on CPU, nccl on cuda) of N actors.
 Every rank holds the policy's weights (loaded from the driver's, so a resumed run continues
-exactly) and its own AdamW state (identical on every rank: same weights, same summed gradient,
-same step). An update runs `masdsl.learner.update.update_policy` on every rank with a `Shard`:
+exactly) and its own AdamW state, or with `runtime.learner_fsdp` its shard of both. An update
+runs `masdsl.learner.update.update_policy` on every rank with a `masdsl.learner.parallel.Shard`:
 each mini-batch's rows are split into N contiguous slices, each rank runs its slice, the loss is
-divided by the token count of the *whole* mini-batch, and the gradients are summed with
-`all_reduce` before the grad-norm clip. So N ranks compute the gradient one process would on the
-whole mini-batch (up to the order of float additions). Rank 0 then sends the new weights back to
-the driver's `Policy`, so syncing engines and saving checkpoints work as without workers.
+divided by the token count of the *whole* mini-batch, and the gradients are summed over the
+ranks before the grad-norm clip. So N ranks compute the gradient one process would on the whole
+mini-batch (up to the order of float additions).
+
+Rank 0 returns the new weights from its update call: they stay in Ray's object store, owned by
+the driver. The driver's `Policy` only points at them (`Policy.trained_elsewhere`): engine actors
+load the ref directly, the driver's model loads them when it needs them (a checkpoint, an engine
+in the driver).
 
 A group stands in for the policy's optimizer in `TrainSession.optimizers`: `state_dict()` fetches
-rank 0's AdamW state (for a checkpoint), `load_state_dict()` sends one to every rank (resume).
-Before each update every rank keeps a CPU copy of its AdamW state: when a worker dies during an
-update the step fails (`StepFailed`), the driver keeps its pre-step weights, and the checkpoint
-the trainer saves gets the pre-step optimizer state from a surviving rank.
+the whole AdamW state (for a checkpoint), `load_state_dict()` sends one to every rank (resume).
+Every rank keeps CPU copies of the whole AdamW state from before and after its last update: when
+a worker dies during an update the group is restarted from the driver's (pre-step) weights and
+the pre-step AdamW state and the update redone (`runtime.learner_restarts` times per run), after
+that the step fails (`StepFailed`) and the checkpoint the trainer saves gets the pre-step state.
 """
 
 from __future__ import annotations
 
-import copy
 import datetime
 import os
 import socket
 import time
-from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -36,7 +40,8 @@ import torch.distributed as dist
 
 from masdsl.config import Config, TrainConfig
 from masdsl.errors import StepFailed
-from masdsl.learner.policies import Policy, iter_trainable, master_dtype
+from masdsl.learner.parallel import FsdpShard, Shard
+from masdsl.learner.policies import Policy, compute_state, iter_trainable, master_dtype
 from masdsl.learner.update import UpdateStats, update_policy
 from masdsl.runtime.actors import ACTOR_CPUS, LEARN_SLOT, init_ray, slot_resources
 from masdsl.runtime.models import load_model
@@ -45,51 +50,6 @@ from masdsl.runtime.records import StepRecord
 START_TIMEOUT_S = 900.0  # actors start, load the model, join the process group
 UPDATE_TIMEOUT_S = 3600.0
 COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=10)  # a dead peer usually fails a collective at once
-
-
-@dataclass
-class Shard:
-    """One rank's part of a data-parallel update (what `update_policy(shard=...)` calls).
-
-    >>> Shard(1, 2).rows([10, 11, 12, 13, 14]), Shard(0, 2).rows([10, 11, 12, 13, 14]), Shard(0, 2).rows([7])
-    ([12, 13, 14], [10, 11], [])
-    """
-
-    rank: int
-    world: int
-
-    def rows(self, run: Sequence[int]) -> list[int]:
-        """This rank's contiguous slice of a mini-batch's rows (the K candidates mostly stay together)."""
-        n = len(run)
-        return list(run[self.rank * n // self.world : (self.rank + 1) * n // self.world])
-
-    def reduce(self, params: Sequence[Any], totals: dict[str, float]) -> None:
-        """Sum gradients and loss statistics over the ranks (in place). A parameter no rank has a
-        gradient for stays without one, as in a single process (AdamW then skips it)."""
-        params = list(params)
-        has = torch.tensor([float(p.grad is not None) for p in params] + [totals[k] for k in sorted(totals)],
-                           dtype=torch.float64, device=params[0].device)
-        dist.all_reduce(has)
-        for k, v in zip(sorted(totals), has[len(params):].tolist()):
-            totals[k] = v
-        grads = []
-        for p, flag in zip(params, has[: len(params)].tolist()):
-            if flag > 0:
-                if p.grad is None:  # this rank's rows did not reach it (or it had no rows)
-                    p.grad = torch.zeros_like(p)
-                grads.append(p.grad)
-        works = [dist.all_reduce(g, async_op=True) for g in grads]
-        for w in works:
-            w.wait()
-
-    def max(self, value: float) -> float:
-        """The largest `value` over the ranks; nan where every rank had nan (nothing measured)."""
-        t = torch.tensor([value if value == value else -1.0], dtype=torch.float64)
-        if dist.get_backend() == "nccl":
-            t = t.cuda()
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        out = float(t.item())
-        return out if out >= 0 else float("nan")
 
 
 def build_optimizer(params: Sequence[Any], tc: TrainConfig) -> Any:
@@ -113,17 +73,6 @@ def references(policies: Mapping[str, Policy], cfg: Config) -> dict[str, Any]:
     return refs
 
 
-def _cpu(obj: Any) -> Any:
-    """A deep copy of a (nested) state dict with every tensor on the CPU."""
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
-    if isinstance(obj, dict):
-        return {k: _cpu(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_cpu(v) for v in obj)
-    return copy.deepcopy(obj)
-
-
 class LearnerWorker:
     """The actor body: one rank of one policy's group."""
 
@@ -135,7 +84,9 @@ class LearnerWorker:
         self.optimizer: Any = None
         self.reference: Any = None
         self.cfg: Config | None = None
-        self._before: Any = None  # AdamW state before the update under way
+        self.shard: Shard = Shard(rank, world)
+        self._full: Any = None  # the whole AdamW state on the CPU, as of the end of the last update (or load)
+        self._before: Any = None  # the same from before the last update
 
     def where(self) -> dict[str, Any]:
         import ray  # heavy: ray is optional (the train extra); only learner workers need it
@@ -152,7 +103,8 @@ class LearnerWorker:
             return ray.util.get_node_ip_address(), s.getsockname()[1]
 
     def setup(self, addr: str, port: int, shell: dict[str, Any], cfg: Config, weights: Mapping[str, Any]) -> None:
-        """Join the process group; load the model, the driver's weights, an optimizer (and a reference)."""
+        """Join the process group; load the model, the driver's weights (then shard them under
+        FSDP), an optimizer (and a reference)."""
         cuda = cfg.runtime.device.startswith("cuda")
         if cuda:
             torch.cuda.set_device(0)  # Ray gives each actor its own GPU as cuda:0
@@ -160,35 +112,48 @@ class LearnerWorker:
                                 world_size=self.world, timeout=COLLECTIVE_TIMEOUT)
         model, tok = load_model(shell["model_path"], dtype=master_dtype(cfg), device=cfg.runtime.device)
         model.load_state_dict(weights)
+        if cfg.train.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.shard = (FsdpShard if cfg.runtime.learner_fsdp else Shard)(self.rank, self.world)
+        model = self.shard.wrap(model)
         self.policy = Policy(shell["name"], shell["spec"], shell["roles"], model, tok, shell["model_path"],
                              compute_dtype=cfg.runtime.dtype)
         self.optimizer = build_optimizer(self.policy.parameters(), cfg.train)
+        self._full = self.shard.full_optimizer_state(self.optimizer)  # empty: no collective
         self.cfg = cfg
         if cfg.train.kl_coef > 0:
             self.reference = references({self.policy.name: self.policy}, cfg)[self.policy.name]
-        if cfg.train.gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
     def update(self, records: list[StepRecord], advantages: list[float], keep: list[bool] | None
-               ) -> tuple[UpdateStats, float, float, dict[str, Any] | None]:
-        """This rank's part of the update: (stats, start, end wall time, new weights from rank 0)."""
+               ) -> tuple[tuple[UpdateStats, float, float], dict[str, Any] | None, dict[str, Any] | None]:
+        """This rank's part of the update (three return values, `num_returns=3`): (stats, start and
+        end wall time); from rank 0 the new weights in the master dtype, and cast to the compute
+        dtype when the engines hold another one (else None)."""
         start = time.time()
-        self._before = _cpu(self.optimizer.state_dict())
+        self.shard.stand_ins.clear()
+        self._before = self._full
         stats = update_policy(self.policy, self.optimizer, records, advantages, self.cfg.train, self.reference,
-                              keep=keep, shard=Shard(self.rank, self.world))
-        weights = _cpu(self.policy.model.state_dict()) if self.rank == 0 else None
-        self._before = None
-        return stats, start, time.time(), weights
+                              keep=keep, shard=self.shard)
+        # gathered now, while every rank is alive (FSDP), for the checkpoint and the next update's `_before`
+        self._full = self.shard.full_optimizer_state(self.optimizer)
+        weights = (self.shard.full_weights(self.policy.model) if self.rank == 0 or isinstance(self.shard, FsdpShard)
+                   else None)
+        if self.rank != 0:
+            return (stats, start, time.time()), None, None
+        cast = None if master_dtype(self.cfg) == self.cfg.runtime.dtype else compute_state(weights, self.cfg.runtime.dtype)
+        return (stats, start, time.time()), weights, cast
 
-    def optimizer_state(self) -> dict[str, Any]:
-        """The AdamW state: the one from before an update that did not finish, else the current one."""
-        return self._before if self._before is not None else _cpu(self.optimizer.state_dict())
+    def optimizer_state(self, before: bool) -> dict[str, Any]:
+        """The whole AdamW state: from before the last update (`before`: it did not finish), else
+        from after it. Both are CPU copies every rank keeps, so any surviving rank can answer."""
+        return self._before if before else self._full
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state)
+        self.shard.load_optimizer_state(self.optimizer, state)
+        self._full = self.shard.full_optimizer_state(self.optimizer)  # a copy: AdamW steps its state in place
 
     def load_weights(self, weights: Mapping[str, Any]) -> None:
-        self.policy.model.load_state_dict(weights)
+        self.shard.load_weights(self.policy.model, weights)
 
     def close(self) -> None:
         if dist.is_initialized():
@@ -202,10 +167,18 @@ class LearnerGroup:
         import ray  # heavy: ray is optional (the train extra); only learner workers need it
 
         init_ray(cfg)
-        self._ray, self.name, self.world = ray, policy.name, workers
+        self._ray, self.name, self.world, self.cfg = ray, policy.name, workers, cfg
+        self.fsdp = bool(cfg.runtime.learner_fsdp)
+        self.restarts_left = int(cfg.runtime.learner_restarts)
+        self.cast = master_dtype(cfg) != cfg.runtime.dtype  # rank 0 also returns the weights in the compute dtype
         self.failed = False  # an update did not finish: the optimizer state to save is the one before it
         self.interval = (0.0, 0.0)  # wall-clock start and end of the last update (rank 0)
-        self.return_s = 0.0  # last update: from rank 0's end to the new weights loaded in the driver
+        self.return_s = 0.0  # last update: from rank 0's end to its new weights in the object store
+        self._start(policy)
+
+    def _start(self, policy: Policy) -> None:
+        """N fresh actors in a new process group, loaded with the driver's weights of `policy`."""
+        ray, cfg, workers = self._ray, self.cfg, self.world
         cuda = cfg.runtime.device.startswith("cuda")
         host = ray.remote(num_cpus=ACTOR_CPUS, num_gpus=1 if cuda else 0, max_restarts=0, max_concurrency=2,
                           resources=slot_resources(LEARN_SLOT, 1.0))(LearnerWorker)
@@ -221,11 +194,24 @@ class LearnerGroup:
             self.close()
             raise
 
-    def _get(self, refs: list[Any], timeout: float, what: str) -> list[Any]:
+    def restart(self, policy: Policy, log: Callable[[str], None] | None = None) -> None:
+        """After a failed update: fresh actors from the driver's weights (those from before the
+        step) and the AdamW state from before it (a surviving rank's copy); `runtime.learner_restarts`
+        times per run, then the step fails as without restarts."""
+        optimizer_state = self.state_dict()  # raises StepFailed when every rank died
+        self.close()
+        self.restarts_left -= 1
+        self._start(policy)
+        self.failed = False
+        self.load_state_dict(optimizer_state)
+        if log is not None:
+            log(f"restarted {self.describe()}")
+
+    def _get(self, refs: list[Any], timeout: float, what: str, fails: bool = True) -> list[Any]:
         try:
             return self._ray.get(refs, timeout=timeout)
         except Exception as exc:  # noqa: BLE001 - RayActorError, RayTaskError, GetTimeoutError
-            self.failed = True
+            self.failed = self.failed or fails
             reason = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
             raise StepFailed(f"learner worker of policy `{self.name}` failed ({what}): {reason}",
                              error=reason) from None
@@ -233,24 +219,34 @@ class LearnerGroup:
     def describe(self) -> str:
         ranks = ", ".join(f"rank {w['rank']} pid {w['pid']} on {w['ip']} (node {w['node'][:8]}, "
                           f"{w['threads']} thread{'s' if w['threads'] != 1 else ''})" for w in self.placement)
-        return f"learner {self.name}: {self.world} worker{'s' if self.world != 1 else ''}: {ranks}"
+        kind = " (FSDP)" if self.fsdp else ""
+        return f"learner {self.name}: {self.world} worker{'s' if self.world != 1 else ''}{kind}: {ranks}"
 
     def submit(self, records_ref: Any, advantages: Sequence[float], keep: Sequence[bool] | None) -> list[Any]:
         adv, kp = list(advantages), None if keep is None else list(keep)
-        return [a.update.remote(records_ref, adv, kp) for a in self.actors]
+        return [a.update.options(num_returns=3).remote(records_ref, adv, kp) for a in self.actors]
 
-    def collect(self, refs: list[Any]) -> tuple[UpdateStats, dict[str, Any]]:
-        """Wait for one submitted update: rank 0's stats and new weights."""
-        (stats, start, end, weights), *_ = self._get(refs, UPDATE_TIMEOUT_S, "update")
+    def collect(self, refs: list[Any]) -> tuple[UpdateStats, Any, Any]:
+        """Wait for one submitted update: rank 0's stats, and the object-store refs of its new
+        weights (master dtype) and of those the engines load (the same ref unless cast)."""
+        ((stats, start, end), *_) = self._get([r[0] for r in refs], UPDATE_TIMEOUT_S, "update")
         self.interval = (start, end)
-        return stats, weights
+        _, master, cast = refs[0]
+        return stats, master, cast if self.cast else master
+
+    def fetch(self, ref: Any) -> dict[str, Any]:
+        """Weights an update left in the object store (owned by the driver: they outlive the workers)."""
+        (weights,) = self._get([ref], START_TIMEOUT_S, "fetch weights", fails=False)
+        return weights
 
     def state_dict(self) -> dict[str, Any]:
-        """The optimizer state of a checkpoint: rank 0's, or after a failed update any surviving rank's."""
-        for actor in self.actors if self.failed else self.actors[:1]:
+        """The optimizer state of a checkpoint: the whole AdamW state every rank copies to the CPU
+        after each update (under FSDP gathered from the shards), or after a failed update the copy
+        from before it; rank 0's, or any surviving rank's."""
+        for actor in self.actors:
             try:
-                return self._ray.get(actor.optimizer_state.remote(), timeout=START_TIMEOUT_S)
-            except Exception:  # noqa: BLE001 - this rank died with the update; try the next
+                return self._ray.get(actor.optimizer_state.remote(self.failed), timeout=START_TIMEOUT_S)
+            except Exception:  # noqa: BLE001 - this rank died; any other holds the same state
                 continue
         raise StepFailed(f"every learner worker of policy `{self.name}` died: its optimizer state is lost")
 
@@ -285,25 +281,39 @@ def open_groups(policies: Mapping[str, Policy], cfg: Config, log: Callable[[str]
 
 
 def update_all(groups: Mapping[str, LearnerGroup], policies: Mapping[str, Policy], records: Sequence[StepRecord],
-               advantages: Sequence[float], keep: Sequence[bool] | None) -> dict[str, UpdateStats]:
-    """Every group's update at once (submitted together, then awaited). The driver's policies get
-    the new weights only when every group finished: a failed step leaves them as before it."""
+               advantages: Sequence[float], keep: Sequence[bool] | None,
+               log: Callable[[str], None] | None = None) -> dict[str, UpdateStats]:
+    """Every group's update at once (submitted together, then awaited). A group whose update
+    fails is restarted and its update redone while it has `restarts_left` (the other groups'
+    updates stand: each trains its own policy). Only when every group finished do the driver's
+    policies point at the new weights (`Policy.trained_elsewhere`: loaded into the driver's model
+    only when it needs them); a failed step leaves them as before it."""
     import ray  # heavy: ray is optional (the train extra); only learner workers need it
 
     ref = ray.put(list(records))
     pending = {name: g.submit(ref, advantages, keep) for name, g in groups.items()}
-    done: dict[str, tuple[UpdateStats, dict[str, Any]]] = {}
+    done: dict[str, tuple[UpdateStats, Any, Any]] = {}
     try:
         for name, refs in pending.items():
-            done[name] = groups[name].collect(refs)
+            group = groups[name]
+            while name not in done:
+                try:
+                    done[name] = group.collect(refs)
+                except StepFailed as exc:
+                    if group.restarts_left < 1:
+                        raise
+                    if log is not None:
+                        log(f"{exc}; restarting the group and redoing its update")
+                    group.restart(policies[name], log)
+                    refs = group.submit(ref, advantages, keep)
     except StepFailed:
         for g in groups.values():
             g.failed = True  # every group's saved optimizer state is the pre-step one
         raise
-    for name, (_, weights) in done.items():
-        policies[name].model.load_state_dict(weights)
+    for name, (_, master, engine_ref) in done.items():
+        policies[name].trained_elsewhere(partial(groups[name].fetch, master), engine_ref)
         groups[name].return_s = time.time() - groups[name].interval[1]
-    return {name: stats for name, (stats, _) in done.items()}
+    return {name: stats for name, (stats, _, _) in done.items()}
 
 
 def close_groups(groups: Mapping[str, LearnerGroup]) -> None:

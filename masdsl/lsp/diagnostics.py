@@ -52,11 +52,11 @@ def to_lsp(d: Diagnostic, lines_of) -> T.Diagnostic:
 
 def by_file(state: DocState) -> dict[str, list[T.Diagnostic]]:
     """file path -> its LSP diagnostics (the document's own path always present)."""
-    cache: dict[str, Lines | None] = {state.path: state.lines}
+    cache: dict[str, Lines | None] = {}
 
-    def lines_of(file: str) -> Lines | None:
+    def lines_of(file: str) -> Lines | None:  # built only for a file that has a diagnostic
         if file not in cache:
-            cache[file] = Lines(state.sources[file]) if file in state.sources else None
+            cache[file] = state.lines if file == state.path else Lines(state.sources[file]) if file in state.sources else None
         return cache[file]
 
     out: dict[str, list[T.Diagnostic]] = {state.path: []}

@@ -14,6 +14,9 @@ from lsprotocol import types as T
 from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
 
+from masdsl.lang import tree  # noqa: F401 - lark's parser, loaded with the server (see `main`)
+from masdsl.lang.grammar import parser
+from masdsl.lang.templates import environment
 from masdsl.lsp import completion, definition, diagnostics, hover, rename, symbols
 from masdsl.lsp.index import Index
 from masdsl.lsp.state import DocState
@@ -131,4 +134,5 @@ def on_rename(ls: MasServer, params: T.RenameParams) -> T.WorkspaceEdit:
 
 
 def main() -> None:
+    parser(), environment()  # built before the first keystroke needs them: a syntax error (lark), a `{% %}` (jinja2)
     server.start_io()

@@ -201,8 +201,20 @@ class _EngineHost:
     def update_weights(self, state_dict: dict) -> None:
         self.engine.update_weights(state_dict)
 
+    def sleep(self, level: int = 1) -> None:
+        getattr(self.engine, "sleep", lambda level: None)(level)
+
+    def wake_up(self) -> None:
+        getattr(self.engine, "wake_up", lambda: None)()
+
     def close(self) -> None:
         self.engine.close()
+
+
+def takes_refs(engine: Any) -> bool:
+    """Whether `update_weights` of `engine` (or of each of its `replicas`) takes an object-store
+    ref: engines in Ray actors do, engines in this process need the weights themselves."""
+    return all(isinstance(e, RemoteEngine) for e in getattr(engine, "replicas", [engine]))
 
 
 ENGINE_RESTARTS = 3  # times Ray restarts a dead engine actor (its constructor runs again)
@@ -273,12 +285,30 @@ class RemoteEngine:
         if self._weights is not None:
             self._ray.get(self.actor.update_weights.remote(self._weights), timeout=self.call_timeout_s)
 
-    def update_weights(self, state_dict: dict) -> None:
-        self._weights = self._ray.put(state_dict)
+    def update_weights(self, state_dict: Any) -> None:
+        """Load new weights: a state dict, or an object-store ref of one (put by a learner worker,
+        owned by the driver), which the actor reads without a copy through the driver."""
+        self._weights = state_dict if isinstance(state_dict, self._ray.ObjectRef) else self._ray.put(state_dict)
         try:
             self._ray.get(self.actor.update_weights.remote(self._weights), timeout=self.call_timeout_s)
         except self._ray.exceptions.RayActorError as exc:
             self._recover(exc)  # loads self._weights into the restarted actor
+
+    def sleep(self, level: int = 1) -> None:
+        """Free the engine's GPU memory until `wake_up` (vLLM's sleep mode; else nothing).
+
+        A dead actor is left to the next `update_weights` or `generate`, which restart it (awake)."""
+        self._sleep_call(self.actor.sleep.remote(level))
+
+    def wake_up(self) -> None:
+        """Take back the memory `sleep` freed."""
+        self._sleep_call(self.actor.wake_up.remote())
+
+    def _sleep_call(self, ref: Any) -> None:
+        try:
+            self._ray.get(ref, timeout=self.call_timeout_s)
+        except self._ray.exceptions.RayActorError as exc:
+            log.warning("inference engine actor is down (%s); the next call restarts it", _reason(exc))
 
     def close(self) -> None:
         self._weights = None

@@ -14,13 +14,15 @@ visible to the next rollout with no copy; a `vllm` full policy gets its own engi
 weights through `update_weights`; LoRA policies on one base share one vLLM engine, each syncing
 its adapter as a LoRA request. With `runtime.ray`, engines (training: full policies only) live
 in Ray actors (`actors.RemoteEngine`); a dead actor is rebuilt and given the latest weights again.
+`runtime.engine_replicas=R` gives each such policy (evaluation: model) R actors behind one
+`replicas.ReplicatedEngine`; GPUs per actor: `placement.engine_gpus`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from masdsl.config import Config, ConfigError
 from masdsl.lang.workflow import PolicySpec, Workflow
@@ -28,6 +30,8 @@ from masdsl.runtime import actors
 from masdsl.runtime.backends import build_engine, engine_kwargs, vllm_available
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.executor import DEFAULT_MAX_TOKENS, role_sample
+from masdsl.runtime.placement import check_engine_options, engine_gpus
+from masdsl.runtime.replicas import ReplicatedEngine
 from masdsl.runtime.session import effective_policies
 
 
@@ -77,6 +81,7 @@ def engine_kind(cfg: Config, training: bool = False) -> str:
 def build_engines(workflow: Workflow, cfg: Config,
                   weights: Mapping[str, LiveWeights] | None = None) -> dict[str, Engine]:
     """{policy: Engine}: from the policies' model names, or sampling from the learner's `weights`."""
+    check_engine_options(cfg)
     if weights is not None:
         return _training_engines(weights, cfg)
     if cfg.runtime.engine == "replay":
@@ -97,8 +102,8 @@ def build_engines(workflow: Workflow, cfg: Config,
             continue
         if cfg.runtime.ray:
             actors.init_ray(cfg)
-            gpus = 1.0 / len(models) if str(cfg.runtime.device).startswith("cuda") else 0.0
-            by_model[spec.model] = actors.RemoteEngine(partial(_from_name, spec, cfg, max_model_len), num_gpus=gpus)
+            by_model[spec.model] = _replicas(cfg, len(models), lambda gpus: actors.RemoteEngine(
+                partial(_from_name, spec, cfg, max_model_len), num_gpus=gpus))
         else:
             by_model[spec.model] = _from_name(spec, cfg, max_model_len)
     return {name: by_model[spec.model] for name, spec in specs.items()}
@@ -140,8 +145,22 @@ def _remote_engine(kind: str, p: LiveWeights, kw: dict[str, Any], cfg: Config, n
     actors.init_ray(cfg)
     on_gpu = str(cfg.runtime.device).startswith("cuda")
     threads = None if on_gpu else torch.get_num_threads()  # sample as the driver would
-    return actors.RemoteEngine(partial(actors.engine_from_folder, kind, p.model_path, kw, threads),
-                               num_gpus=1.0 / n_remote if on_gpu else 0.0)
+    return _replicas(cfg, n_remote, lambda gpus: actors.RemoteEngine(
+        partial(actors.engine_from_folder, kind, p.model_path, kw, threads), num_gpus=gpus))
+
+
+def _replicas(cfg: Config, n_models: int, start: Callable[[float], Engine]) -> Engine:
+    """`runtime.engine_replicas` engine actors from `start(num_gpus)`: the one engine, or a
+    `ReplicatedEngine` over them (a failed start closes those already up)."""
+    gpus, made = engine_gpus(cfg, n_models), []
+    try:
+        for _ in range(cfg.runtime.engine_replicas):
+            made.append(start(gpus))
+    except BaseException:
+        for e in made:
+            e.close()
+        raise
+    return made[0] if len(made) == 1 else ReplicatedEngine(made)
 
 
 def close_engines(engines: Mapping[str, Engine]) -> None:
@@ -151,3 +170,24 @@ def close_engines(engines: Mapping[str, Engine]) -> None:
         if e is not None and id(e) not in seen:
             seen.add(id(e))
             e.close()
+
+
+def sleep_engines(engines: Mapping[str, Engine], level: int = 1) -> None:
+    """Every engine frees its GPU memory (vLLM's sleep mode; engines without one do nothing).
+    An adapter engine stands for its shared base; each engine sleeps once."""
+    for e in _bases(engines):
+        getattr(e, "sleep", _no_sleep)(level)
+
+
+def wake_engines(engines: Mapping[str, Engine]) -> None:
+    """Every engine takes back what `sleep_engines` freed."""
+    for e in _bases(engines):
+        getattr(e, "wake_up", _no_sleep)()
+
+
+def _bases(engines: Mapping[str, Engine]) -> list[Engine]:
+    return list({id(b): b for b in (getattr(e, "base", None) or e for e in engines.values())}.values())
+
+
+def _no_sleep(*_: Any) -> None:
+    """An engine without sleep mode."""

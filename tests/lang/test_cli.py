@@ -29,6 +29,24 @@ def test_check_shipped_workflows_exit_0():
     assert "ok  workflows/coder_tester.mas  roles=2 edges=3 max_turns=3" in lines
 
 
+def test_check_summarises_without_building_the_workflow():
+    """`masdsl check` (`analyze(build=False)`) says what the compiled `Workflow` has, and imports
+    neither networkx nor lark or OmegaConf for a valid file (start-up time)."""
+    from masdsl.lang import analyze
+
+    for path in sorted((ROOT / "workflows").glob("*.mas")):
+        full = analyze(path.read_text(), str(path), path.parent)
+        quick = analyze(path.read_text(), str(path), path.parent, build=False)
+        wf = full.workflow
+        assert quick.workflow is None and quick.diagnostics == full.diagnostics and quick.ok
+        assert quick.summary == full.summary == {"roles": len(wf.roles), "edges": wf.graph.number_of_edges(),
+                                                 "max_turns": wf.max_turns}
+    probe = ("import sys; from masdsl.cli import main; main(['check', 'workflows/coder_tester.mas']); "
+             "print(sorted(m for m in ('networkx', 'lark', 'omegaconf', 'torch') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.splitlines()[-1] == "[]", r.stdout + r.stderr
+
+
 def test_check_bad_file_exit_2_no_traceback(tmp_path):
     bad = tmp_path / "bad.mas"
     bad.write_text((ERRORS / "many-errors.mas").read_text())

@@ -29,7 +29,9 @@ def test_paper_overlay_applies_to_shipped_workflows(name):
     assert (t.samples, t.batch, t.steps, t.lr, t.grouping) == (4, 32, 200, 1e-6, "at")
     assert cfg.runtime.engine == "vllm" and cfg.policy["shared"].model == "Qwen/Qwen3-1.7B"
     validate(wf, cfg)
-    assert describe(wf, cfg) == ["policy shared <- roles " + ", ".join(wf.roles) + " (full weights, Qwen/Qwen3-1.7B)"]
+    assert describe(wf, cfg) == ["policy shared <- roles " + ", ".join(wf.roles) + " (full weights, Qwen/Qwen3-1.7B)",
+                                 "  engine: vllm in the driver, its own engine, loading the learner's new weights after each update",
+                                 "  learner: the driver (cuda)"]
 
 
 def test_validate_collects_problems_before_models_load():
@@ -50,7 +52,20 @@ def test_validate_collects_problems_before_models_load():
 def test_describe_lora_and_frozen():
     wf = masdsl.load(TOY / "toy_digits_lora.mas")
     cfg = resolve_config(wf.train, overrides=["policy.copier_p.frozen=true"])
-    assert describe(wf, cfg) == [
+    assert [line for line in describe(wf, cfg) if line.startswith("policy")] == [
         "policy namer_p <- role namer (LoRA r=4 adapter on a shared base, smollm2-135m-instruct)",
         "policy copier_p <- role copier (frozen, smollm2-135m-instruct)",
     ]
+    assert [line for line in describe(wf, cfg) if line.startswith("  learner")] == [
+        "  learner: the driver (cpu)", "  learner: none (frozen)"]
+
+
+@pytest.mark.parametrize("block, message", [
+    ({"sandbox": {"isolation": "${a}"}}, "`sandbox.isolation`: Interpolation key 'a' not found"),
+    ({"runtime": {"engine_replicas": 0}}, "`runtime.engine_replicas` must be at least 1; got 0"),
+    ({"eval_samples": 0}, "`train.eval_samples` must be at least 1; got 0"),
+])
+def test_bad_values_are_config_errors_not_omegaconf_ones(block, message):
+    with pytest.raises(ConfigError) as err:
+        resolve_config(train_block=block)
+    assert str(err.value) == message

@@ -209,7 +209,7 @@ def test_a_killed_worker_fails_the_step_and_resume_continues(shared_runs, tiny_m
 
     runs, _ = shared_runs
     wf, printed = shared_toy(), io.StringIO()
-    cfg = config(wf, tiny_model_dir, "train.steps=2", "runtime.learner_workers=2")
+    cfg = config(wf, tiny_model_dir, "train.steps=2", "runtime.learner_workers=2", "runtime.learner_restarts=0")
 
     def kill_rank_1(step, metrics):
         if step == 1:
@@ -223,4 +223,38 @@ def test_a_killed_worker_fails_the_step_and_resume_continues(shared_runs, tiny_m
     assert resumed.steps == 2
     assert_close_weights(weights(runs[2].checkpoints[-1], "shared"), weights(resumed.checkpoints[-1], "shared"),
                          rtol=1e-6)
+    assert_same_records(records(runs[2].run_dir), records(tmp_path / "run"))
+
+
+def kill_rank_1_after_step_1(printed):
+    """An `on_step` that SIGKILLs rank 1 (its pid from the placement line the run printed) after step 1."""
+    import os
+    import re
+    import signal
+
+    def kill(step, metrics):
+        if step == 1:
+            pid = re.findall(r"rank 1 pid (\d+)", printed.getvalue())[0]
+            os.kill(int(pid), signal.SIGKILL)
+
+    return kill
+
+
+def test_a_group_with_a_killed_worker_is_restarted_and_the_step_redone(shared_runs, tiny_model_dir, tmp_path):
+    """`runtime.learner_restarts=1`: rank 1 SIGKILLed after step 1; step 2's update fails, the group
+    restarts from the driver's step-1 weights and the AdamW state from before step 2, redoes the
+    update, and the run ends as the uninterrupted one."""
+    import io
+
+    from rich.console import Console
+
+    runs, _ = shared_runs
+    wf, printed = shared_toy(), io.StringIO()
+    cfg = config(wf, tiny_model_dir, "train.steps=2", "runtime.learner_workers=2", "runtime.learner_restarts=1")
+    done = train(wf, cfg, run_dir=tmp_path / "run", console=Console(file=printed, width=400),
+                 on_step=kill_rank_1_after_step_1(printed))
+    assert done.steps == 2
+    assert "restarting the group and redoing its update" in printed.getvalue()
+    assert "restarted learner shared: 2 workers" in printed.getvalue()
+    assert_close_weights(weights(runs[2].checkpoints[-1], "shared"), weights(done.checkpoints[-1], "shared"), rtol=1e-6)
     assert_same_records(records(runs[2].run_dir), records(tmp_path / "run"))

@@ -56,3 +56,37 @@ def test_an_edit_in_one_role_reparses_only_its_neighbourhood():
     m, _ = inc.update(text[:i] + "max_tokens: 1920" + text[i + len("max_tokens: 192"):])
     assert inc.last_reparsed == 3
     assert m == parse_text(text[:i] + "max_tokens: 1920" + text[i + len("max_tokens: 192"):], "w.mas")[0]
+
+
+FLOW_SNIPPETS = ["\n", " ", "x", "-> end", "-", ">", "when ", " and ok", "&", ";", "}", "{", "max_turns 2\n", "#",
+                 "a -> b\n", "(", ")", "1", "or", "policy", '"']
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_edits_inside_a_flow_match_a_full_parse(seed):
+    """Typing among the edges of a long flow reparses a few edges, never the whole flow, and
+    gives the module a full parse gives (in place moves of the spans after the edit included)."""
+    clean = "env code\nrole a { policy p }\nflow {\n" + "".join(
+        f"  a -> a when len(a.x) > {i} ; a -> end\n" if i % 3 else "  start -> a\n" for i in range(40)) + "}\nteam 1\n"
+    rng = random.Random(seed)
+    inc = IncrementalParser("w.mas")
+    text = clean
+    inc.update(text)
+    small = 0
+    for _ in range(120):
+        if rng.random() < 0.3:
+            text = clean
+        lo, hi = text.index("flow {") + 7, text.rindex("}")
+        i = rng.randrange(lo, hi)
+        if rng.random() < 0.4:
+            text = text[:i] + text[i + rng.randint(1, 6):]
+        else:
+            text = text[:i] + rng.choice(FLOW_SNIPPETS) + text[i:]
+        got, diags = inc.update(text)
+        want, _ = parse_text(text, "w.mas")
+        if want is None:
+            assert got is None and diags
+        else:
+            assert got == want
+            small += inc.last_reparsed < 10
+    assert small >= 5

@@ -30,7 +30,8 @@ from masdsl.runtime.backends.vllm.environment import LOGGING_DEFAULTS, vllm_envi
 from masdsl.runtime.models import load_model, resolve_model
 
 KINDS = ("auto", "hf", "vllm", "replay")
-_VLLM_ONLY = {"max_model_len", "enable_prefix_caching", "gpu_memory_utilization", "lora"}
+_VLLM_ONLY = {"max_model_len", "enable_prefix_caching", "gpu_memory_utilization", "lora", "tensor_parallel_size",
+              "enable_sleep_mode"}
 _HF_ONLY = {"max_batch_rows", "adapter", "device", "tokenizer"}
 _vllm_status: tuple[bool, str] | None = None
 
@@ -110,14 +111,27 @@ def build_engine(kind: Any, model_path_or_obj: Any = None, **kw: Any) -> Engine:
 
 
 def engine_kwargs(cfg: Any) -> dict[str, Any]:
-    """Engine keyword arguments from a resolved `masdsl.config.Config`."""
+    """Engine keyword arguments from a resolved `masdsl.config.Config` (vLLM's tensor parallelism
+    and sleep mode only when asked for; the hf engine drops them).
+
+    >>> from masdsl.config import resolve_config
+    >>> kw = engine_kwargs(resolve_config(overrides=["runtime.device=cuda", "runtime.vllm_tensor_parallel_size=2",
+    ...                                              "runtime.vllm_sleep_mode=true"]))
+    >>> kw["tensor_parallel_size"], kw["enable_sleep_mode"], "tensor_parallel_size" in engine_kwargs(resolve_config())
+    (2, True, False)
+    """
     rt = cfg.runtime
-    return {
+    kw = {
         "seed": int(cfg.train.seed),
         "dtype": str(rt.dtype),
         "device": str(rt.device),
         "gpu_memory_utilization": float(rt.vllm_gpu_memory_utilization),
     }
+    if rt.vllm_tensor_parallel_size > 1:
+        kw["tensor_parallel_size"] = int(rt.vllm_tensor_parallel_size)
+    if rt.vllm_sleep_mode:
+        kw["enable_sleep_mode"] = True
+    return kw
 
 
 def _is_model_object(x: Any) -> bool:

@@ -96,7 +96,10 @@ class Engine(Protocol):
       into an engine that holds its own policy's model;
     - `adapter(name, peft_config)`: a `vllm` engine built with `lora=` hands out one `Engine` per
       LoRA adapter (`LoRAHost`);
-    - `base`: such an adapter engine's shared engine, closed once after its adapters.
+    - `base`: such an adapter engine's shared engine, closed once after its adapters;
+    - `sleep(level=1)` / `wake_up()`: free the engine's GPU memory while the learner updates, and
+      take it back before the new weights are loaded (vLLM's sleep mode, `runtime.vllm_sleep_mode`);
+      no-ops in `LocalEngine`, forwarded by `RemoteEngine` and `ReplicatedEngine`.
     """
 
     tokenizer: Any  # a Hugging Face tokenizer (None for replay)
@@ -139,6 +142,12 @@ class LocalEngine:
     def submit(self, requests: list[GenRequest]) -> EngineCall:
         """A finished call: `generate` ran in this thread before `submit` returned."""
         return EngineCall.run(self.generate, requests)
+
+    def sleep(self, level: int = 1) -> None:
+        """Free GPU memory until `wake_up` (only engines with a sleep mode do anything)."""
+
+    def wake_up(self) -> None:
+        """Take back what `sleep` freed."""
 
 
 class _GenerateOnly(LocalEngine):

