@@ -10,16 +10,17 @@ appends the figures to docs/performance.md under `## language`. Goal: under 0.5 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
+
+from perf_doc import DOC, append_line, machine, update
 
 ROOT = Path(__file__).resolve().parents[1]
 JUMPS = (2, 3, 5)
@@ -80,18 +81,14 @@ def time_analyze(text: str, path: Path, repeat: int) -> list[float]:
     return out
 
 
-def append_to_section(name: str, line: str) -> None:
-    """Append `line` to section `## name` of docs/performance.md (created at the end if missing)."""
-    perf = ROOT / "docs" / "performance.md"
-    body = perf.read_text() if perf.exists() else "# Performance\n"
-    marker = f"\n## {name}\n"
-    if marker not in body:
-        body = body.rstrip("\n") + "\n" + marker + "\n"
-    head, _, tail = body.partition(marker)
-    nxt = tail.find("\n## ")
-    section, rest = (tail, "") if nxt < 0 else (tail[: nxt + 1], tail[nxt + 1 :])
-    section = section.rstrip("\n") + "\n" + line + "\n"
-    perf.write_text(head + marker + section + ("\n" + rest if rest else ""))
+@contextmanager
+def large_workflow(roles: int) -> Iterator[tuple[str, Path, int]]:
+    """The generated workflow's text, written to a temporary `large.mas`, and its edge count."""
+    text, n_edges = generate(roles)
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "large.mas"
+        path.write_text(text)
+        yield text, path, n_edges
 
 
 def main() -> None:
@@ -100,16 +97,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--no-write", action="store_true", help="do not append to docs/performance.md")
     args = ap.parse_args()
-    text, n_edges = generate(args.roles)
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "large.mas"
-        path.write_text(text)
+    with large_workflow(args.roles) as (text, path, n_edges):
         cli, cli_cpu = time_cli(path, args.repeat)
         bare, _ = time_cli(None, args.repeat)
         inproc = time_analyze(text, path, args.repeat)
     lines = len(text.splitlines())
-    summary = (f"- {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.machine()}, {os.cpu_count()} CPUs "
-               f"(load average {os.getloadavg()[0]:.1f}), Python {platform.python_version()}: `masdsl check` on "
+    summary = (f"- {machine()}: `masdsl check` on "
                f"{args.roles} roles, {n_edges} edges ({lines} lines): whole command median {statistics.median(cli):.2f} s "
                f"wall (min {min(cli):.2f}, n={len(cli)}; CPU median {statistics.median(cli_cpu):.2f} s), of which Python's "
                f"own start-up (`python -c pass`) median {statistics.median(bare):.3f} s; parse + check in process "
@@ -117,7 +110,7 @@ def main() -> None:
                f"vary with load. Goal < 0.5 s. Command: `.venv/bin/python benchmarks/check_large.py`")
     print(summary)
     if not args.no_write:
-        append_to_section("language", summary)
+        update(DOC, append_line, "language", summary)
 
 
 if __name__ == "__main__":

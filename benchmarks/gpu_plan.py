@@ -25,6 +25,9 @@ import masdsl  # noqa: E402
 from masdsl.config import resolve_config  # noqa: E402
 from masdsl.runtime import gpu_plan as gp  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from perf_doc import replace_block, update  # noqa: E402
+
 PERF, CLUSTER = ROOT / "docs" / "performance.md", ROOT / "docs" / "cluster.md"
 BEGIN, END = "<!-- scale:gpu_plan -->", "<!-- /scale:gpu_plan -->"
 RBEGIN, REND = "<!-- cluster:recipes -->", "<!-- /cluster:recipes -->"
@@ -120,17 +123,6 @@ present and prints tokens/s, step time and sync time.
 {REND}"""
 
 
-def replace_between(text: str, begin: str, end: str, block: str, before: str) -> str:
-    """`text` with the block between `begin` and `end` replaced, or inserted before `before`."""
-    if begin in text and end in text:
-        head, rest = text.split(begin, 1)
-        return head + block + rest.split(end, 1)[1]
-    if before not in text:
-        return text.rstrip() + "\n\n" + block + "\n"
-    head, rest = text.split(before, 1)
-    return head + block + "\n\n" + before + rest
-
-
 def write_header(path: Path, lines: list[str]) -> None:
     text = path.read_text()
     pattern = re.compile(re.escape(gp.HEADER_BEGIN) + r"\n.*?" + re.escape(gp.HEADER_END), re.S)
@@ -140,14 +132,10 @@ def write_header(path: Path, lines: list[str]) -> None:
     path.write_text(new)
 
 
-def perf_with_block(text: str, block: str) -> str:
-    """docs/performance.md with the plan as the last subsection of `## scale`."""
-    if BEGIN in text:
-        return replace_between(text, BEGIN, END, block, "")
-    m = re.search(r"^## scale\n.*?(?=^## |\Z)", text, re.S | re.M)
-    if not m:
-        return text.rstrip() + "\n\n## scale\n\n" + block + "\n"
-    return text[: m.end()].rstrip() + "\n\n" + block + "\n" + ("\n" + text[m.end():] if m.end() < len(text) else "")
+def write_block(path: Path, section: str, block: str) -> None:
+    """Replace `block` (its first and last lines are its markers) in `path`, or add it to `## section`."""
+    lines = block.splitlines()
+    update(path, replace_block, section, lines[0], lines[-1], "\n".join(lines[1:-1]))
 
 
 def main() -> None:
@@ -166,9 +154,8 @@ def main() -> None:
     if args.write:
         for name, r in rs.items():
             write_header(ROOT / gp.RECIPES[name][0], [line for p in gp.recipe_plans(r) for line in gp.header_lines(p)])
-        PERF.write_text(perf_with_block(PERF.read_text(), perf_block(plans, rs)))
-        CLUSTER.write_text(replace_between(CLUSTER.read_text(), RBEGIN, REND, cluster_block(plans, rs),
-                                           "## Starting a cluster"))
+        write_block(PERF, "scale", perf_block(plans, rs))
+        write_block(CLUSTER, "Learner workers", cluster_block(plans, rs))  # "## Recipes" follows that section
         print(f"wrote the headers of configs/gpu_*.yaml, {PERF.relative_to(ROOT)} and {CLUSTER.relative_to(ROOT)}")
 
 

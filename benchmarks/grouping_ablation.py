@@ -107,7 +107,7 @@ def main() -> int:
     print(text)
     if args.write_docs:
         sys.path.insert(0, str(HERE))
-        from learner_docs import replace_block
+        from perf_doc import DOC, replace_block, update
 
         plot(results, PNG)
         curves = "\n".join(f"- `{r['mode']}` seed {r['seed']}: " + ", ".join(f"{s}: {v:.1f}" for s, v in r["curve"])
@@ -121,7 +121,8 @@ def main() -> int:
             f"{text}\n\n{NOTE}\n\nCurves (step: success):\n\n{curves}\n\n"
             "![grouping ablation](img/learner_grouping_ablation.png)"
         )
-        replace_block("grouping_ablation", "### Grouping ablation: `at` vs `trajectory`", body)
+        update(DOC, replace_block, "learner", "<!-- learner:grouping_ablation -->", "<!-- /learner:grouping_ablation -->",
+               f"### Grouping ablation: `at` vs `trajectory`\n\n{body}")
     return 0
 
 

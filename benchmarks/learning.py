@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+from perf_doc import DOC, replace_section, update
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PNG = ROOT / "docs" / "img" / "learning_curves.png"
@@ -179,18 +181,6 @@ def plot(results: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def write_docs(text: str) -> None:
-    doc = ROOT / "docs" / "performance.md"
-    body = doc.read_text()
-    start = body.find("## learning\n")
-    if start < 0:
-        body = body.rstrip() + "\n\n" + text
-    else:
-        end = body.find("\n## ", start + 1)
-        body = body[:start] + text + ("" if end < 0 else body[end:])
-    doc.write_text(body)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", default="plan_path", choices=("plan_path", "sudoku", "sokoban"))
@@ -242,7 +232,7 @@ def main() -> int:
             + table(rows) + "\n\n![learning curves](img/learning_curves.png)\n")
     print(text)
     if args.write_docs:
-        write_docs(text)
+        update(DOC, replace_section, "learning", text)
     return 0
 
 

@@ -12,13 +12,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import platform
 import statistics
 import sys
-import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 from lsprotocol import types as T
@@ -26,7 +22,8 @@ from pygls.lsp.client import LanguageClient
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from check_large import append_to_section, generate  # noqa: E402  (the checker benchmark's file and docs writer)
+from check_large import large_workflow  # noqa: E402  (the checker benchmark's generated file)
+from perf_doc import DOC, append_line, machine, update  # noqa: E402
 
 
 def _pos(text: str, i: int) -> T.Position:
@@ -88,23 +85,19 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=60, help="about how many keystrokes")
     ap.add_argument("--no-write", action="store_true", help="do not append to docs/performance.md")
     args = ap.parse_args()
-    text, n_edges = generate(args.roles)
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "large.mas"
-        path.write_text(text)
+    with large_workflow(args.roles) as (text, path, n_edges):
         opened, lat = asyncio.run(measure(text, path, args.keys))
     ms = sorted(x * 1000 for x in lat)
     p95 = ms[min(len(ms) - 1, int(0.95 * len(ms)))]
-    load = os.getloadavg()[0]
-    summary = (f"- {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.machine()}, {os.cpu_count()} CPUs "
-               f"(load average {load:.1f}), Python {platform.python_version()}: `masdsl lsp` on {args.roles} roles, "
+    summary = (f"- {machine()}: `masdsl lsp` on {args.roles} roles, "
                f"{n_edges} edges ({len(text.splitlines())} lines): a keystroke's diagnostics (didChange -> publishDiagnostics, "
                f"through a real client over stdio, incremental reparse + full check) median {statistics.median(ms):.0f} ms, "
                f"p95 {p95:.0f} ms, min {ms[0]:.0f} ms (n={len(ms)}); opening the file (full parse + check) {opened * 1000:.0f} ms. "
                f"Goal < 100 ms. Command: `.venv/bin/python benchmarks/lsp.py`")
     print(summary)
     if not args.no_write:
-        append_to_section("lsp", summary)
+        update(DOC, append_line, "lsp", summary)
+
 
 if __name__ == "__main__":
     main()

@@ -35,6 +35,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from perf_doc import DOC, replace_section, update
+
 ROOT = Path(__file__).resolve().parent.parent
 QUESTIONS = [
     "What is the capital of France?",
@@ -250,12 +252,7 @@ def write_section(results: dict, cmd: str) -> None:
             f"{ex['raw_tok_cpu_s']} tok/CPU-s; goal >= 0.9x).")
     elif ex:
         lines.append(f"- Executor: not measured ({ex['error']}).")
-    section = "\n".join(lines) + "\n"
-    perf = ROOT / "docs" / "performance.md"
-    text = perf.read_text() if perf.exists() else "# Performance\n"
-    pattern = re.compile(r"^## rollout\n.*?(?=^## |\Z)", re.S | re.M)
-    text = pattern.sub(lambda m: section + "\n", text) if pattern.search(text) else text.rstrip() + "\n\n" + section
-    perf.write_text(text)
+    update(DOC, replace_section, "rollout", "\n".join(lines))
 
 
 def main() -> int:

@@ -15,12 +15,13 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from perf_doc import DOC, replace_section, update
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -128,16 +129,8 @@ def main() -> int:
     text = "\n".join(lines)
     print(text)
     if not args.no_write:
-        write_section(ROOT / "docs" / "performance.md", text)
+        update(DOC, replace_section, "sandbox", text)
     return 0
-
-
-def write_section(path: Path, section: str) -> None:
-    """Replace `## sandbox` in `path` (up to the next `## `), or append it."""
-    old = path.read_text(encoding="utf-8") if path.exists() else "# Performance\n\n"
-    pattern = re.compile(r"^## sandbox\n.*?(?=^## |\Z)", re.S | re.M)
-    new = pattern.sub(lambda _: section, old) if pattern.search(old) else old.rstrip("\n") + "\n\n" + section
-    path.write_text(new, encoding="utf-8")
 
 
 if __name__ == "__main__":

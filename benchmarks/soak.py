@@ -30,12 +30,13 @@ import gc
 import json
 import os
 import platform
-import re
 import resource
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from perf_doc import replace_block, update
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "reliability"
@@ -256,24 +257,6 @@ def report(result: dict, args: argparse.Namespace, img: Path, docs: Path) -> str
     ])
 
 
-def write_section(block: str, key: str, docs: Path) -> None:
-    """Replace this soak variant's block inside `## reliability` of docs/performance.md."""
-    perf = docs / "performance.md"
-    body = perf.read_text() if perf.exists() else "# Performance\n"
-    begin, end = f"<!-- soak:{key}:begin -->", f"<!-- soak:{key}:end -->"
-    pattern = re.compile(rf"^## {SECTION}\n.*?(?=^## |\Z)", re.S | re.M)
-    m = pattern.search(body)
-    section = m.group(0) if m else f"## {SECTION}\n\n"
-    wrapped = f"{begin}\n{block.rstrip()}\n{end}\n"
-    if begin in section:
-        section = re.sub(re.escape(begin) + r".*?" + re.escape(end) + r"\n?", lambda _: wrapped, section, flags=re.S)
-    else:
-        section = section.rstrip("\n") + "\n\n" + wrapped
-    section = section.rstrip("\n") + "\n\n"
-    body = body[: m.start()] + section + body[m.end():] if m else body.rstrip("\n") + "\n\n" + section
-    perf.write_text(body.rstrip("\n") + "\n")
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=300)
@@ -298,7 +281,7 @@ def main() -> int:
     print(text)
     if not args.no_write:
         plot(result["samples"], img, f"soak ({key}): RSS per step, replay engine + sandbox")
-        write_section(text, key, docs)
+        update(docs / "performance.md", replace_block, SECTION, f"<!-- soak:{key}:begin -->", f"<!-- soak:{key}:end -->", text)
         print(f"wrote {docs / 'performance.md'} ## {SECTION} and {img}")
     print(f"work folder: {folder}")
     if args.ray:

@@ -151,7 +151,7 @@ def _row(name: str, r: dict) -> str:
 
 
 def write_docs(result: dict) -> None:
-    from learner_docs import replace_block
+    from perf_doc import DOC, replace_block, update  # the docs writer beside this script
 
     o, t = result["ours"], result["trl"]
     text = "\n".join([
@@ -177,7 +177,8 @@ def write_docs(result: dict) -> None:
         f"Measured {result['date']} on the 2-core machine, {result['load']}.",
         "With one optimizer step per 32-row rollout (before the recipe) the ratios were 0.60x and 0.49x.",
     ])
-    replace_block("vs_trl", "### One GRPO step vs TRL", text)
+    update(DOC, replace_block, "learner", "<!-- learner:vs_trl -->", "<!-- /learner:vs_trl -->",
+           f"### One GRPO step vs TRL\n\n{text}")
 
 
 def main() -> int:
