@@ -20,10 +20,15 @@ in the driver).
 
 A group stands in for the policy's optimizer in `TrainSession.optimizers`: `state_dict()` fetches
 the whole AdamW state (for a checkpoint), `load_state_dict()` sends one to every rank (resume).
-Every rank keeps CPU copies of the whole AdamW state from before and after its last update: when
-a worker dies during an update the group is restarted from the driver's (pre-step) weights and
-the pre-step AdamW state and the update redone (`runtime.learner_restarts` times per run), after
-that the step fails (`StepFailed`) and the checkpoint the trainer saves gets the pre-step state.
+Every rank keeps CPU copies of the whole AdamW state from before and after its last update,
+numbered by the updates it finished; the driver counts the updates it kept (every group's
+finished, so the policies point at the new weights) and asks a rank for the copy of that number,
+never "the last" or "the one before": a rank whose update of a failed step has not started yet,
+is blocked in a collective or has finished answers the same (pre-step) state, and one that holds
+no copy of that number answers none. When a worker dies during an update the group is restarted
+from the driver's (pre-step) weights and that AdamW state and the update redone
+(`runtime.learner_restarts` times per run), after that the step fails (`StepFailed`) and the
+checkpoint the trainer saves gets the pre-step state.
 """
 
 from __future__ import annotations
@@ -85,8 +90,10 @@ class LearnerWorker:
         self.reference: Any = None
         self.cfg: Config | None = None
         self.shard: Shard = Shard(rank, world)
-        self._full: Any = None  # the whole AdamW state on the CPU, as of the end of the last update (or load)
-        self._before: Any = None  # the same from before the last update
+        # (updates finished since the last load, the whole AdamW state on the CPU after them, the
+        # same after one fewer): replaced in one assignment, so a concurrent `optimizer_state` sees
+        # either the triple from before an update or the one from after it
+        self._states: tuple[int, Any, Any] = (0, None, None)
 
     def where(self) -> dict[str, Any]:
         import ray  # heavy: ray is optional (the train extra); only learner workers need it
@@ -119,7 +126,7 @@ class LearnerWorker:
         self.policy = Policy(shell["name"], shell["spec"], shell["roles"], model, tok, shell["model_path"],
                              compute_dtype=cfg.runtime.dtype)
         self.optimizer = build_optimizer(self.policy.parameters(), cfg.train)
-        self._full = self.shard.full_optimizer_state(self.optimizer)  # empty: no collective
+        self._states = (0, self.shard.full_optimizer_state(self.optimizer), None)  # empty: no collective
         self.cfg = cfg
         if cfg.train.kl_coef > 0:
             self.reference = references({self.policy.name: self.policy}, cfg)[self.policy.name]
@@ -131,11 +138,11 @@ class LearnerWorker:
         dtype when the engines hold another one (else None)."""
         start = time.time()
         self.shard.stand_ins.clear()
-        self._before = self._full
         stats = update_policy(self.policy, self.optimizer, records, advantages, self.cfg.train, self.reference,
                               keep=keep, shard=self.shard)
-        # gathered now, while every rank is alive (FSDP), for the checkpoint and the next update's `_before`
-        self._full = self.shard.full_optimizer_state(self.optimizer)
+        # gathered now, while every rank is alive (FSDP), for the checkpoint or a restart
+        done, after, _ = self._states
+        self._states = (done + 1, self.shard.full_optimizer_state(self.optimizer), after)
         weights = (self.shard.full_weights(self.policy.model) if self.rank == 0 or isinstance(self.shard, FsdpShard)
                    else None)
         if self.rank != 0:
@@ -143,14 +150,16 @@ class LearnerWorker:
         cast = None if master_dtype(self.cfg) == self.cfg.runtime.dtype else compute_state(weights, self.cfg.runtime.dtype)
         return (stats, start, time.time()), weights, cast
 
-    def optimizer_state(self, before: bool) -> dict[str, Any]:
-        """The whole AdamW state: from before the last update (`before`: it did not finish), else
-        from after it. Both are CPU copies every rank keeps, so any surviving rank can answer."""
-        return self._before if before else self._full
+    def optimizer_state(self, updates: int) -> dict[str, Any] | None:
+        """The whole AdamW state after `updates` updates (since the last load), or None when this
+        rank holds no copy of it. CPU copies every rank keeps, so any surviving rank can answer,
+        also while its update of a failed step is still running (`max_concurrency=2`)."""
+        done, after, before = self._states
+        return after if done == updates else before if done == updates + 1 else None
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
         self.shard.load_optimizer_state(self.optimizer, state)
-        self._full = self.shard.full_optimizer_state(self.optimizer)  # a copy: AdamW steps its state in place
+        self._states = (0, self.shard.full_optimizer_state(self.optimizer), None)  # a copy: AdamW steps in place
 
     def load_weights(self, weights: Mapping[str, Any]) -> None:
         self.shard.load_weights(self.policy.model, weights)
@@ -171,7 +180,8 @@ class LearnerGroup:
         self.fsdp = bool(cfg.runtime.learner_fsdp)
         self.restarts_left = int(cfg.runtime.learner_restarts)
         self.cast = master_dtype(cfg) != cfg.runtime.dtype  # rank 0 also returns the weights in the compute dtype
-        self.failed = False  # an update did not finish: the optimizer state to save is the one before it
+        self.updates = 0  # updates the driver kept since the actors started or loaded an optimizer state
+        self._held: dict[str, Any] | None = None  # during a restart: the AdamW state the new actors get
         self.interval = (0.0, 0.0)  # wall-clock start and end of the last update (rank 0)
         self.return_s = 0.0  # last update: from rank 0's end to its new weights in the object store
         self._start(policy)
@@ -184,6 +194,7 @@ class LearnerGroup:
                           resources=slot_resources(LEARN_SLOT, 1.0))(LearnerWorker)
         threads = max(1, torch.get_num_threads() // workers)
         self.actors = [host.remote(rank, workers, threads) for rank in range(workers)]
+        self.updates = 0
         try:
             (addr, port), = self._get([self.actors[0].address.remote()], START_TIMEOUT_S, "start")
             weights = ray.put(policy.state_dict())
@@ -199,19 +210,19 @@ class LearnerGroup:
         step) and the AdamW state from before it (a surviving rank's copy); `runtime.learner_restarts`
         times per run, then the step fails as without restarts."""
         optimizer_state = self.state_dict()  # raises StepFailed when every rank died
+        self._held = optimizer_state  # what a checkpoint saves should the restart itself fail
         self.close()
         self.restarts_left -= 1
         self._start(policy)
-        self.failed = False
         self.load_state_dict(optimizer_state)
+        self._held = None
         if log is not None:
             log(f"restarted {self.describe()}")
 
-    def _get(self, refs: list[Any], timeout: float, what: str, fails: bool = True) -> list[Any]:
+    def _get(self, refs: list[Any], timeout: float, what: str) -> list[Any]:
         try:
             return self._ray.get(refs, timeout=timeout)
         except Exception as exc:  # noqa: BLE001 - RayActorError, RayTaskError, GetTimeoutError
-            self.failed = self.failed or fails
             reason = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
             raise StepFailed(f"learner worker of policy `{self.name}` failed ({what}): {reason}",
                              error=reason) from None
@@ -236,23 +247,30 @@ class LearnerGroup:
 
     def fetch(self, ref: Any) -> dict[str, Any]:
         """Weights an update left in the object store (owned by the driver: they outlive the workers)."""
-        (weights,) = self._get([ref], START_TIMEOUT_S, "fetch weights", fails=False)
+        (weights,) = self._get([ref], START_TIMEOUT_S, "fetch weights")
         return weights
 
     def state_dict(self) -> dict[str, Any]:
-        """The optimizer state of a checkpoint: the whole AdamW state every rank copies to the CPU
-        after each update (under FSDP gathered from the shards), or after a failed update the copy
-        from before it; rank 0's, or any surviving rank's."""
+        """The optimizer state of a checkpoint or a restart: the whole AdamW state every rank copies
+        to the CPU after each update (under FSDP gathered from the shards) as of the updates the
+        driver kept (`updates`: not one of a failed step, whether or not a rank finished it);
+        rank 0's, or any surviving rank's."""
+        if self._held is not None:  # a restart that did not finish: the actors may not have it
+            return self._held
         for actor in self.actors:
             try:
-                return self._ray.get(actor.optimizer_state.remote(self.failed), timeout=START_TIMEOUT_S)
+                state = self._ray.get(actor.optimizer_state.remote(self.updates), timeout=START_TIMEOUT_S)
             except Exception:  # noqa: BLE001 - this rank died; any other holds the same state
                 continue
-        raise StepFailed(f"every learner worker of policy `{self.name}` died: its optimizer state is lost")
+            if state is not None:
+                return state
+        raise StepFailed(f"no learner worker of policy `{self.name}` holds its optimizer state after "
+                         f"{self.updates} update(s) (every one died): it is lost")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         ref = self._ray.put(state)
         self._get([a.load_optimizer_state.remote(ref) for a in self.actors], START_TIMEOUT_S, "load optimizer")
+        self.updates = 0
 
     def load_weights(self, policy: Policy) -> None:
         ref = self._ray.put(policy.state_dict())
@@ -287,30 +305,27 @@ def update_all(groups: Mapping[str, LearnerGroup], policies: Mapping[str, Policy
     fails is restarted and its update redone while it has `restarts_left` (the other groups'
     updates stand: each trains its own policy). Only when every group finished do the driver's
     policies point at the new weights (`Policy.trained_elsewhere`: loaded into the driver's model
-    only when it needs them); a failed step leaves them as before it."""
+    only when it needs them) and the groups count the update as kept (`LearnerGroup.updates`); a
+    failed step leaves both as before it (so each group's optimizer state is the pre-step one)."""
     import ray  # heavy: ray is optional (the train extra); only learner workers need it
 
     ref = ray.put(list(records))
     pending = {name: g.submit(ref, advantages, keep) for name, g in groups.items()}
     done: dict[str, tuple[UpdateStats, Any, Any]] = {}
-    try:
-        for name, refs in pending.items():
-            group = groups[name]
-            while name not in done:
-                try:
-                    done[name] = group.collect(refs)
-                except StepFailed as exc:
-                    if group.restarts_left < 1:
-                        raise
-                    if log is not None:
-                        log(f"{exc}; restarting the group and redoing its update")
-                    group.restart(policies[name], log)
-                    refs = group.submit(ref, advantages, keep)
-    except StepFailed:
-        for g in groups.values():
-            g.failed = True  # every group's saved optimizer state is the pre-step one
-        raise
+    for name, refs in pending.items():
+        group = groups[name]
+        while name not in done:
+            try:
+                done[name] = group.collect(refs)
+            except StepFailed as exc:
+                if group.restarts_left < 1:
+                    raise
+                if log is not None:
+                    log(f"{exc}; restarting the group and redoing its update")
+                group.restart(policies[name], log)
+                refs = group.submit(ref, advantages, keep)
     for name, (_, master, engine_ref) in done.items():
+        groups[name].updates += 1
         policies[name].trained_elsewhere(partial(groups[name].fetch, master), engine_ref)
         groups[name].return_s = time.time() - groups[name].interval[1]
     return {name: stats for name, (stats, _, _) in done.items()}

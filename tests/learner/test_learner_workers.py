@@ -111,6 +111,35 @@ def test_shard_rows_cover_each_mini_batch_once():
             assert sum(parts, []) == list(range(n))
 
 
+def test_a_rank_answers_the_optimizer_state_after_the_updates_the_driver_kept(monkeypatch):
+    """A restart (or the checkpoint of a failed step) asks a rank for the AdamW state after the
+    updates the driver kept: the same state whether the rank's update of the failed step has not
+    started (under load the query can run first: it got the state from *before the previous* step,
+    a fresh AdamW, 8% off in test_learner_fsdp.py), or finished; none for another count."""
+    import types
+
+    def one_adamw_step(policy, optimizer, *args, **kwargs):  # stands in for update_policy
+        policy.model.weight.grad = torch.ones_like(policy.model.weight)
+        optimizer.step()
+        return "stats"
+
+    monkeypatch.setattr(workers, "update_policy", one_adamw_step)
+    w = workers.LearnerWorker(0, 1, 0)
+    w.policy, w.cfg = types.SimpleNamespace(model=torch.nn.Linear(2, 1, bias=False)), resolve_config()
+    w.optimizer = torch.optim.AdamW(w.policy.model.parameters())
+    w.load_optimizer_state(w.optimizer.state_dict())  # as a (re)started group: 0 updates
+
+    def steps(state):
+        return [float(s["step"]) for s in state["state"].values()]
+
+    assert steps(w.optimizer_state(0)) == [] and w.optimizer_state(1) is None  # update 1 not started
+    w.update([], [], None)
+    assert steps(w.optimizer_state(1)) == [1.0] and steps(w.optimizer_state(0)) == []  # kept, or not
+    w.update([], [], None)  # update 2 finished here, but its step failed: the driver still asks for 1
+    assert steps(w.optimizer_state(1)) == [1.0] and steps(w.optimizer_state(2)) == [2.0]
+    assert w.optimizer_state(0) is None and w.optimizer_state(3) is None  # no copy: never another state
+
+
 @pytest.fixture(scope="module")
 def shared_runs(tiny_model_dir, tmp_path_factory, local_ray):
     """The same 2-step run in the driver and with 2 learner workers (checkpoints after each step)."""
