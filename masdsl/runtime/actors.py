@@ -212,9 +212,9 @@ class _EngineHost:
 
 
 def takes_refs(engine: Any) -> bool:
-    """Whether `update_weights` of `engine` (or of each of its `replicas`) takes an object-store
-    ref: engines in Ray actors do, engines in this process need the weights themselves."""
-    return all(isinstance(e, RemoteEngine) for e in getattr(engine, "replicas", [engine]))
+    """Whether `update_weights` of `engine` takes an object-store ref (its `takes_refs`): engines
+    in Ray actors (and replicas of them) do, engines in this process need the weights themselves."""
+    return bool(getattr(engine, "takes_refs", False))
 
 
 ENGINE_RESTARTS = 3  # times Ray restarts a dead engine actor (its constructor runs again)
@@ -230,6 +230,8 @@ class RemoteEngine:
     as one reference) and redoes the interrupted call. Requests carry their own seeds, so the
     redone call samples what the lost one would have.
     """
+
+    takes_refs = True  # `update_weights` reads an object-store ref in the actor
 
     def __init__(self, factory: Callable[[], Any], *, num_cpus: float = ACTOR_CPUS, num_gpus: float = 0.0,
                  call_timeout_s: float = ENGINE_CALL_TIMEOUT_S, max_restarts: int = ENGINE_RESTARTS):

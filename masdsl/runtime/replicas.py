@@ -69,6 +69,7 @@ class ReplicatedEngine:
         self.replicas = [as_engine(e) for e in replicas]
         self.tokenizer = self.replicas[0].tokenizer
         self.served = [0] * len(self.replicas)  # requests each replica was given (logs, tests)
+        self.takes_refs = all(getattr(e, "takes_refs", False) for e in self.replicas)
 
     def submit(self, requests: list[GenRequest]) -> EngineCall:
         """Start each replica's part now; the call's `result()` joins them in request order."""
@@ -87,7 +88,12 @@ class ReplicatedEngine:
         return self.submit(requests).result()
 
     def update_weights(self, state_dict: Any) -> None:
-        """The same weights into every replica (the argument is forwarded as it is)."""
+        """The same weights into every replica; replicas in actors share one object-store copy."""
+        if self.takes_refs and len(self.replicas) > 1:
+            import ray  # only replicas in Ray actors get here
+
+            if not isinstance(state_dict, ray.ObjectRef):
+                state_dict = ray.put(state_dict)  # else each replica would put its own copy
         self._each(lambda e: e.update_weights(state_dict))
 
     def sleep(self, level: int = 1) -> None:
