@@ -63,6 +63,12 @@ class GameEnv:
         """`env.board`: the board text."""
         raise NotImplementedError
 
+    tool_no_code_penalty: ClassVar[float] = gc.TOOL_NO_CODE_PENALTY  # a tool reply without a program
+
+    def tool_modules(self, state: Any) -> dict[str, str]:
+        """Helper modules a tool program may import (`{name: source}`); none by default."""
+        return {}
+
     def tool_stdin(self, state: Any) -> str:
         """What a tool program reads on stdin (the board text, then a newline)."""
         return self.board(state) + "\n"
@@ -83,7 +89,8 @@ class GameEnv:
             return self.act(state, role, value)
         if kind == "code":
             return gc.tool_step(state, role, value, stdin=self.tool_stdin(state), limits=self.limits,
-                                score=lambda out: self.act(state, role, gc.parse_tool_output(self.tool_parser, out)))
+                                score=lambda out: self.act(state, role, gc.parse_tool_output(self.tool_parser, out)),
+                                no_code_penalty=self.tool_no_code_penalty, modules=self.tool_modules(state))
         return gc.no_action(state, role, f"{self.name} takes {self.takes}, not `{kind}`")
 
     def view(self, state: Any) -> Mapping[str, Any]:
@@ -102,6 +109,7 @@ class MoveGameEnv(GameEnv):
     action = "moves"
     takes = "`moves`"
     tool_parser = "actions"
+    tool_no_code_penalty = gc.MOVE_TOOL_NO_CODE_PENALTY
     board_field: ClassVar[str]  # "level" (sokoban) or "position" (plan_path)
     solved_note: ClassVar[str]  # the feedback once solved: "all boxes on goals", "reached the goal"
     was_solved_note: ClassVar[str]  # ... and for an action after that

@@ -55,6 +55,9 @@ STEP_PENALTY = -0.01  # every move played (sudoku: every grid scored), as in the
 NO_ACTION_PENALTY = -2.0  # the reference's planner with no (or an empty) action
 TOOL_NO_CODE_PENALTY = -1.0  # the reference's tool agent with no code block
 TOOL_FAILED_PENALTY = -2.0  # ... whose program failed (no output)
+# In the reference's move games a tool reply without code ends at -2 as well (its missing
+# action is scored as the planner's no-action); writing no program must not beat trying one.
+MOVE_TOOL_NO_CODE_PENALTY = -2.0
 SPLITS = ("train", "eval")
 DIRS = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
 TOOL_OUTPUT_CHARS = 2000  # the tool's stdout shown to the planner is cut to this many characters
@@ -173,13 +176,15 @@ def normalise_moves(moves: Any) -> list[str] | None:
     return out
 
 
-def run_tool(code: str, stdin: str, limits: Any = None) -> tuple[str, str | None]:
+def run_tool(code: str, stdin: str, limits: Any = None,
+             modules: Mapping[str, str] | None = None) -> tuple[str, str | None]:
     """Run a tool program in the sandbox: `(text for the planner, raw stdout or None)`.
 
     The raw stdout is None when the program failed (non-zero exit, timeout, memory limit);
-    the text then ends with a short note and the tail of its stderr.
+    the text then ends with a short note and the tail of its stderr. `modules` are the helper
+    modules the env offers (`{name: source}`, importable by the program).
     """
-    result = run_python(code, stdin, limits=limits)
+    result = run_python(code, stdin, limits=limits, modules=modules)
     text = result.stdout[:TOOL_OUTPUT_CHARS]
     if result.ok:
         return text, result.stdout
@@ -195,18 +200,20 @@ def run_tool(code: str, stdin: str, limits: Any = None) -> tuple[str, str | None
 
 
 def tool_step(state: GameState, role: str, code: Any, *, stdin: str, limits: Any,
-              score: Callable[[str], GameState]) -> GameState:
+              score: Callable[[str], GameState], no_code_penalty: float = TOOL_NO_CODE_PENALTY,
+              modules: Mapping[str, str] | None = None) -> GameState:
     """`state` after a tool program: output recorded, board unchanged, reward from `score`.
 
-    No program: `tool_penalty()` = `TOOL_NO_CODE_PENALTY` (-1); a program that fails (non-zero
-    exit, timeout, memory): `TOOL_FAILED_PENALTY` (-2), the reference's tool rewards. Otherwise
-    `score(stdout)` returns the state a planner would reach by submitting `stdout`; only its
-    `last_valid`, `last_terms` (so `last_reward`) and `feedback` are kept.
+    No program: `tool_penalty()` = `no_code_penalty` (sudoku -1; the move games -2, see
+    `MOVE_TOOL_NO_CODE_PENALTY`); a program that fails (non-zero exit, timeout, memory):
+    `TOOL_FAILED_PENALTY` (-2). Otherwise `score(stdout)` returns the state a planner would reach
+    by submitting `stdout`; only its `last_valid`, `last_terms` (so `last_reward`) and `feedback`
+    are kept. `modules`: helper modules the program may import.
     """
     if not isinstance(code, str) or not code.strip():
-        return scored(state, role, {"tool_penalty": TOOL_NO_CODE_PENALTY}, valid=False,
+        return scored(state, role, {"tool_penalty": no_code_penalty}, valid=False,
                       feedback="invalid action: no program", tool_code="", tool_output="")
-    text, stdout = run_tool(code, stdin, limits)
+    text, stdout = run_tool(code, stdin, limits, modules)
     if stdout is None:
         return scored(state, role, {"tool_penalty": TOOL_FAILED_PENALTY}, valid=False,
                       feedback="invalid action: the program failed", tool_code=code, tool_output=text)
@@ -322,7 +329,8 @@ register_term("invalid_penalty", GAMES,
 register_term("no_action_penalty", GAMES,
               "-2 when the action carries nothing to play (the parse failed, an empty list).")
 register_term("tool_penalty", GAMES,
-              "The tool role: -1 with no program, -2 when its program fails.")
+              "The tool role: -2 when its program fails; with no program -2 in sokoban and "
+              "plan_path (as the reference ends), -1 in sudoku.")
 register_term("win_bonus", GAMES,
               "Solving: sudoku +2, sokoban +10 (all boxes on goals), plan_path +1 (goal reached).")
 register_term("optimal_bonus", ("sudoku", "plan_path"),

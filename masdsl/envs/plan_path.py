@@ -16,7 +16,11 @@ program's stdin) also marks the agent `A` and the goal `G`. Cells are (row, colu
 - `distance_shaping()`: on every move, legal or not, `0.99 * phi(after) - phi(before)` with
   `phi(cell) = -(Manhattan distance from cell to the goal)`: about +1 for a step toward the goal,
   -1 for a step away, and `+0.01 * distance` for a blocked move (the reference's discount, kept
-  so that its numbers replay exactly; `env plan_path(gamma=1.0)` removes it).
+  so that its numbers replay exactly). That discount pays for walking in circles: each move of a
+  closed walk earns `0.01 * distance`, so 20 moves D,U,D,U on an open 5x5 board score +1.3, more
+  than one correct move. `env plan_path(gamma=1.0)` (what the shipped workflows use) makes the
+  shaping telescope: a walk earns `phi(end) - phi(start)`, a closed walk exactly 0 (minus its
+  step penalties), never more than staying put.
 - `win_bonus()`: +1 on the move that reaches the goal; later moves are ignored.
 - `optimal_bonus()`: +0.5 when the goal is reached after exactly as many moves (blocked ones
   included, counted over the episode) as the shortest path from the start.
@@ -31,8 +35,10 @@ blocked.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections import deque
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -288,17 +294,26 @@ def maze_from_task(task: Mapping[str, Any]) -> tuple[Maze, Cell]:
     return maze, start
 
 
-@env("plan_path", fields=("board", "tool_output", "moves", "position", "feedback", "legend", "size"))
+@env("plan_path", fields=("board", "tool_output", "moves", "position", "goal", "feedback", "legend", "size"))
 class PlanPathEnv(MoveGameEnv):
     """Path planning (10x10 by default). Planner field `moves` (U/D/L/R), tool field `code`
     (stdin: the board text). Success: the agent stands on the goal. `env plan_path(max_steps=100,
-    gamma=0.99)`: the step limit over the episode and the discount of `distance_shaping()`."""
+    gamma=0.99, helper=false)`: the step limit over the episode, the discount of
+    `distance_shaping()` (1.0: a closed walk earns no shaping) and whether a tool program may
+    `import grid` (`masdsl.envs.grid_helper`: `grid.shortest_path(board)`)."""
 
     name, legend, board_field = "plan_path", LEGEND, "position"
     solved_note, was_solved_note = "reached the goal", "the goal is already reached"
 
-    def __init__(self, *, limits: Any = None, max_steps: int = MAX_STEPS, gamma: float = GAMMA) -> None:
+    def __init__(self, *, limits: Any = None, max_steps: int = MAX_STEPS, gamma: float = GAMMA,
+                 helper: bool = False) -> None:
         super().__init__(limits=limits, max_steps=max_steps, gamma=gamma)
+        if not isinstance(helper, bool):
+            raise UserError(f"plan_path: helper must be true or false, got {helper!r}")
+        self.helper = helper
+
+    def tool_modules(self, state: PlanPathState) -> dict[str, str]:
+        return {"grid": helper_source()} if self.helper else {}
 
     def reset(self, task: Mapping[str, Any]) -> PlanPathState:
         maze, start = maze_from_task(task)
@@ -317,7 +332,13 @@ class PlanPathEnv(MoveGameEnv):
         return max(state.maze.height, state.maze.width)
 
     def extra_view(self, state: PlanPathState) -> dict[str, Any]:
-        return {"position": list(state.position)}
+        return {"position": list(state.position), "goal": list(state.maze.goal)}
+
+
+@functools.cache
+def helper_source() -> str:
+    """The source of `masdsl.envs.grid_helper`, sent to tool programs as the module `grid`."""
+    return (Path(__file__).parent / "grid_helper.py").read_text(encoding="utf-8")
 
 
 @data_source("plan_path", fields=("id", "seed", "grid", "start", "goal"))

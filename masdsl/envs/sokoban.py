@@ -14,7 +14,11 @@ into a box pushes it when the cell behind it is free.
 - `push_shaping()`: on every move, legal or not, `0.1 * (0.99 * phi(after) - phi(before))` with
   `phi = -(sum over boxes of the Manhattan distance to the nearest goal)`: +0.101 for a push one
   cell toward a goal, and a small `0.001 * distance` on a move that leaves the boxes where they
-  are (the reference's discount, kept so its numbers replay exactly).
+  are (the reference's discount, kept so its numbers replay exactly). That discount makes a
+  closed walk pay (each move earns `0.001 * distance`, and pushing a box away and back earns
+  `0.001 * distance` per push too); `env sokoban(gamma=1.0)`, what the shipped workflows use,
+  makes the shaping telescope so that a closed walk earns exactly 0 before its step penalties
+  (with `box_on_goal()`'s -1 for a push off a goal, no loop of pushes gains either).
 - `box_on_goal()`: +1 per push onto a goal, -1 per push off a goal (the reference: -0.5; -1 here
   so that pushing a box off and back on cannot farm reward).
 - `win_bonus()`: +10 on the move that puts the last box on a goal; later moves are ignored.

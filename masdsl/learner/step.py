@@ -1,10 +1,18 @@
 """One AT-GRPO step: rollout -> groups -> advantages -> per-policy updates -> metrics.
 
-    metrics = train_step(session, state, step)     # the weights have changed; engines not yet synced
+    metrics = train_step(session, state, draw)     # the weights have changed; engines not yet synced
 
 `session` is what `masdsl.learner.session.open_session` built once for the run; `state` the
-checkpointable `TrainState`, advanced here (step, cursor, history). Syncing the new weights into
-the engines is the trainer's next, separately recoverable, phase.
+checkpointable `TrainState`, advanced here (step, cursor, history); `draw(cursor)` gives the
+next batch of tasks and the cursor after it (the trainer's data order). Syncing the new weights
+into the engines is the trainer's next, separately recoverable, phase.
+
+**Dynamic sampling** (`train.dynamic_sampling = N`, as in DAPO and verl): while the step's
+rollouts hold fewer than N non-flat groups (groups whose rewards differ: the only ones with an
+advantage), another batch of tasks is drawn and rolled out, up to `train.dynamic_sampling_rounds`
+rollouts in all; the update then trains on every group collected. Tasks already in the step
+are skipped, so a group key (task, role, turn) never spans two rollouts. The metrics
+`dynamic/rounds` and `dynamic/tasks` count what it drew.
 """
 
 from __future__ import annotations
@@ -23,23 +31,23 @@ from masdsl.learner.session import TrainSession
 from masdsl.learner.update import UpdateStats, update_policy
 from masdsl.learner.workers import update_all
 from masdsl.runtime.backends.base import Engine
+from masdsl.runtime.episodes import merge_rollouts
 from masdsl.runtime.executor import Rollout, rollout
 from masdsl.runtime.records import write_records
 from masdsl.runtime.rundir import RECORDS
 
+Draw = Callable[[int], tuple[Sequence[dict], int]]  # cursor -> (tasks, cursor after them)
 
-def train_step(session: TrainSession, state: TrainState, tasks: Sequence[dict], cursor: int) -> dict[str, float]:
-    """Roll out `tasks`, update every trainable policy on its own roles' samples, record the step."""
+
+def train_step(session: TrainSession, state: TrainState, draw: Draw) -> dict[str, float]:
+    """Roll out the next tasks, update every trainable policy on its own roles' samples, record the step."""
     tc, step, show = session.cfg.train, state.step, session.show
     t0 = time.perf_counter()
-    n_episodes = len(tasks) * (tc.samples if tc.grouping == "trajectory" else 1)
-    roll = collect(session.workflow, session.env, tasks, session.engines, session.cfg, step,
-                   progress=show.counter(f"step {step + 1}/{tc.steps}: rollout", n_episodes))
+    roll, groups, cursor, rounds = sample_batch(session, step, draw, state.cursor)
     t_roll = time.perf_counter() - t0
     records = roll.records
     write_records(session.run_dir / RECORDS, records)
-    # group and score: (task, role, turn) groups, advantages within each group
-    groups = group_records(records, tc.grouping)
+    # score: advantages within each (task, role, turn) group
     adv, gstats = compute_advantages(groups, len(records))
     kept = select_groups(groups, drop_flat=tc.drop_flat_groups, drop_lowest=tc.drop_lowest_groups)
     # update each policy on its own roles' samples
@@ -60,9 +68,41 @@ def train_step(session: TrainSession, state: TrainState, tasks: Sequence[dict], 
     metrics = step_metrics(records, roll.episodes, gstats, updates, kept_groups=len(kept),
                            tokens=roll.tokens_generated, rollout_s=t_roll, update_s=time.perf_counter() - t0,
                            kl_on=tc.kl_coef > 0)
+    metrics["dynamic/rounds"] = float(rounds)
+    metrics["dynamic/tasks"] = float(len({e.task_id for e in roll.episodes}))
     state.step, state.cursor = step + 1, cursor
     state.history.append({"step": state.step, **metrics})
     return metrics
+
+
+def sample_batch(session: TrainSession, step: int, draw: Draw, cursor: int) -> tuple[Rollout, list[Group], int, int]:
+    """The step's rollout and its groups: one batch, or more under dynamic sampling; also the
+    cursor after the tasks drawn and the number of rollouts."""
+    tc, show = session.cfg.train, session.show
+    parts: list[Rollout] = []
+    seen: set[Any] = set()
+    rounds, groups = 0, []
+    while True:
+        tasks, cursor = draw(cursor)
+        tasks = [t for t in tasks if _task_key(t) not in seen]
+        seen.update(_task_key(t) for t in tasks)
+        rounds += 1
+        label = f"step {step + 1}/{tc.steps}: rollout" + (f" ({rounds})" if rounds > 1 else "")
+        n_episodes = len(tasks) * (tc.samples if tc.grouping == "trajectory" else 1)
+        parts.append(collect(session.workflow, session.env, tasks, session.engines, session.cfg, step,
+                             progress=show.counter(label, n_episodes), repeat=rounds - 1))
+        roll = merge_rollouts(parts) if len(parts) > 1 else parts[0]
+        groups = group_records(roll.records, tc.grouping)
+        nonflat = sum(len(set(g.rewards)) > 1 for g in groups)
+        if not tc.dynamic_sampling or nonflat >= tc.dynamic_sampling or rounds >= tc.dynamic_sampling_rounds:
+            return roll, groups, cursor, rounds
+        show.log(f"step {step + 1}: {nonflat} non-flat groups of {tc.dynamic_sampling} wanted; drawing "
+                 f"{tc.batch} more tasks (dynamic sampling, rollout {rounds + 1} of at most "
+                 f"{tc.dynamic_sampling_rounds})")
+
+
+def _task_key(task: Mapping[str, Any]) -> Any:
+    return task.get("id", id(task)) if isinstance(task, Mapping) else id(task)
 
 
 def kept_rows(kept: Sequence[Group], n: int) -> list[bool]:
@@ -80,26 +120,20 @@ def kept_rows(kept: Sequence[Group], n: int) -> list[bool]:
 
 def collect(workflow: Workflow, env: Any, tasks: Sequence[dict], engines: Mapping[str, Engine], cfg: Config,
             step: int, on_records: Callable[[list], None] | None = None,
-            progress: Callable[[int], None] | None = None) -> Rollout:
+            progress: Callable[[int], None] | None = None, repeat: int = 0) -> Rollout:
     """The training rollout. `trajectory` grouping (vanilla GRPO) needs K independent episodes
-    per task instead of tree sampling: K rollouts of one sample, with different seeds."""
+    per task instead of tree sampling: K rollouts of one sample, with different seeds. `repeat`
+    numbers a step's extra rollouts (dynamic sampling), so that each draws fresh seeds."""
     tc = cfg.train
+    seed = tc.seed + 7_919 * repeat
     if tc.grouping != "trajectory":
         return rollout(workflow, env, tasks, engines, mode="train", samples=tc.samples, step=step,
-                       seed=tc.seed, cfg=cfg, on_records=on_records, progress=progress)
+                       seed=seed, cfg=cfg, on_records=on_records, progress=progress)
     parts = []
     for k in range(tc.samples):
         part = rollout(workflow, env, tasks, engines, mode="train", samples=1, step=step,
-                       seed=tc.seed + 1_000_003 * k, cfg=cfg, progress=progress)
-        for r in part.records:
-            r.episode += k * len(tasks)  # distinct episodes of the same task
+                       seed=seed + 1_000_003 * k, cfg=cfg, progress=progress)
         if on_records is not None:
             on_records(part.records)
         parts.append(part)
-    merged = parts[0]
-    for p in parts[1:]:
-        merged.records += p.records
-        merged.episodes += p.episodes
-        merged.tokens_generated += p.tokens_generated
-        merged.wall_s += p.wall_s
-    return merged
+    return merge_rollouts(parts)  # K distinct episodes of each task

@@ -141,9 +141,8 @@ def _loop(session: TrainSession, state: ckpt.TrainState, tracker: Any,
             state.evals.append(_evaluate(session, 0, tracker))
         while state.step < tc.steps or unfinished:
             if not unfinished:
-                idx, cursor = next_batch(len(session.train_rows), tc.batch, tc.seed, state.cursor)
                 recovery.begin(f"step {state.step + 1}/{tc.steps}")
-                metrics = train_step(session, state, [session.train_rows[i] for i in idx], cursor)
+                metrics = train_step(session, state, lambda cursor: _draw(session, cursor))
                 # from here on, a failure saves the updated step
                 recovery.begin(f"step {state.step}/{tc.steps} (weight sync)", updated=True)
                 t0 = time.perf_counter()
@@ -165,6 +164,13 @@ def _loop(session: TrainSession, state: ckpt.TrainState, tracker: Any,
     except StepFailed as exc:  # an env or engine failed for good: save, say how to continue
         recovery.save_and_raise(exc, session, state)
     return saved
+
+
+def _draw(session: TrainSession, cursor: int) -> tuple[list[dict], int]:
+    """The next batch of train tasks in the run's data order, and the cursor after it."""
+    tc = session.cfg.train
+    idx, cursor = next_batch(len(session.train_rows), tc.batch, tc.seed, cursor)
+    return [session.train_rows[i] for i in idx], cursor
 
 
 def _evaluate(session: TrainSession, step: int, tracker: Any) -> dict[str, float]:

@@ -46,6 +46,32 @@ class Rollout:
     errors: dict[str, int] = field(default_factory=dict)  # failing expression / env step -> count
 
 
+def merge_rollouts(parts: list[Rollout]) -> Rollout:
+    """One `Rollout` of several, in order, every tally summed; episode indices renumbered so that
+    the episodes of different parts stay apart (`StepRecord.episode` is unique in the result).
+
+    >>> a = Rollout([], [EpisodeResult("t0", 1.0, None, {}, False, {})], 5, 1.0, 0.5, 0.2, 0, {"x": 1})
+    >>> b = Rollout([], [EpisodeResult("t1", 0.0, None, {}, False, {})], 3, 2.0, 1.0, 0.1, 1, {"x": 2})
+    >>> m = merge_rollouts([a, b])
+    >>> [e.task_id for e in m.episodes], m.tokens_generated, m.wall_s, m.truncated_prompts, m.errors
+    (['t0', 't1'], 8, 3.0, 1, {'x': 3})
+    """
+    records: list[StepRecord] = []
+    errors: Counter = Counter()
+    offset = 0
+    for part in parts:
+        top = -1
+        for r in part.records:
+            r.episode += offset
+            top = max(top, r.episode)
+        records += part.records
+        offset = max(offset + len(part.episodes), top + 1)
+        errors.update(part.errors)
+    return Rollout(records, [e for p in parts for e in p.episodes], sum(p.tokens_generated for p in parts),
+                   sum(p.wall_s for p in parts), sum(p.gen_s for p in parts), sum(p.env_s for p in parts),
+                   sum(p.truncated_prompts for p in parts), dict(errors))
+
+
 @dataclass
 class Episode:
     index: int

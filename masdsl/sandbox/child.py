@@ -63,7 +63,7 @@ def _main():
     mode = job["mode"]
     code = job["code"]
     if mode == "run":
-        _run_main(code)
+        _run_main(code, job.get("modules") or {})
         return
     chan = os.fdopen(job["chan"], "w", encoding="utf-8", buffering=1)
 
@@ -78,8 +78,21 @@ def _main():
         _run_io(code, job, report)
 
 
-def _run_main(code):
+def _install_modules(modules):
+    """Make each `{name: source}` importable as `import name` (helpers an env offers its tool
+    programs; `-I` keeps the working folder off `sys.path`, so they cannot be plain files)."""
+    import types  # lazy: most runs offer no modules
+
+    for name, source in modules.items():
+        module = types.ModuleType(name)
+        module.__file__ = name + ".py"
+        exec(compile(source, module.__file__, "exec"), module.__dict__)
+        sys.modules[name] = module
+
+
+def _run_main(code, modules):
     sys.argv = ["main.py"]
+    _install_modules(modules)
     namespace = {"__name__": "__main__", "__builtins__": __builtins__, "__file__": "main.py"}
     try:
         exec(compile(code, "main.py", "exec"), namespace)

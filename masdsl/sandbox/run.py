@@ -18,7 +18,7 @@ import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from masdsl.errors import UserError
 from masdsl.sandbox.isolation import runner
@@ -63,14 +63,22 @@ def _run_job(job: dict[str, Any], stdin: str, limits: Limits, n_tests: int = 0) 
     return run_job(job, stdin, limits, mode, zygote, n_tests)
 
 
-def run_python(code: str, stdin: str = "", *, limits: Limits | None = None) -> SandboxResult:
-    """Run `code` as a program (`__main__`) in the sandbox with `stdin`; never raises for bad code."""
+def run_python(code: str, stdin: str = "", *, limits: Limits | None = None,
+               modules: Mapping[str, str] | None = None) -> SandboxResult:
+    """Run `code` as a program (`__main__`) in the sandbox with `stdin`; never raises for bad code.
+
+    `modules` (`{name: source}`) are importable by the program as `import name`.
+
+    >>> run_python("import helper; print(helper.twice(21))", modules={"helper": "twice = lambda x: 2 * x"}).stdout
+    '42\\n'
+    """
     limits = limits if limits is not None else Limits()
-    key = ("run", code, stdin, limits)
+    modules = dict(modules or {})
+    key = ("run", code, stdin, limits, tuple(sorted(modules.items())))
     cached = CACHE.get(key)
     if cached is not None:
         return cached
-    raw = _run_job({"mode": "run", "code": code}, stdin, limits)
+    raw = _run_job({"mode": "run", "code": code, "modules": modules}, stdin, limits)
     stderr = raw["stderr"].decode("utf-8", "replace")
     result = SandboxResult(
         stdout=raw["stdout"].decode("utf-8", "replace"), stderr=_tail(stderr), returncode=raw["rc"],

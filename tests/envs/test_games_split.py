@@ -67,7 +67,7 @@ def test_games_are_registered_under_the_shared_names():
     assert reg is REGISTRY
     assert reg.envs["sudoku"].fields == ("board", "tool_output", "moves", "feedback", "legend", "size")
     assert reg.envs["sokoban"].fields == ("board", "tool_output", "moves", "feedback", "legend", "size")
-    assert reg.envs["plan_path"].fields == ("board", "tool_output", "moves", "position", "feedback", "legend",
+    assert reg.envs["plan_path"].fields == ("board", "tool_output", "moves", "position", "goal", "feedback", "legend",
                                             "size")
     assert reg.data_sources["sudoku"].fields == ("id", "seed", "size", "puzzle")
     assert reg.data_sources["sokoban"].fields == ("id", "seed", "level")

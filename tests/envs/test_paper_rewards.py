@@ -374,13 +374,19 @@ def test_plan_path_step_limit_reached_scores_minus_1():
     assert pp.PlanPathEnv().reset(OPEN).max_steps == pp.MAX_STEPS == 100
 
 
-@pytest.mark.parametrize("game", ["sudoku", "sokoban", "plan_path"])
-def test_game_tool_program_fails_minus_2_no_code_minus_1(game):
+@pytest.mark.parametrize("game,no_code", [("sudoku", -1.0), ("sokoban", -2.0), ("plan_path", -2.0)])
+def test_game_tool_program_fails_minus_2_no_code_as_the_reference_ends(game, no_code):
+    """A failed program is -2 everywhere; no program is -1 in sudoku and -2 in the move games,
+    where the reference's missing tool action ends at the planner's no-action -2: writing no
+    program never beats trying one."""
     env, s0 = {"sudoku": sudoku_env, "sokoban": sokoban_state, "plan_path": plan_state}[game]()
     failed = env.apply(s0, "tool", {"code": "raise SystemExit(3)", "ok": True})
     assert reward(failed) == -2.0 and term(failed, "tool_penalty") == -2.0 and not failed.last_valid
     none = env.apply(s0, "tool", {"code": "", "ok": False})
-    assert reward(none) == -1.0 and term(none, "tool_penalty") == -1.0
+    assert reward(none) == no_code and term(none, "tool_penalty") == no_code
+    assert reward(none) >= reward(failed)
+    garbage = env.apply(s0, "tool", {"code": "print('no plan here')", "ok": True})
+    assert reward(garbage) == -2.0  # a program that runs but prints no plan: the planner's no action
 
 
 # ---- side by side with the transcribed reference --------------------------------------------
@@ -512,7 +518,10 @@ def test_the_shipped_plan_path_workflow_pays_the_table_through_its_reward_expres
     from masdsl.runtime.executor import rollout
     from masdsl.runtime.session import make_env
 
-    wf = masdsl.load(str(Path(__file__).resolve().parents[2] / "workflows" / "plan_path.mas"))
+    # the shipped file uses gamma 1.0; the reference's table is paid with its discount 0.99
+    text = (Path(__file__).resolve().parents[2] / "workflows" / "plan_path.mas").read_text()
+    assert "env plan_path(gamma=1.0)" in text
+    wf = masdsl.loads(text.replace("env plan_path(gamma=1.0)", "env plan_path(gamma=0.99)"), name="plan_path_ref")
     cfg = resolve_config(wf.train, overrides=["tracking.enabled=false"])
     task = {**OPEN, "seed": 0}
     rows = {("tool", 0): ["```python\nraise SystemExit(1)\n```", "```python\nprint('[\"R\",\"R\",\"R\",\"D\",\"D\"]')\n```"],

@@ -228,6 +228,37 @@ def test_tool_program_plans_from_the_board_and_is_scored_without_moving():
     s2 = env.apply(state(), "tool", {"code": "print('[\"R\"]')", "ok": True})
     assert not s2.last_valid and s2.last_reward == pytest.approx(blocked(2))
     # no program: -1; a failing program: -2; output that is no plan: -2
-    assert env.apply(state(), "tool", {"code": "", "ok": False}).last_reward == -1.0
+    assert env.apply(state(), "tool", {"code": "", "ok": False}).last_reward == -2.0  # as a failed program
     assert env.apply(state(), "tool", {"code": "1/0", "ok": True}).last_reward == -2.0
     assert env.apply(state(), "tool", {"code": "print('no idea')", "ok": True}).last_reward == -2.0
+
+
+def test_the_planning_helper_is_importable_only_when_the_env_offers_it():
+    """`env plan_path(helper=true)`: a tool program may `import grid` and print its shortest
+    path, which then scores as the planner's optimal solve; without it the import fails (-2)."""
+    from masdsl.envs import grid_helper
+
+    task = {"id": "h", "grid": ".#...\n.#.#.\n...#.\n.##..\n.....", "start": [0, 0], "goal": [0, 2]}
+    code = "import sys, json, grid\nprint(json.dumps(grid.shortest_path(sys.stdin.read())))"
+    helped = pp.PlanPathEnv(helper=True, gamma=1.0)
+    s0 = helped.reset(task)
+    s1 = helped.apply(s0, "tool", {"code": code, "ok": True})
+    plan = pp.shortest_path(s0.maze, s0.start)
+    assert json.loads(s1.tool_output) == grid_helper.shortest_path(helped.board(s0)) and len(plan) == 6
+    assert s1.last_valid and dict(s1.last_terms)["win_bonus"] == 1.0 and dict(s1.last_terms)["optimal_bonus"] == 0.5
+    alone = pp.PlanPathEnv(gamma=1.0)
+    s2 = alone.apply(alone.reset(task), "tool", {"code": code, "ok": True})
+    assert s2.last_reward == -2.0 and "ModuleNotFoundError" in s2.tool_output
+    with pytest.raises(UserError, match="helper"):
+        pp.PlanPathEnv(helper="yes")
+
+
+def test_the_helper_agrees_with_the_env_on_generated_boards():
+    from masdsl.envs import grid_helper
+
+    for seed in range(30):
+        rows, start, goal = pp.generate(seed, size=5 + seed % 6)
+        maze = pp.make_maze(rows, goal)
+        path = grid_helper.shortest_path(pp.render(maze, start))
+        assert len(path) == maze.dist[start[0]][start[1]]
+        assert pp.play(maze, start, path, shortest=len(path), gamma=1.0).after == goal
