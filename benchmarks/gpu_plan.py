@@ -107,7 +107,18 @@ def cluster_block(plans: list[gp.Plan], rs: dict[str, gp.Recipe]) -> str:
 Three configurations in `configs/` size a run to the GPUs at hand; each header holds its commands,
 what runs on which GPU and the computed memory per GPU (`masdsl.runtime.gpu_plan`, rewritten by
 `benchmarks/gpu_plan.py --write`, checked against the files by the tests). All three carry the
-paper's training settings (configs/paper.yaml) and bound prompts at {one.prompt_tokens} tokens.
+paper's training settings (configs/paper.yaml), bound prompts at {one.prompt_tokens} tokens and give every
+role, whatever the workflow calls it, the paper's reply budget of {one.response_tokens} tokens:
+
+```yaml
+sample:
+  "*":                 # every role (quoted: YAML reads *x as an alias); on the command line 'sample.*.max_tokens=N'
+    max_tokens: {one.response_tokens}
+```
+
+A role's own key still wins (`sample.planner.max_tokens=512`), whichever comes first. The plans
+below are computed at that budget: where a tick's sequences at the longest need more KV cache than
+the engine's pool holds (under 100% "at once"), vLLM queues the rest: slower, not an error.
 
 | recipe | GPUs | command | what goes where |
 |---|---|---|---|

@@ -115,9 +115,11 @@ class PolicyOverride:
 
 @dataclass
 class SampleOverride:
-    """`sample.<role>.<key>=value`: overrides one key of that role's `sample { }` block.
+    """`sample.<role>.<key>=value`: overrides one key of that role's `sample { }` block;
+    `sample."*".<key>` (`ALL_ROLES`) of every role's, under the role's own `sample.<role>`.
 
-    The keys are exactly those `sample { }` accepts (`masdsl.lang.check.SAMPLE_KEYS`).
+    The keys are exactly those `sample { }` accepts (`masdsl.lang.check.SAMPLE_KEYS`), in the
+    ranges of `SAMPLE_RANGES`.
     """
 
     temperature: Optional[float] = None
@@ -137,7 +139,19 @@ class Config:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     policy: dict[str, PolicyOverride] = field(default_factory=dict)
-    sample: dict[str, SampleOverride] = field(default_factory=dict)  # role name -> sampling overrides
+    sample: dict[str, SampleOverride] = field(default_factory=dict)  # role name (or "*": every role) -> sampling overrides
+
+
+ALL_ROLES = "*"  # `sample."*"`: every role of the workflow (a role's own `sample.<role>` wins)
+SAMPLE_RANGES = {  # `sample { }` / `sample.<role>` key: (test, what it must be)
+    "temperature": (lambda v: v >= 0, "at least 0"),
+    "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "max_tokens": (lambda v: isinstance(v, int) and v >= 1, "a whole number of at least 1"),
+    "top_k": (lambda v: isinstance(v, int) and v >= -1, "a whole number (-1 or 0: off)"),
+    "min_p": (lambda v: 0 <= v <= 1, "in [0, 1] (0: off)"),
+    "repetition_penalty": (lambda v: v > 0, "positive (1: off)"),
+    "seed": (lambda v: isinstance(v, int) and v >= 0, "a whole number of at least 0"),
+}
 
 
 # The allowed values of the string options, defined here once (OmegaConf cannot type a field as a
@@ -226,7 +240,7 @@ def resolve_config(
         path = Path(config_file)
         if not path.exists():
             raise ConfigError(f"config file `{path}` does not exist")
-        cfg = _merge(cfg, OmegaConf.load(path), f"config file `{path}`")
+        cfg = _merge(cfg, _load_yaml(path), f"config file `{path}`")
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override `{item}` is not of the form key=value")
@@ -246,11 +260,45 @@ def resolve_config(
         for (section, name), low in MINIMUMS.items():
             if cfg[section][name] < low:
                 raise ConfigError(f"`{section}.{name}` must be at least {low}; got {cfg[section][name]}")
-        return OmegaConf.to_object(cfg)
+        out = OmegaConf.to_object(cfg)
     except OmegaConfBaseException as exc:
         msg = str(getattr(exc, "msg", None) or exc).splitlines()[0]
         key = getattr(exc, "full_key", None)
         raise ConfigError(f"`{key}`: {msg}" if key else msg) from None
+    _check_samples(out)
+    return out
+
+
+def _load_yaml(path: Path) -> Any:
+    """The YAML file as OmegaConf; a syntax error is a ConfigError naming the line (and, for an
+    unquoted `*:`, which YAML reads as an alias, how to write the every-role key)."""
+    import yaml  # start-up: see the top of the module (OmegaConf's own YAML parser)
+    from omegaconf import OmegaConf  # start-up: see the top of the module
+
+    try:
+        return OmegaConf.load(path)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = path.read_text(encoding="utf-8").splitlines()[mark.line] if mark else ""
+        hint = ' (quote the every-role key: `"*":`)' if line.strip().startswith("*") else ""
+        where = f", line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"config file `{path}`{where} is not valid YAML: "
+                          f"{getattr(exc, 'problem', None) or exc}{hint}") from None
+
+
+def _check_samples(cfg: Config) -> None:
+    """Every `sample.<role>.<key>` (and `sample."*".<key>`) in its `SAMPLE_RANGES` range.
+
+    >>> resolve_config(overrides=["sample.*.max_tokens=0"])
+    Traceback (most recent call last):
+    ...
+    masdsl.config.ConfigError: `sample.*.max_tokens` must be a whole number of at least 1; got 0
+    """
+    for role, override in cfg.sample.items():
+        for key, (test, what) in SAMPLE_RANGES.items():
+            value = getattr(override, key)
+            if value is not None and not test(value):
+                raise ConfigError(f"`sample.{role}.{key}` must be {what}; got {value}")
 
 
 _SECTIONS = {"train": TrainConfig, "runtime": RuntimeConfig, "tracking": TrackingConfig, "sandbox": SandboxConfig}
@@ -315,13 +363,14 @@ def flatten(cfg: Config) -> dict[str, Any]:
 
 
 def check_names(cfg: Config, workflow: Any) -> None:  # Any: a Workflow (masdsl.lang sits above config)
-    """`sample.<role>` and `policy.<name>` must name roles / policies of `workflow`.
+    """`sample.<role>` and `policy.<name>` must name roles / policies of `workflow` (`sample."*"`:
+    every role).
 
     Call it once the workflow is loaded, before any model loads (names come from the file).
 
     >>> from types import SimpleNamespace
     >>> wf = SimpleNamespace(roles={"coder": None, "tester": None}, policies={"shared": None})
-    >>> check_names(resolve_config(overrides=["sample.coder.max_tokens=64"]), wf)
+    >>> check_names(resolve_config(overrides=["sample.coder.max_tokens=64", "sample.*.max_tokens=4096"]), wf)
     >>> check_names(resolve_config(overrides=["sample.codr.max_tokens=64"]), wf)
     Traceback (most recent call last):
     ...
@@ -333,7 +382,7 @@ def check_names(cfg: Config, workflow: Any) -> None:  # Any: a Workflow (masdsl.
     """
     for section, what, names in (("sample", "role", workflow.roles), ("policy", "policy", workflow.policies)):
         for name in getattr(cfg, section, None) or {}:
-            if name not in names:
+            if name not in names and (section, name) != ("sample", ALL_ROLES):
                 hint = did_you_mean(name, names, fmt=f"`{section}.{{}}`")
                 hint = f" ({hint})" if hint else ""
                 plural = "policies" if what == "policy" else "roles"

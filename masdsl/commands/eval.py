@@ -5,7 +5,10 @@ Loads and checks the workflow, resolves the configuration (defaults < `train { }
 < overrides < these flags), builds the env and one engine per distinct model, runs the eval
 split in evaluation mode (one candidate per step at `train.eval_temperature`) with a progress
 bar, writes the run folder (records, graph, config, summary) and prints a table: success rate,
-mean@N and pass@k, mean reward by role and turn, episodes, tokens generated, tokens/s, wall time.
+mean@N and pass@k, mean reward by role and turn, the shares of each role's replies cut by
+`max_tokens` and whose parse failed, episodes, tokens generated, tokens/s, wall time. A role with
+more than a fifth of its replies cut gets a warning naming its budget and the override that
+raises it.
 
 Greedy, one episode per task is the default. `--samples N` (`train.eval_samples`) runs N
 independent episodes per task (distinct seeds, one batch) and reports mean@N and the unbiased
@@ -116,6 +119,10 @@ def table(workflow: Any, m: dict[str, float], run_dir: Any) -> Any:
         if parts[0] == "eval_reward" and len(parts) == 3:
             _, role, turn = parts
             t.add_row(f"mean reward · {role} · turn {turn.removeprefix('turn')}", f"{value:.4f}")
+    for what, label in (("eval_cut", "replies cut at max_tokens"), ("eval_parse_fail", "replies whose parse failed")):
+        for key, value in m.items():
+            if key.startswith(f"{what}/"):
+                t.add_row(f"{label} · {key.split('/', 1)[1]}", f"{100 * value:.1f} %")
     t.add_row("episodes", f"{int(m['episodes'])}")
     t.add_row("  truncated by max_turns", f"{int(m['truncated_episodes'])}")
     t.add_row("tokens generated", f"{int(m['tokens_generated'])}")
@@ -133,6 +140,7 @@ def main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from masdsl.config import check_names, resolve_config
+    from masdsl.learner.display import cut_warnings, role_budgets
     from masdsl.learner.evaluation import eval_tasks, greedy_repeats_warning
 
     err, out = Console(stderr=True), Console()
@@ -153,6 +161,8 @@ def main(args: argparse.Namespace) -> int:
     result = _evaluate(workflow, cfg, tasks, args.checkpoint, err)
     for message, count in result.errors.items():
         err.print(f"warning: {message} ({count}x, scored 0)", highlight=False, markup=False)
+    for line in cut_warnings(result.metrics, role_budgets(workflow, cfg), what="eval_cut"):
+        err.print(line, highlight=False, markup=False, soft_wrap=True)
     if args.json:
         print(json.dumps({"workflow": workflow.name, "run_dir": str(result.run_dir), "tasks": result.tasks,
                           "checkpoint": str(result.checkpoint) if result.checkpoint else None,

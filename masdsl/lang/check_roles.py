@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from masdsl.config import SAMPLE_RANGES  # shared with the config's `sample.<role>` overrides
 from masdsl.lang import ast as A
 from masdsl.lang.context import ANY, BOOL, LIST, NUMBER, STR, Ctx
 from masdsl.lang.context import ticks as _ticks
@@ -49,17 +50,6 @@ def _check_block_keys(c: Ctx, block: A.Block, known: dict[str, str], what: str, 
         kind = _value_kind(e.value)
         if kind != known[k]:
             c.error("invalid-value", f"`{k}` in {what} must be a {known[k]}, not a {kind}", e.value.span)
-
-
-SAMPLE_RANGES = {  # key: (test, what it must be)
-    "temperature": (lambda v: v >= 0, "at least 0"),
-    "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
-    "max_tokens": (lambda v: isinstance(v, int) and v >= 1, "a whole number of at least 1"),
-    "top_k": (lambda v: isinstance(v, int) and v >= -1, "a whole number (-1 or 0: off)"),
-    "min_p": (lambda v: 0 <= v <= 1, "in [0, 1] (0: off)"),
-    "repetition_penalty": (lambda v: v > 0, "positive (1: off)"),
-    "seed": (lambda v: isinstance(v, int) and v >= 0, "a whole number of at least 0"),
-}
 
 
 def _check_sample_ranges(c: Ctx, block: A.Block) -> None:

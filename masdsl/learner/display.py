@@ -1,9 +1,12 @@
-"""What a person sees during `masdsl run`: a live progress line and a final summary table.
+"""What a person sees during `masdsl run`: a live progress line, a final summary table, and a
+warning when a role's replies are often cut by its `max_tokens` (`cut_warnings`).
 
 >>> step_line(3, 10, {"reward/namer/turn0/mean": 0.5, "success/train": 0.25, "loss/p": 0.1})
 'step 3/10  namer/t0 0.50  success 0.25'
 >>> step_line(1, 3, {"success/train": 0.0, "groups/nonflat_frac": 0.25})
 'step 1/3  success 0.00  non-flat 25 %'
+>>> step_line(2, 3, {"success/train": 0.5, "cut/coder": 0.5, "cut/tester": 0.0, "parse_fail/tester": 0.25})
+'step 2/3  success 0.50  cut coder 50 %  parse-fail tester 25 %'
 """
 
 from __future__ import annotations
@@ -15,11 +18,15 @@ from typing import Any, Iterator, Mapping
 from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from masdsl.runtime.step_requests import DEFAULT_MAX_TOKENS, role_sample
+
 _REWARD = re.compile(r"^reward/(?P<role>[^/]+)/turn(?P<turn>\d+)/mean$")
+CUT_WARN = 0.2  # a role with more than this share of its replies cut by max_tokens gets a warning
 
 
 def step_line(step: int, steps: int, metrics: Mapping[str, float]) -> str:
-    """Reward by role and turn, then the train success rate, in one short line."""
+    """Reward by role and turn, the train success rate, the share of non-flat groups and the roles
+    whose replies were cut by `max_tokens` or failed to parse, in one short line."""
     parts = [f"step {step}/{steps}"]
     for key, value in metrics.items():
         m = _REWARD.match(key)
@@ -29,7 +36,49 @@ def step_line(step: int, steps: int, metrics: Mapping[str, float]) -> str:
         parts.append(f"success {metrics['success/train']:.2f}")
     if "groups/nonflat_frac" in metrics:  # the share of groups that carry a gradient
         parts.append(f"non-flat {100 * metrics['groups/nonflat_frac']:.0f} %")
+    for what, label in (("cut", "cut"), ("parse_fail", "parse-fail")):  # only the roles it happened to
+        shares = [f"{role} {100 * v:.0f} %" for role, v in role_shares(metrics, what).items() if v > 0]
+        if shares:
+            parts.append(f"{label} " + ", ".join(shares))
     return "  ".join(parts)
+
+
+def role_shares(metrics: Mapping[str, float], what: str) -> dict[str, float]:
+    """role -> value of the metrics `<what>/<role>` (e.g. `cut`, `eval_parse_fail`).
+
+    >>> role_shares({"cut/a": 0.5, "eval_cut/a": 1.0, "cut/b/x": 2.0}, "cut")
+    {'a': 0.5}
+    """
+    head = f"{what}/"
+    return {k[len(head):]: v for k, v in metrics.items() if k.startswith(head) and "/" not in k[len(head):]}
+
+
+def role_budgets(workflow: Any, cfg: Any) -> dict[str, int]:
+    """role -> its `max_tokens` after the config's `sample."*"` and `sample.<role>` overrides."""
+    return {name: int(role_sample(workflow, cfg, name).get("max_tokens", DEFAULT_MAX_TOKENS))
+            for name in workflow.roles}
+
+
+def cut_warnings(metrics: Mapping[str, float], budgets: Mapping[str, int], warned: set[str] | None = None,
+                 *, what: str = "cut", when: str = "") -> list[str]:
+    """A warning for each role whose share of replies cut by `max_tokens` (`<what>/<role>`) is
+    above `CUT_WARN` (a fifth): the role, the share, its budget and the override that raises it.
+    Roles in `warned` are skipped and the warned ones added (once per role per run).
+
+    >>> cut_warnings({"cut/coder": 0.25, "cut/tester": 0.2}, {"coder": 192}, when=" at step 3")
+    ["warning: 25 % of role `coder`'s replies at step 3 were cut at max_tokens=192; raise its budget with `sample.coder.max_tokens=384`"]
+    """
+    out = []
+    for role, share in role_shares(metrics, what).items():
+        if share <= CUT_WARN or (warned is not None and role in warned):
+            continue
+        if warned is not None:
+            warned.add(role)
+        budget = budgets.get(role)
+        out.append(f"warning: {100 * share:.0f} % of role `{role}`'s replies{when} were cut at "
+                   f"max_tokens={budget or '?'}; raise its budget with `sample.{role}.max_tokens="
+                   f"{2 * budget if budget else 'N'}`")
+    return out
 
 
 class Progress:
@@ -37,6 +86,8 @@ class Progress:
 
     def __init__(self, console: Any, steps: int, start: int = 0) -> None:
         self.console, self.steps = console, steps
+        self.budgets: dict[str, int] = {}  # role -> max_tokens (`role_budgets`), for the cut warnings
+        self._warned: set[str] = set()  # roles warned about (once per run)
         self._bar = None
         if console is not None:
 
@@ -70,6 +121,8 @@ class Progress:
     def step(self, step: int, metrics: Mapping[str, float]) -> None:
         if self._bar is not None:
             self._bar.update(self._task, completed=step, description=step_line(step, self.steps, metrics))
+        for line in cut_warnings(metrics, self.budgets, self._warned, when=f" at step {step}"):
+            self.log(line)
 
     def log(self, text: str) -> None:
         if self.console is not None:
@@ -88,7 +141,7 @@ def summary_table(result: Any) -> Any:
             b, a = before.get(key), after.get(key)
             fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
             table.add_row(f"{key} (before -> after)", f"{fmt(b)} -> {fmt(a)}")
-    for label, value in learning_rows(result.history):
+    for label, value in learning_rows(result.history) + reply_rows(result.history, before, after):
         table.add_row(label, value)
     table.add_row("steps", f"{result.steps}")
     table.add_row("wall time", f"{result.wall_s:.1f} s")
@@ -122,4 +175,28 @@ def learning_rows(history: Any) -> list[tuple[str, str]]:
         return sum(vals) / len(vals) if vals else 0.0
 
     rows.append(("train reward (first -> last step)", f"{reward(history[0]):.3f} -> {reward(history[-1]):.3f}"))
+    return rows
+
+
+def reply_rows(history: Any, before: Mapping[str, float], after: Mapping[str, float]) -> list[tuple[str, str]]:
+    """Per role, the shares of replies cut by `max_tokens` and whose parse failed: training's
+    first and last step, the evaluations before and after training.
+
+    >>> for row in reply_rows([{"cut/a": 0.5, "parse_fail/a": 0.0}, {"cut/a": 0.25, "parse_fail/a": 0.0}],
+    ...                       {"eval_cut/a": 0.0}, {"eval_cut/a": 1.0}):
+    ...     print(row)
+    ('replies cut at max_tokens, train (first -> last step)', 'a 50 % -> 25 %')
+    ('replies whose parse failed, train (first -> last step)', 'a 0 % -> 0 %')
+    ('replies cut at max_tokens, eval (before -> after)', 'a 0 % -> 100 %')
+    """
+    phases = (("train (first -> last step)", "", history[0] if history else {}, history[-1] if history else {}),
+              ("eval (before -> after)", "eval_", before or {}, after or {}))
+    pct = lambda v: "-" if v is None else f"{100 * v:.0f} %"  # noqa: E731
+    rows = []
+    for phase, prefix, first, last in phases:
+        for what, label in (("cut", "replies cut at max_tokens"), ("parse_fail", "replies whose parse failed")):
+            a, b = role_shares(first, prefix + what), role_shares(last, prefix + what)
+            if a or b:
+                rows.append((f"{label}, {phase}", ", ".join(f"{r} {pct(a.get(r))} -> {pct(b.get(r))}"
+                                                            for r in dict.fromkeys([*a, *b]))))
     return rows

@@ -27,7 +27,7 @@ from masdsl.errors import UserError
 from masdsl.lang.workflow import Workflow
 from masdsl.learner import checkpoint as ckpt
 from masdsl.learner.export import export_checkpoint
-from masdsl.learner.metrics import eval_metrics
+from masdsl.learner.metrics import eval_metrics, reply_counts
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.engine_factory import build_engines, close_engines
 from masdsl.runtime.executor import rollout
@@ -94,8 +94,14 @@ def _evaluate_models(workflow: Workflow, cfg: Config, tasks: list[dict], progres
     try:
         run_dir = RunDir.create(workflow, cfg)
         tracker = start_run(workflow, cfg, kind="eval", run_dir=run_dir.path)
+        replies: dict[str, list[int]] = {}  # role -> replies, cut, parse failed: the records go to disk
+
+        def stream(records: list[StepRecord]) -> None:
+            run_dir.write_records(records)
+            reply_counts(records, replies)
+
         ro = rollout(workflow, env, tasks, engines, mode="eval", samples=1, step=-1, seed=cfg.train.seed,
-                     cfg=cfg, on_records=run_dir.write_records, progress=progress, keep_records=False,
+                     cfg=cfg, on_records=stream, progress=progress, keep_records=False,
                      repeats=cfg.train.eval_samples)
     except BaseException as exc:
         if tracker is not None:  # never leave the MLflow run marked RUNNING
@@ -103,7 +109,7 @@ def _evaluate_models(workflow: Workflow, cfg: Config, tasks: list[dict], progres
         raise
     finally:
         close_engines(engines)
-    m = eval_metrics(ro.records, ro.episodes, rollout=ro)
+    m = eval_metrics(ro.records, ro.episodes, rollout=ro, replies=replies)
     run_dir.write_summary({"metrics": m, "errors": ro.errors, "workflow": workflow.name, "tasks": len(tasks),
                            "samples_per_task": cfg.train.eval_samples, "temperature": cfg.train.eval_temperature,
                            "checkpoint": str(checkpoint) if checkpoint else None})

@@ -42,6 +42,34 @@ def reward_metrics(records: Iterable[StepRecord]) -> dict[str, float]:
     return out
 
 
+def reply_counts(records: Iterable[StepRecord],
+                 into: dict[str, list[int]] | None = None) -> dict[str, list[int]]:
+    """role -> [replies, cut by max_tokens (`finish_reason` "length"), parse failed (`parse_ok` false)],
+    added to `into` (a rollout that streams its records counts them as they come)."""
+    out = {} if into is None else into
+    for r in records:
+        c = out.setdefault(r.role, [0, 0, 0])
+        c[0] += 1
+        c[1] += r.finish_reason == "length"
+        c[2] += not r.parse_ok
+    return out
+
+
+def reply_shares(counts: Mapping[str, Sequence[int]], prefix: str = "") -> dict[str, float]:
+    """`<prefix>cut/<role>` and `<prefix>parse_fail/<role>`: the shares of the role's replies cut
+    by its `max_tokens` and whose parse failed (training: every candidate; `prefix` "eval_" for
+    evaluations), rounded to 6.
+
+    >>> reply_shares({"coder": [4, 2, 1]})
+    {'cut/coder': 0.5, 'parse_fail/coder': 0.25}
+    """
+    out = {}
+    for role, (n, cut, failed) in counts.items():
+        out[f"{prefix}cut/{role}"] = round(cut / n, 6) if n else 0.0
+        out[f"{prefix}parse_fail/{role}"] = round(failed / n, 6) if n else 0.0
+    return out
+
+
 def mean(values: Sequence[float]) -> float:
     """The mean, 0 for no values.
 
@@ -71,6 +99,7 @@ def step_metrics(
 ) -> dict[str, float]:
     """Everything logged for one training step."""
     m = reward_metrics(records)
+    m.update(reply_shares(reply_counts(records)))
     m["success/train"] = mean([float(e.success) for e in episodes])
     m["groups/count"] = float(groups.groups)
     m["groups/zero_variance_frac"] = groups.zero_variance_frac
@@ -141,7 +170,8 @@ def solved(success: Any) -> bool:
     return float(success) >= 1.0 - 1e-9
 
 
-def eval_metrics(records: Sequence[StepRecord], episodes: Sequence[Any], rollout: Rollout | None = None) -> dict[str, float]:
+def eval_metrics(records: Sequence[StepRecord], episodes: Sequence[Any], rollout: Rollout | None = None,
+                 replies: Mapping[str, Sequence[int]] | None = None) -> dict[str, float]:
     """Evaluation summary, the one function `masdsl eval` and the trainer's evaluation share.
 
     - `success/eval`: mean success over all episodes (N episodes per task: that is mean@N);
@@ -151,6 +181,9 @@ def eval_metrics(records: Sequence[StepRecord], episodes: Sequence[Any], rollout
       `pass@k/eval` for k in `pass_ks(N)`: the unbiased estimator averaged over tasks
       (an episode is correct when its success is 1). N is the number of episodes per task
       (the smallest, should tasks differ). The tracker logs `@` as `_` (MLflow's names).
+    - `eval_cut/<role>`, `eval_parse_fail/<role>`: the shares of the role's replies cut by
+      `max_tokens` and whose parse failed (`reply_shares`), from `records` or, for a rollout
+      that streamed its records away, the `replies` counted on the way (`reply_counts`);
     - with `rollout` (an `executor.Rollout`): also the run's figures (`run_figures`).
 
     >>> from types import SimpleNamespace as E
@@ -184,6 +217,8 @@ def eval_metrics(records: Sequence[StepRecord], episodes: Sequence[Any], rollout
         for k in pass_ks(n):
             estimates = [pass_at_k(len(v), sum(solved(s) for s in v), k) for v in by_task.values()]
             out[f"pass@{k}/eval"] = round(mean(estimates), 6)
+    if records or replies:
+        out.update(reply_shares(replies if replies is not None else reply_counts(records), prefix="eval_"))
     if rollout is not None:
         out.update(run_figures(rollout))
     return out

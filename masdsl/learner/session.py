@@ -15,7 +15,7 @@ from typing import Any
 from masdsl.config import Config, ConfigError
 from masdsl.lang.workflow import Workflow
 from masdsl.learner import checkpoint as ckpt
-from masdsl.learner.display import Progress
+from masdsl.learner.display import Progress, role_budgets
 from masdsl.learner.policies import Policy, iter_trainable, load_policies, sync
 from masdsl.learner.workers import LearnerGroup, build_optimizer, close_groups, open_groups, references
 from masdsl.runtime.backends.base import Engine
@@ -63,6 +63,7 @@ class TrainSession:
 def open_session(workflow: Workflow, cfg: Config, run_dir: Path, show: Progress) -> TrainSession:
     """Data and env, models, engines, optimizers (and KL references when `train.kl_coef > 0`)."""
     tc = cfg.train
+    show.budgets = role_budgets(workflow, cfg)  # named in the warning when a role's replies are cut
     env, data = prepare(workflow, cfg)
     train_rows, eval_rows = data["train"], data["eval"][: tc.eval_tasks or None]
     if tc.batch > len(train_rows):  # fail before any model loads

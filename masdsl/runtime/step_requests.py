@@ -1,9 +1,9 @@
 """A role's turn as an engine request: its prompt rendered and tokenised, its sampling options.
 
 Every `sample { }` option (`masdsl.lang.check.SAMPLE_KEYS`) reaches the request, with the config's
-`sample.<role>.*` overrides applied (`role_sample`); the policy's `chat_template_kwargs` reach
-its chat template (`chat_template_kwargs`). Seeds are derived per (run seed, step, task, role,
-turn), so a request samples the same whatever else is in its batch.
+`sample."*".*` and `sample.<role>.*` overrides applied (`role_sample`); the policy's
+`chat_template_kwargs` reach its chat template (`chat_template_kwargs`). Seeds are derived per
+(run seed, step, task, role, turn), so a request samples the same whatever else is in its batch.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from masdsl.config import ALL_ROLES
 from masdsl.lang.workflow import RoleSpec, Workflow
 from masdsl.runtime import prompts
 from masdsl.runtime.backends.base import GenRequest
@@ -22,19 +23,23 @@ REPEAT_SEED_STRIDE = 1_000_003  # repeat j of a task samples with run seed + j *
 
 
 def role_sample(workflow: Workflow, cfg: Any, role: str) -> dict[str, Any]:
-    """The role's `sample { }` block with the config's `sample.<role>.*` overrides applied.
+    """The role's `sample { }` block with the config's overrides applied: `sample."*".*` (every
+    role), then `sample.<role>.*` (a role's own key wins over the every-role one).
 
     >>> from types import SimpleNamespace
     >>> from masdsl.config import resolve_config
     >>> wf = SimpleNamespace(roles={"coder": RoleSpec("coder", "p", "", sample={"max_tokens": 64, "top_p": 0.9})})
     >>> role_sample(wf, resolve_config(overrides=["sample.coder.max_tokens=8"]), "coder")
     {'max_tokens': 8, 'top_p': 0.9}
+    >>> role_sample(wf, resolve_config(overrides=["sample.*.max_tokens=4096", "sample.*.top_p=0.5"]), "coder")
+    {'max_tokens': 4096, 'top_p': 0.5}
     """
     out = dict(workflow.roles[role].sample or {})
-    override = (getattr(cfg, "sample", None) or {}).get(role)
-    if override is not None:
-        items = dataclasses.asdict(override).items() if dataclasses.is_dataclass(override) else dict(override).items()
-        out.update({k: v for k, v in items if v is not None})
+    overrides = getattr(cfg, "sample", None) or {}
+    for override in (overrides.get(ALL_ROLES), overrides.get(role)):
+        if override is not None:
+            items = dataclasses.asdict(override) if dataclasses.is_dataclass(override) else dict(override)
+            out.update({k: v for k, v in items.items() if v is not None})
     return out
 
 

@@ -16,7 +16,7 @@ from masdsl.lang.graph import to_dot, to_mermaid
 
 PARAM_VALUE_LIMIT = 6000  # MLflow rejects longer param values
 POLICY_METRICS = ("loss", "clip_frac", "kl", "grad_norm")  # `<name>/<policy>`
-ROLE_METRICS = ("reward", "eval_reward")  # `<name>/<role>/...`
+ROLE_METRICS = ("reward", "eval_reward", "cut", "parse_fail", "eval_cut", "eval_parse_fail")  # `<name>/<role>/...`
 
 
 _BAD_KEY_CHARS = re.compile(r"[^/\w.\- :]")
@@ -32,14 +32,15 @@ def metric_key(key: str) -> str:
 
 
 def params_of(flat: dict[str, Any]) -> dict[str, str]:
-    """MLflow params from a flattened config: strings, None as "None", long values cut.
+    """MLflow params from a flattened config: strings, None as "None", long values cut, names
+    as MLflow accepts them (`metric_key`: `sample.*.max_tokens` is logged as `sample._.max_tokens`).
 
     >>> params_of({"train.lr": 1e-06, "tracking.uri": None, "x": "a" * 7000})["train.lr"]
     '1e-06'
-    >>> len(params_of({"x": "a" * 7000})["x"])
-    6000
+    >>> len(params_of({"x": "a" * 7000})["x"]), params_of({"sample.*.max_tokens": 4096})
+    (6000, {'sample._.max_tokens': '4096'})
     """
-    return {k: str(v)[:PARAM_VALUE_LIMIT] for k, v in flat.items()}
+    return {metric_key(k): str(v)[:PARAM_VALUE_LIMIT] for k, v in flat.items()}
 
 
 def route(key: str, policies: set[str], role_policy: dict[str, str]) -> str | None:
@@ -52,6 +53,8 @@ def route(key: str, policies: set[str], role_policy: dict[str, str]) -> str | No
     ('shared', None)
     >>> route("eval_reward/coder/turn0", pol, roles), route("reward/eval", pol, roles)
     ('shared', None)
+    >>> route("cut/coder", pol, roles), route("eval_parse_fail/tester", pol, roles)
+    ('shared', 'shared')
     >>> route("loss/unknown", pol, roles) is None
     True
     """
