@@ -45,6 +45,8 @@ class TrainConfig:
     old_logprobs: str = "auto"  # engine | trainer | auto (trainer unless runtime.dtype is float32)
     drop_flat_groups: bool = False  # leave out groups whose rewards are all equal (they teach nothing)
     drop_lowest_groups: float = 0.0  # leave out this fraction of groups, lowest mean reward first (paper's code/math: 0.3)
+    dynamic_sampling: int = 0  # DAPO's dynamic sampling: draw more tasks until a step holds this many non-flat groups; 0: off
+    dynamic_sampling_rounds: int = 3  # ... but at most this many rollouts of `batch` tasks per step
     master_weights: str = "float32"  # float32: fp32 weights and AdamW state, runtime.dtype compute | compute: all in runtime.dtype
     max_grad_norm: float = 1.0
     weight_decay: float = 0.0
@@ -166,7 +168,7 @@ ISOLATIONS = ("auto", "bwrap", "unshare", "none")
 MINIMUMS = {
     ("train", "steps"): 1, ("train", "samples"): 1, ("train", "batch"): 1, ("train", "ppo_epochs"): 1,
     ("train", "eval_samples"): 1, ("runtime", "engine_replicas"): 1, ("runtime", "vllm_tensor_parallel_size"): 1,
-    ("runtime", "learner_restarts"): 0,
+    ("runtime", "learner_restarts"): 0, ("train", "dynamic_sampling"): 0, ("train", "dynamic_sampling_rounds"): 1,
 }
 CHOICES = {
     ("train", "grouping"): GROUPINGS,
