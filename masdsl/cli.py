@@ -1,14 +1,17 @@
-"""`masdsl` command line: check | graph | run | eval | trace | fmt | new.
+"""`masdsl` command line: check | graph | run | eval | trace | export | fmt | new | lsp | env | completion.
 
 Each subcommand lives in `masdsl/commands/<name>.py` with `add_arguments(parser)` and
 `main(args) -> int`, imported only when used: `masdsl check` imports `commands/check.py` and
-no other command module (never torch, the runtime or MLflow); only `masdsl --help` imports them all.
-Exit status: 0 ok, 2 user error, 3 internal error (a bug in masdsl).
+no other command module (never torch, the runtime or MLflow); only `masdsl --help` and
+`masdsl completion` import them all. Exit status: 0 ok, 1 "something to change" (`fmt --check`),
+2 user error (also a bad command line), 3 internal error (a bug in masdsl), 130 interrupted (Ctrl-C).
 
 Global flags, accepted before the command or anywhere after it: `--debug` (tracebacks of
 internal errors), `--verbose` (the inference engines' start-up logs: sets `MASDSL_VERBOSE=1`,
-which `masdsl.runtime.backends.vllm.environment` reads), `-h`/`--help` (the command's help, even
-among a `run`/`eval` command's overrides). `masdsl --version` prints the installed version.
+which `masdsl.runtime.backends.vllm.environment` reads), `-q`/`--quiet` (only warnings, errors
+and results), `--color=auto|always|never` (and `NO_COLOR`; `masdsl.commands.output`),
+`-h`/`--help` (the command's help, even among a `run`/`eval` command's overrides).
+`masdsl --version` prints the installed version.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import os
 import sys
 import traceback
 
+from masdsl.commands import output
 from masdsl.errors import UserError
 
 COMMANDS = {
@@ -31,12 +35,15 @@ COMMANDS = {
     "fmt": "rewrite .mas files in the canonical layout (--check: list files that would change)",
     "new": "start a workflow: NAME.mas plus a Python file with a reward function and an env stub",
     "lsp": "language server for editors (stdio): diagnostics, hover, definition, completion, rename",
+    "env": "report versions, devices, the sandbox's isolation and the model cache (for bug reports)",
+    "completion": "print a shell completion script (bash, zsh or fish)",
 }
+FULL_PARSER = ("completion",)  # commands that need every command's arguments
 
 
 VERBOSE_ENV = "MASDSL_VERBOSE"  # set by --verbose; read where engines start (vllm/environment.py)
 HELP_FLAGS = ("-h", "--help")
-GLOBAL_FLAGS = ("--debug", "--verbose")
+GLOBAL_FLAGS = {"--debug": "debug", "--verbose": "verbose", "--quiet": "quiet", "-q": "quiet"}
 
 
 def version() -> str:
@@ -72,19 +79,31 @@ def command_of(argv: list[str]) -> str | None:
     return None
 
 
+def add_global_flags(p: argparse.ArgumentParser, top: bool) -> None:
+    """The global flags: shown on the top parser, accepted (hidden) after each command."""
+    def shown(text: str) -> str:
+        return text if top else argparse.SUPPRESS
+
+    default = {} if top else {"default": argparse.SUPPRESS}
+    p.add_argument("--debug", action="store_true", help=shown("show Python tracebacks for internal errors"), **default)
+    p.add_argument("--verbose", action="store_true", **default,
+                   help=shown("show the inference engines' start-up logs (vLLM, Triton; hidden by default)"))
+    p.add_argument("-q", "--quiet", action="store_true", **default,
+                   help=shown("only warnings, errors and results: no progress bars or status lines"))
+    p.add_argument("--color", choices=output.COLOR_MODES, metavar="WHEN", **({"default": "auto"} if top else default),
+                   help=shown("colour: auto (a terminal, and NO_COLOR unset), always, never (default: auto)"))
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The CLI's parser; with `command`, only that command's module is imported (the others'
     arguments are not needed to parse its command line)."""
     parser = argparse.ArgumentParser(prog="masdsl", description="Multi-agent LLM workflows trained with AT-GRPO.")
     parser.add_argument("--version", action=_Version, help="show the version and exit")
-    parser.add_argument("--debug", action="store_true", help="show Python tracebacks for internal errors")
-    parser.add_argument("--verbose", action="store_true",
-                        help="show the inference engines' start-up logs (vLLM, Triton; hidden by default)")
+    add_global_flags(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_text in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-        p.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        add_global_flags(p, top=False)
         p.set_defaults(_parser=p)
         if command is not None and name != command:
             continue
@@ -100,36 +119,55 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def global_flags(args: argparse.Namespace) -> bool:
-    """Take `--debug`, `--verbose` and `-h`/`--help` out of a command's overrides (`run FILE
-    --help`: argparse leaves words after the file there); True when help was asked for."""
+    """Take the global flags and `-h`/`--help` out of a command's overrides (`run FILE --help`:
+    argparse leaves words after the file there); True when help was asked for."""
     rest = getattr(args, "overrides", None)
     if not rest:
         return False
-    for flag in GLOBAL_FLAGS:
-        if flag in rest:
-            setattr(args, flag[2:], True)
-    args.overrides = [a for a in rest if a not in GLOBAL_FLAGS + HELP_FLAGS]
+    kept, words = [], iter(rest)
+    for word in words:
+        if word in GLOBAL_FLAGS:
+            setattr(args, GLOBAL_FLAGS[word], True)
+        elif word == "--color" or word.startswith("--color="):
+            value = word.partition("=")[2] if "=" in word else next(words, "")
+            if value not in output.COLOR_MODES:
+                raise UserError(f"--color: expected one of {', '.join(output.COLOR_MODES)}; got `{value}`")
+            args.color = value
+        elif word not in HELP_FLAGS:
+            kept.append(word)
+    args.overrides = kept
     return any(a in HELP_FLAGS for a in rest)
 
 
+def prepare(args: argparse.Namespace) -> bool:
+    """Apply the global flags (colour, quiet, verbose); True when the command's help was asked for."""
+    asked_help = global_flags(args)
+    if getattr(args, "quiet", False) and getattr(args, "verbose", False):
+        raise UserError("--quiet and --verbose together: pick one")
+    output.configure(getattr(args, "color", "auto"), getattr(args, "quiet", False))
+    if getattr(args, "verbose", False):
+        os.environ[VERBOSE_ENV] = "1"  # inherited by the engine processes started later
+    return asked_help
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser(command_of(sys.argv[1:] if argv is None else argv))
+    command = command_of(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(None if command in FULL_PARSER else command)
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()
         return 2
-    if global_flags(args):
-        args._parser.print_help()
-        return 0
-    if getattr(args, "verbose", False):
-        os.environ[VERBOSE_ENV] = "1"  # inherited by the engine processes started later
-    if not hasattr(args, "_module"):
-        print(f"masdsl: `{args.command}` is not available in this build", file=sys.stderr)
-        return 3
+    args._root_parser = parser
     try:
+        if prepare(args):
+            args._parser.print_help()
+            return 0
+        if not hasattr(args, "_module"):
+            print(f"masdsl: `{args.command}` is not available in this build", file=sys.stderr)
+            return 3
         return int(args._module.main(args) or 0)
     except UserError as exc:
-        print(exc.render(color=sys.stderr.isatty()), file=sys.stderr)
+        print(exc.render(color=output.use_color(sys.stderr)), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("masdsl: interrupted", file=sys.stderr)

@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from masdsl.commands.output import use_color
+
 
 def add_arguments(p) -> None:
     p.add_argument("files", nargs="+", metavar="FILE", help=".mas files to check")
@@ -89,7 +91,7 @@ def main(args) -> int:
         ok = all(f["ok"] for f in files)
         print(json.dumps({"ok": ok, "files": files}, indent=2), flush=True)
         return 0 if ok else 2
-    color = sys.stderr.isatty()
+    color = use_color(sys.stderr)
     status = 0
     for path in args.files:
         ok, line, diags = check_one(path, args.format, not args.no_warnings, color)

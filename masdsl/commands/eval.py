@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from typing import Any
 
+from masdsl.commands import output
 from masdsl.errors import UserError
 
 
@@ -137,15 +137,12 @@ def table(workflow: Any, m: dict[str, float], run_dir: Any) -> Any:
 
 def main(args: argparse.Namespace) -> int:
     import masdsl  # start-up: the commands import what they use when they run
-    from rich.console import Console
-
     from masdsl.config import check_names, resolve_config
     from masdsl.learner.display import cut_warnings, role_budgets
     from masdsl.learner.evaluation import eval_tasks, greedy_repeats_warning
 
-    err, out = Console(stderr=True), Console()
-    split_options(args)
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # vLLM logs its start-up to stdout
+    err, out = output.console(stderr=True), output.console(stderr=False)
+    split_options(args)  # vLLM's logging: as quiet as `masdsl run` (vllm/environment.py), --verbose shows it
     workflow = masdsl.load(args.file)
     cfg = resolve_config(workflow.train, args.config, [*args.overrides, *flag_overrides(args)])
     check_names(cfg, workflow)  # sample.<role> / policy.<name> name the file's roles and policies
@@ -155,7 +152,7 @@ def main(args: argparse.Namespace) -> int:
     warning = greedy_repeats_warning(cfg)
     if warning:
         err.print(warning, highlight=False, markup=False, soft_wrap=True)
-    summary = _isolation_summary(cfg)
+    summary = None if output.quiet() else _isolation_summary(cfg)
     if summary:
         err.print(summary if summary.startswith("sandbox") else f"sandbox: {summary}", highlight=False, markup=False)
     result = _evaluate(workflow, cfg, tasks, args.checkpoint, err)
@@ -178,6 +175,8 @@ def _evaluate(workflow: Any, cfg: Any, tasks: list[dict], checkpoint: str | None
 
     from masdsl.learner.evaluation import run_evaluation  # start-up: engines pull in torch
 
+    if output.quiet():  # no progress bar, no status lines
+        return run_evaluation(workflow, cfg, tasks, checkpoint=checkpoint)
     if checkpoint:
         err.print(f"evaluating the trained policies of {checkpoint}", highlight=False, markup=False)
     err.print("loading models ...", highlight=False, markup=False)

@@ -12,6 +12,9 @@ keeps (`workflow.mas`); `--workflow FILE` names it when that does not load on it
 from __future__ import annotations
 
 import argparse
+import contextlib
+
+from masdsl.commands import output
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,13 +28,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     import masdsl  # start-up: the commands import what they use when they run
-    from rich.console import Console
-
     from masdsl.learner.export import export_run
 
-    err = Console(stderr=True)
     workflow = masdsl.load(args.workflow) if args.workflow else None
-    with err.status("exporting ..."):
+    status = contextlib.nullcontext() if output.quiet() else output.console(stderr=True).status("exporting ...")
+    with status:
         done = export_run(args.run_dir, workflow=workflow, step=args.step, out=args.out, merge=args.merge)
     for name, folder in done.items():
         print(f"policy {name} -> {folder}")

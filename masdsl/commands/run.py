@@ -22,6 +22,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from masdsl.commands import output
 from masdsl.errors import UserError
 
 
@@ -79,19 +80,19 @@ def resolve(args: argparse.Namespace, workflow: Any) -> tuple[Any, Path | None, 
 
 def main(args: argparse.Namespace) -> int:
     import masdsl  # start-up: as above
-    from rich.console import Console
-
     from masdsl.learner.config import validate
     from masdsl.learner.trainer import train
     from masdsl.runtime.rundir import RunDir
 
-    err = Console(stderr=True)
+    err = output.console(stderr=True)
     split_options(args)
     workflow = masdsl.load(args.file)
     cfg, run_dir, ck = resolve(args, workflow)
     validate(workflow, cfg)
     if run_dir is None:
         run_dir = RunDir.create(workflow, cfg).path
+    if output.quiet():  # no progress bar or start-up lines: the warnings and the final table only
+        err = output.console(stderr=True, warnings_only=True)
     err.print(f"run folder {run_dir}", highlight=False, markup=False)
     result = train(workflow, cfg, run_dir=run_dir, resume=ck, console=err)
     summary = {

@@ -1,8 +1,15 @@
-"""`masdsl trace RUN_DIR [--task ID] [--role R]`: readable transcripts of a run's episodes.
+"""`masdsl trace RUN_DIR [--task ID] [--role R] [--step S]`: readable transcripts of a run's episodes.
 
 For each episode (task): every step in order with role, turn, node, the prompt, each
 candidate's output, parsed fields and reward parts; the selected candidate is marked `*`.
 RUN_DIR is a run folder (`runs/<workflow>/<timestamp>`) or `runs/<workflow>` (its newest run).
+
+Without `--step`: the episodes of `records.jsonl` (a training run's rollouts, or the episodes
+of a `masdsl eval` run). `--step N`: the rollout of training step N. `--step -1`: the
+evaluations: those of a `masdsl eval` run, and a training run's `eval/step_N.jsonl` (labelled
+`eval at step N`: the evaluation after N steps, 0 being the one before training). A `--step`,
+`--task` or `--role` that the records do not have is refused (exit 2) with the nearest one
+("did you mean") and the ones there are.
 """
 
 from __future__ import annotations
@@ -12,18 +19,21 @@ import json
 import os
 import sys
 from collections import defaultdict
-from typing import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Iterable, Iterator
 
-from masdsl.errors import UserError
-from masdsl.runtime.records import StepRecord
+from masdsl.errors import UserError, did_you_mean
+from masdsl.runtime.records import StepRecord, read_records
 from masdsl.runtime.rundir import open_run
+
+EVAL_DIR = "eval"  # a training run's evaluations: eval/step_N.jsonl (masdsl.learner.evaluation.eval_dir)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="a run folder (runs/<workflow>/<timestamp>) or runs/<workflow>")
     p.add_argument("--task", metavar="ID", help="only this task")
     p.add_argument("--role", metavar="R", help="only this role's steps")
-    p.add_argument("--step", type=int, metavar="S", help="only this training step (-1: evaluation)")
+    p.add_argument("--step", type=int, metavar="S", help="only this training step's rollout (-1: the evaluations)")
     p.add_argument("--selected", action="store_true", help="only the selected candidate of each step")
     p.add_argument("--no-prompt", action="store_true", help="leave prompts out")
 
@@ -59,19 +69,34 @@ def render_step(group: list[StepRecord], *, prompt: bool = True, selected_only: 
 def render(records: Iterable[StepRecord], *, task: str | None = None, role: str | None = None,
            step: int | None = None, prompt: bool = True, selected_only: bool = False) -> Iterator[str]:
     """Transcript lines, episode by episode, steps in the order they were taken."""
-    episodes: dict[tuple[int, int, str], dict[tuple[str, int], list[StepRecord]]] = defaultdict(dict)
-    for r in records:
-        if (task is not None and r.task_id != task) or (step is not None and r.step != step):
+    return render_labelled(((r, None) for r in records if step is None or r.step == step), task=task, role=role,
+                           step=step, prompt=prompt, selected_only=selected_only)
+
+
+def render_labelled(pairs: Iterable[tuple[StepRecord, str | None]], *, task: str | None = None,
+                    role: str | None = None, step: int | None = None, prompt: bool = True,
+                    selected_only: bool = False) -> Iterator[str]:
+    """`render` of (record, label) pairs: the label names where an episode comes from (None:
+    `step N`, or `eval` for step -1). A task or role that no record has is a UserError with a
+    "did you mean"."""
+    episodes: dict[tuple[str, int, int, str], dict[tuple[str, int], list[StepRecord]]] = defaultdict(dict)
+    seen: dict[str, set] = {"task": set(), "role": set()}
+    for r, label in pairs:
+        seen["task"].add(r.task_id)
+        seen["role"].add(r.role)
+        if task is not None and r.task_id != task:
             continue
-        ep = episodes[(r.step, r.episode, r.task_id)]
+        ep = episodes[(label or _label(r.step), r.step, r.episode, r.task_id)]
         ep.setdefault((r.role, r.turn), []).append(r)
+    _check_filters(seen, task, role)
     if not episodes:
         raise UserError("no records match" + (f" task `{task}`" if task else "") + (f" step {step}" if step is not None else ""))
-    for (s, index, task_id), steps in episodes.items():
+    for (label, _, index, task_id), steps in episodes.items():
+        if role is not None and all(r_role != role for r_role, _ in steps):
+            continue
         first = next(iter(steps.values()))[0]
         success = "?" if first.episode_success is None else f"{first.episode_success:g}"
         final = "?" if first.episode_reward is None else f"{first.episode_reward:.4f}"
-        label = "eval" if s < 0 else f"step {s}"
         yield f"══ task {task_id} · episode {index} · {label} · success {success} · final reward {final}"
         for (r_role, _), group in steps.items():
             if role is None or r_role == role:
@@ -79,13 +104,69 @@ def render(records: Iterable[StepRecord], *, task: str | None = None, role: str 
         yield ""
 
 
+def _label(step: int) -> str:
+    return "eval" if step < 0 else f"step {step}"
+
+
+def _check_filters(seen: dict[str, set], task: str | None, role: str | None) -> None:
+    """A `--task` or `--role` that no record of the run has: refused, with the nearest name."""
+    for what, value in (("task", task), ("role", role)):
+        if value is None or value in seen[what] or not seen[what]:
+            continue
+        hint = did_you_mean(value, seen[what])
+        names = sorted(seen[what])
+        listed = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
+        raise UserError(f"no {what} `{value}` in these records" + (f" ({hint})" if hint else "")
+                        + f"; {what}s: {listed}")
+
+
+def eval_files(run_dir: Path) -> list[Path]:
+    """The evaluation records of a training run: `eval/step_N.jsonl`, by step."""
+    return sorted((Path(run_dir) / EVAL_DIR).glob("step_*.jsonl"))
+
+
+def steps_of(run: Any) -> list[int]:
+    """The steps `--step` may name: those of records.jsonl, and -1 when there are evaluations."""
+    steps = {r.step for r in run.records()}
+    if eval_files(run.path):
+        steps.add(-1)
+    return sorted(steps, key=lambda s: (s < 0, s))  # the training steps, then -1
+
+
+def check_step(run: Any, step: int) -> None:
+    """A `--step` the run does not have: refused, with the nearest step and the ones it has."""
+    steps = steps_of(run)
+    if step in steps:
+        return
+    if step == -1:
+        raise UserError(f"{run.path}: no evaluation records (no {EVAL_DIR}/step_N.jsonl, no step -1 records)")
+    hint = did_you_mean(str(step), [str(s) for s in steps], "{}")
+    shown = ", ".join("-1 (evaluation)" if s < 0 else str(s) for s in steps) or "none"
+    raise UserError(f"{run.path}: no step {step}" + (f" ({hint})" if hint else "") + f"; steps: {shown}")
+
+
+def selected_records(run: Any, step: int | None) -> Iterator[tuple[StepRecord, str | None]]:
+    """(record, label) to show: records.jsonl (of `step`, if given); for `--step -1` also every
+    evaluation of a training run (`eval/step_N.jsonl`, labelled `eval at step N`)."""
+    for r in run.records():
+        if step is None or r.step == step:
+            yield r, None
+    if step == -1:
+        for path in eval_files(run.path):
+            for r in read_records(path):
+                yield r, f"eval at step {r.step}"
+
+
 def main(args: argparse.Namespace) -> int:
     if not os.path.exists(args.run_dir):
         raise UserError(f"{args.run_dir}: no such run folder")
     run = open_run(args.run_dir)
+    if args.step is not None:
+        check_step(run, args.step)
+    lines = render_labelled(selected_records(run, args.step), task=args.task, role=args.role, step=args.step,
+                            prompt=not args.no_prompt, selected_only=args.selected)
     try:
-        for line in render(run.records(), task=args.task, role=args.role, step=args.step,
-                           prompt=not args.no_prompt, selected_only=args.selected):
+        for line in lines:
             print(line)
         sys.stdout.flush()
     except BrokenPipeError:  # `masdsl trace RUN | head`: the reader has had enough
