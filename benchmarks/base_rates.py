@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NO_ACTION = -2.0  # the games' reward for no action, and for a tool program that failed or printed none
 
 
-def measure(workflow: str, overrides: list[str], tasks: int, samples: int) -> tuple[list[dict], dict]:
+def measure(workflow: str, overrides: list[str], tasks: int, samples: int, show: int = 0) -> tuple[list[dict], dict]:
     """Per (role, turn) rows and the episodes' summary of one untrained training rollout."""
     from masdsl.api import config_of, workflow_of
     from masdsl.runtime.engine_factory import build_engines, close_engines
@@ -46,6 +46,9 @@ def measure(workflow: str, overrides: list[str], tasks: int, samples: int) -> tu
     finally:
         close_engines(engines)
     wall = time.perf_counter() - t0
+    for role in wf.roles:  # a few replies per role, to see why they fail
+        for r in [r for r in ro.records if r.role == role][:show]:
+            print(f"--- {role} turn {r.turn} reward {r.reward:.3f} finish {r.finish_reason}\n{r.response_text}", flush=True)
     by_group: dict[tuple, list] = defaultdict(list)
     for r in ro.records:
         by_group[(r.role, r.turn, r.task_id)].append(r)
@@ -87,9 +90,10 @@ def main() -> int:
     ap.add_argument("--tasks", type=int, default=8)
     ap.add_argument("--samples", type=int, default=4)
     ap.add_argument("--label", default="")
+    ap.add_argument("--show", type=int, default=0, help="print this many replies of each role")
     ap.add_argument("--write-docs", action="store_true")
     args = ap.parse_intermixed_args()
-    table, episodes = measure(args.workflow, args.overrides, args.tasks, args.samples)
+    table, episodes = measure(args.workflow, args.overrides, args.tasks, args.samples, args.show)
     text = render(table, episodes)
     print(text, flush=True)
     if args.write_docs:

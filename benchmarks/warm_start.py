@@ -75,7 +75,7 @@ def train_sft(model, data: list[tuple[list[int], list[int]]], epochs: int, lr: f
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
     model.eval()
     return losses
 
