@@ -86,6 +86,8 @@ def load_arm(arm: str, args: argparse.Namespace):
 
 def overrides_for(wf, seed: int, args: argparse.Namespace) -> list[str]:
     sample = [f"sample.{role}.temperature={args.temperature}" for role in wf.roles if args.temperature is not None]
+    budgets = {"tool": args.tool_tokens, "planner": args.planner_tokens}  # the same for every arm
+    sample += [f"sample.{role}.max_tokens={n}" for role, n in budgets.items() if n and role in wf.roles]
     return [
         f"train.steps={args.steps}", f"train.samples={args.samples}", f"train.batch={args.batch}",
         f"train.lr={args.lr}", f"train.seed={seed}", f"train.eval_tasks={args.eval_tasks}",
@@ -104,7 +106,9 @@ def run_arm(arm: str, seed: int, args: argparse.Namespace) -> dict:
         overrides.append("train.grouping=trajectory")
     cfg = resolve_config(wf.train, overrides=overrides)
     t0 = time.perf_counter()
-    res = train(wf, cfg, run_dir=Path(args.out) / f"{arm}-seed{seed}")
+    res = train(wf, cfg, run_dir=Path(args.out) / f"{arm}-seed{seed}", on_step=lambda step, h: print(
+        f"  {arm} seed {seed} step {step}: reward {_mean_reward(h):.3f}, success/train {h['success/train']:.3f}, "
+        f"non-flat {h.get('groups/nonflat_frac', float('nan')):.2f}", flush=True))
     n = args.eval_tasks  # the eval split holds exactly these boards
     return {
         "arm": arm, "seed": seed, "n_eval": n,
@@ -230,6 +234,8 @@ def main() -> int:
     ap.add_argument("--eval-every", type=int, default=2)
     ap.add_argument("--max-turns", type=int, default=1, help="the flow's max_turns")
     ap.add_argument("--temperature", type=float, default=1.0, help="training sampling temperature of every role")
+    ap.add_argument("--tool-tokens", type=int, default=96, help="the tool's max_tokens in every arm")
+    ap.add_argument("--planner-tokens", type=int, default=48, help="the planner's max_tokens in every arm")
     ap.add_argument("--model", default="smollm2-135m-instruct", help="the built-in model or folder every arm starts from")
     ap.add_argument("--warm-start", default="", help="a benchmarks/warm_start.py folder every arm starts from")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
