@@ -9,7 +9,7 @@ before any model loads, with a hint.
 >>> resolve_config(overrides=["train.sampels=3"])
 Traceback (most recent call last):
 ...
-masdsl.config.ConfigError: unknown config key `train.sampels` (did you mean `train.samples`?)
+masdsl.errors.ConfigError: unknown config key `train.sampels` (did you mean `train.samples`?)
 """
 
 from __future__ import annotations
@@ -19,14 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from masdsl.errors import UserError, did_you_mean
+from masdsl.errors import ConfigError, did_you_mean  # ConfigError: masdsl.config.ConfigError as well
 
 if TYPE_CHECKING:  # OmegaConf is imported where it is used: it costs `masdsl check` ~70 ms of start-up
     from omegaconf import DictConfig
 
-
-class ConfigError(UserError, ValueError):
-    """A user mistake in configuration; the CLI prints it without a traceback."""
+    from masdsl.config_file import YamlFile
 
 
 @dataclass
@@ -203,25 +201,32 @@ def _unknown_key_error(key: str, schema: DictConfig) -> ConfigError:
         known = [f"{head}.{f.name}" for f in dataclasses.fields(_NAMED_SECTIONS[parts[0]])]
         key = ".".join(parts[:3])
     hint = did_you_mean(key, known)
-    return ConfigError(f"unknown config key `{key}`" + (f" ({hint})" if hint else ""))
+    return ConfigError(f"unknown config key `{key}`" + (f" ({hint})" if hint else ""), key=key)
 
 
-def _merge(base: DictConfig, layer: Any, what: str) -> DictConfig:
+def _merge(base: DictConfig, layer: Any, what: str, file: YamlFile | None = None) -> DictConfig:
     from omegaconf import OmegaConf  # start-up: see the top of the module
     from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
     try:
         return OmegaConf.merge(base, layer)
     except ConfigKeyError as exc:
-        key = exc.full_key or str(exc.key)
-        raise _unknown_key_error(key, base) from None
+        error = _unknown_key_error(exc.full_key or str(exc.key), base)
+        raise (file.error(error, value=False) if file else error) from None
     except (ValidationError, OmegaConfBaseException) as exc:
         # OmegaConf appends "full_key: ... reference_type=... object_type=..." lines: keep the
         # first line, and name the key when `what` does not already
         msg = str(getattr(exc, "msg", None) or exc).splitlines()[0]
-        key = getattr(exc, "full_key", None)
+        key = getattr(exc, "full_key", None) or None
+        plain = layer if isinstance(layer, dict) else OmegaConf.to_container(layer, resolve=False)
+        flat = None if key else next((k for k, v in plain.items() if k in base and OmegaConf.is_dict(base[k])
+                                      and not isinstance(v, dict)), None)
+        if flat is not None:  # `train: 3`: OmegaConf names no key ("Merge error: int is not a subclass ...")
+            key, msg = flat, f"must be a mapping of keys; got `{plain[flat]}`"
+        if file:
+            raise file.error(ConfigError(f"`{key}`: {msg}" if key else msg, key=key)) from None
         where = what if not key or f"`{key}`" in what else f"{what}, `{key}`"
-        raise ConfigError(f"{where}: {msg}") from None
+        raise ConfigError(f"{where}: {msg}", key=key) from None
 
 
 def resolve_config(
@@ -238,11 +243,12 @@ def resolve_config(
         # top-level sections may appear as nested blocks inside `train { }`
         nested = {k: block.pop(k) for k in ("runtime", "tracking", "sandbox", "policy") if k in block}
         cfg = _merge(cfg, {"train": block, **nested}, "train block")
+    file = None
     if config_file:
-        path = Path(config_file)
-        if not path.exists():
-            raise ConfigError(f"config file `{path}` does not exist")
-        cfg = _merge(cfg, _load_yaml(path), f"config file `{path}`")
+        from masdsl.config_file import read_yaml  # start-up: PyYAML, only for a run with --config
+
+        file = read_yaml(config_file)
+        cfg = _merge(cfg, file.config, f"config file `{file.path}`", file)
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override `{item}` is not of the form key=value")
@@ -252,40 +258,35 @@ def resolve_config(
         except Exception as exc:  # omegaconf grammar errors
             raise ConfigError(f"override `{item}`: {exc}") from None
         cfg = _merge(cfg, layer, f"override `{key}`")
-    from omegaconf.errors import OmegaConfBaseException  # start-up: see the top of the module
+    try:
+        out = _values(cfg)
+        _check_samples(out)
+    except ConfigError as exc:  # a value the file set (and no override after it): name the file
+        set_later = any(exc.key and (exc.key + ".").startswith(item.split("=", 1)[0] + ".") for item in overrides)
+        raise (file.error(exc) if file and exc.key in file.values and not set_later else exc) from None
+    return out
+
+
+def _values(cfg: DictConfig) -> Config:
+    """The merged configuration as `Config`, its choices and minimums checked."""
+    from omegaconf import OmegaConf  # start-up: see the top of the module
+    from omegaconf.errors import OmegaConfBaseException
 
     try:  # reading the values resolves `${...}` interpolations, which may name nothing
         for (section, name), allowed in CHOICES.items():
             value = cfg[section][name]
             if value not in allowed:
-                raise ConfigError(f"`{section}.{name}` must be one of {', '.join(allowed)}; got `{value}`")
+                raise ConfigError(f"`{section}.{name}` must be one of {', '.join(allowed)}; got `{value}`",
+                                  key=f"{section}.{name}")
         for (section, name), low in MINIMUMS.items():
             if cfg[section][name] < low:
-                raise ConfigError(f"`{section}.{name}` must be at least {low}; got {cfg[section][name]}")
-        out = OmegaConf.to_object(cfg)
+                raise ConfigError(f"`{section}.{name}` must be at least {low}; got {cfg[section][name]}",
+                                  key=f"{section}.{name}")
+        return OmegaConf.to_object(cfg)
     except OmegaConfBaseException as exc:
         msg = str(getattr(exc, "msg", None) or exc).splitlines()[0]
-        key = getattr(exc, "full_key", None)
-        raise ConfigError(f"`{key}`: {msg}" if key else msg) from None
-    _check_samples(out)
-    return out
-
-
-def _load_yaml(path: Path) -> Any:
-    """The YAML file as OmegaConf; a syntax error is a ConfigError naming the line (and, for an
-    unquoted `*:`, which YAML reads as an alias, how to write the every-role key)."""
-    import yaml  # start-up: see the top of the module (OmegaConf's own YAML parser)
-    from omegaconf import OmegaConf  # start-up: see the top of the module
-
-    try:
-        return OmegaConf.load(path)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = path.read_text(encoding="utf-8").splitlines()[mark.line] if mark else ""
-        hint = ' (quote the every-role key: `"*":`)' if line.strip().startswith("*") else ""
-        where = f", line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"config file `{path}`{where} is not valid YAML: "
-                          f"{getattr(exc, 'problem', None) or exc}{hint}") from None
+        key = getattr(exc, "full_key", None) or None
+        raise ConfigError(f"`{key}`: {msg}" if key else msg, key=key) from None
 
 
 def _check_samples(cfg: Config) -> None:
@@ -294,13 +295,13 @@ def _check_samples(cfg: Config) -> None:
     >>> resolve_config(overrides=["sample.*.max_tokens=0"])
     Traceback (most recent call last):
     ...
-    masdsl.config.ConfigError: `sample.*.max_tokens` must be a whole number of at least 1; got 0
+    masdsl.errors.ConfigError: `sample.*.max_tokens` must be a whole number of at least 1; got 0
     """
     for role, override in cfg.sample.items():
         for key, (test, what) in SAMPLE_RANGES.items():
             value = getattr(override, key)
             if value is not None and not test(value):
-                raise ConfigError(f"`sample.{role}.{key}` must be {what}; got {value}")
+                raise ConfigError(f"`sample.{role}.{key}` must be {what}; got {value}", key=f"sample.{role}.{key}")
 
 
 _SECTIONS = {"train": TrainConfig, "runtime": RuntimeConfig, "tracking": TrackingConfig, "sandbox": SandboxConfig}
@@ -376,11 +377,11 @@ def check_names(cfg: Config, workflow: Any) -> None:  # Any: a Workflow (masdsl.
     >>> check_names(resolve_config(overrides=["sample.codr.max_tokens=64"]), wf)
     Traceback (most recent call last):
     ...
-    masdsl.config.ConfigError: `sample.codr`: the workflow has no role `codr` (did you mean `sample.coder`?); roles: coder, tester
+    masdsl.errors.ConfigError: `sample.codr`: the workflow has no role `codr` (did you mean `sample.coder`?); roles: coder, tester
     >>> resolve_config(overrides=["sample.coder.max_token=64"])
     Traceback (most recent call last):
     ...
-    masdsl.config.ConfigError: unknown config key `sample.coder.max_token` (did you mean `sample.coder.max_tokens`?)
+    masdsl.errors.ConfigError: unknown config key `sample.coder.max_token` (did you mean `sample.coder.max_tokens`?)
     """
     for section, what, names in (("sample", "role", workflow.roles), ("policy", "policy", workflow.policies)):
         for name in getattr(cfg, section, None) or {}:
@@ -389,4 +390,4 @@ def check_names(cfg: Config, workflow: Any) -> None:  # Any: a Workflow (masdsl.
                 hint = f" ({hint})" if hint else ""
                 plural = "policies" if what == "policy" else "roles"
                 raise ConfigError(f"`{section}.{name}`: the workflow has no {what} `{name}`{hint}; "
-                                  f"{plural}: {', '.join(names)}")
+                                  f"{plural}: {', '.join(names)}", key=f"{section}.{name}")

@@ -1,6 +1,6 @@
 """The root of every user-facing error. The CLI prints these without a traceback (exit 2).
 
-Subclasses: `masdsl.lang.errors.MasError` (a .mas file), `masdsl.config.ConfigError`,
+Subclasses: `masdsl.lang.errors.MasError` (a .mas file), `ConfigError` (also `masdsl.config.ConfigError`),
 `DataError` (a data file or row), `ModelError` (a model that cannot be resolved or loaded),
 `CheckpointError`, `StepFailed` (a rollout step whose env or engine kept failing). Anything
 else reaching the CLI is a bug in masdsl (exit 3).
@@ -38,6 +38,21 @@ class UserError(Exception):
 
     def render(self, color: bool = False) -> str:
         return str(self)
+
+
+class ConfigError(UserError, ValueError):
+    """A user mistake in configuration (also `masdsl.config.ConfigError`). `key`: the dotted key
+    it is about (None: no one key); `file`, `line`, `col`: where in a `--config` file, if known.
+
+    >>> e = ConfigError("`train.steps` must be at least 1; got 0", key="train.steps")
+    >>> e.key, e.file
+    ('train.steps', None)
+    """
+
+    def __init__(self, message: str, *, key: str | None = None, file: str | None = None,
+                 line: int | None = None, col: int | None = None):
+        super().__init__(message)
+        self.key, self.file, self.line, self.col = key, file, line, col
 
 
 class DataError(UserError):

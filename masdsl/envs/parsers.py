@@ -22,13 +22,23 @@ from typing import Any, Callable
 
 from masdsl.envs.registry import parser
 
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+#.-]*)[^\n]*\n(.*?)(?:\n[ \t]*```|\Z)", re.S)
+_FENCE_OPEN = re.compile(r"```[ \t]*([A-Za-z0-9_+#.-]*)[^\n]*+\n")
+_FENCE_CLOSE = re.compile(r"\n[ \t]*```")
 _LANG_ALIASES = {"python": {"python", "py", "python3", "py3"}, "json": {"json"}}
 
 
 def _fences(text: str) -> list[tuple[str, str]]:
-    """(language tag, body) of each fenced block, in order; the last may lack its closing fence."""
-    return [(m.group(1).lower(), m.group(2)) for m in _FENCE.finditer(text)]
+    """(language tag, body) of each fenced block, in order; the last may lack its closing fence.
+
+    An opening fence is searched for only up to the last newline (one after it could never
+    end its line, and trying each backtick of a long last line would take quadratic time).
+    """
+    out, pos, stop = [], 0, text.rfind("\n") + 1
+    while (m := _FENCE_OPEN.search(text, pos, stop)) is not None:
+        close = _FENCE_CLOSE.search(text, m.end())
+        out.append((m.group(1).lower(), text[m.end():close.start() if close else len(text)]))
+        pos = close.end() if close else len(text)
+    return out
 
 
 def _safe(fn):
@@ -119,10 +129,10 @@ def _last_json(text: str, keys: tuple[str, str], accept: Callable[[Any], Any]) -
     return None
 
 
-_IO_LABEL = re.compile(
-    r"(?im)^[ \t>*#_-]*(?:(?:test|example|case|sample)(?:[ \t]*case)?[ \t]*#?\d*[ \t]*[:.-]?[ \t]*)?"
-    r"(?:sample[ \t]+|expected[ \t]+)?(input|output|stdin|stdout)[ \t]*#?\d*[ \t]*(?:\*\*|__)?[ \t]*[:=]?"
-    r"[ \t]*(?:\*\*|__)?[ \t]*(?=\S|$)"
+_IO_LABEL = re.compile(  # possessive `*+`: runs of blanks side by side would backtrack polynomially
+    r"(?im)^[ \t>*#_-]*+(?:(?:test|example|case|sample)(?:[ \t]*+case)?[ \t]*+#?\d*[ \t]*+[:.-]?[ \t]*+)?"
+    r"(?:sample[ \t]++|expected[ \t]++)?(input|output|stdin|stdout)[ \t]*+#?\d*[ \t]*+(?:\*\*|__)?[ \t]*+[:=]?"
+    r"[ \t]*+(?:\*\*|__)?[ \t]*+(?=\S|$)"
 )
 MAX_IO_TESTS = 50  # more is noise (and sandbox time); the first 50 are kept
 
@@ -247,16 +257,16 @@ _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _ANSWER_LINE = re.compile(r"(?i)(?:final answer|answer)\W{0,3}\s*(?:is\s*:?|:|=)\s*(.+)")
 
 
-def _balanced(text: str, start: int) -> str | None:
-    depth = 0
-    for i in range(start, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start + 1:i]
-    return None
+def _closing_braces(text: str) -> dict[int, int]:
+    """The offset of each `{` of `text` that is closed -> the offset of its `}` (one pass: looking
+    for the end of each of many `\\boxed{` separately would take quadratic time)."""
+    close, open_ = {}, []
+    for m in re.finditer(r"[{}]", text):
+        if m.group() == "{":
+            open_.append(m.start())
+        elif open_:
+            close[open_.pop()] = m.start()
+    return close
 
 
 @parser("boxed", returns="str", empty="")
@@ -274,10 +284,11 @@ def boxed(output: str) -> str | None:
     >>> boxed("I am not sure.") is None
     True
     """
+    close = _closing_braces(output) if "\\" in output else {}
     for m in reversed(list(_BOXED.finditer(output))):
-        inner = _balanced(output, m.end() - 1)
-        if inner is not None and inner.strip():
-            return inner.strip()
+        end = close.get(m.end() - 1)
+        if end is not None and output[m.end():end].strip():
+            return output[m.end():end].strip()
     lines = [ln for ln in output.splitlines() if _ANSWER_LINE.search(ln)]
     if not lines:
         return None

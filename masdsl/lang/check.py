@@ -19,7 +19,6 @@ data sources, parsers and functions come from `masdsl.envs.registry.REGISTRY` af
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -244,8 +243,7 @@ def check_train(c: Ctx) -> None:
         resolve_config(train_block=values)
     except ConfigError as exc:
         msg = str(exc)
-        m = re.search(r"full_key: ([\w.]+)", msg) or re.search(r"`([\w.]+)`", msg)
-        path = m.group(1).split(".") if m else []
+        path = exc.key.split(".") if exc.key else []
         entry = _entry_at(block, path[1:] if path and path[0] == "train" else path) or _entry_at(block, path)
         first = msg.strip().splitlines()[0]
         c.error("invalid-train", first, entry.key.span if entry else block.span)

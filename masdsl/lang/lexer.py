@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 _TOKEN = re.compile(
-    r'(?:[ \t\f\r\n]+|#[^\n]*)*(?:(?P<L>"""[\s\S]*?""")|(?P<S>"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\')'
+    r'(?:[ \t\f\r\n]|#[^\n]*+)*+(?:(?P<L>"""[\s\S]*?""")|(?P<S>"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\')'
     r"|(?P<N>[A-Za-z_][A-Za-z0-9_]*)|(?P<D>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)"
     r"|(?P<P>->|==|!=|<=|>=|[<>{}()\[\],:;=.&+\-*/%])|(?P<E>\Z))"
 )
@@ -54,11 +54,9 @@ def tokens(text: str, start: int = 0, end: int | None = None) -> list[tuple[str,
     `S`/`L` string, else the punctuation itself; an end token last. None at a character no token
     starts with. Offsets are into `text`."""
     end = len(text) if end is None else end
-    out, pos = [], start
-    for m in _TOKEN.finditer(text, start, end):
+    out, pos, match = [], start, _TOKEN.match
+    while (m := match(text, pos, end)) is not None:  # match, not finditer: no search past a bad character
         kind = m.lastgroup
-        if m.start() != pos:
-            return None
         if kind == "E":
             out.append(("$", "", end, end))
             return out

@@ -32,10 +32,11 @@ class SourceFile:
     line_starts: list[int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        starts = [0]
-        for i, ch in enumerate(self.text):
-            if ch == "\n":
-                starts.append(i + 1)
+        text, starts = self.text, [0]
+        i = text.find("\n")
+        while i >= 0:  # str.find, not a loop over characters: a long line costs nothing
+            starts.append(i + 1)
+            i = text.find("\n", i + 1)
         self.line_starts = starts
 
     @property

@@ -22,13 +22,14 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from masdsl.lang.errors import Diagnostic
 from masdsl.lang.grammar import parser
-from masdsl.lang.source import SourceFile
+from masdsl.lang.source import SourceFile, Span
 
 
 TERMINAL_NAMES = {
     "NAME": "a name", "NUMBER": "a number", "STRING": "a string", "LONG_STRING": "a string",
     "COMP_OP": "a comparison", "$END": "end of file", "_SEMI": "`;`",
 }
+MAX_SYNTAX_ERRORS = 100  # a file's syntax errors shown at most
 TOP_KEYWORDS = ("workflow", "env", "data", "policy", "role", "flow", "team", "alpha", "success", "train", "import")
 
 # `match_examples`: a malformed snippet -> the mistake it shows (Lark's error-by-example).
@@ -64,6 +65,7 @@ SYNTAX_EXAMPLES: dict[str, tuple[list[str], str, str]] = {
 def _scan_braces(text: str, stop: int) -> list[int]:
     """Offsets of the `{` still open at `stop`, skipping strings and comments."""
     stack, i = [], 0
+    open_until = {'"': -1, "'": -1}  # a quote before this offset opens no string (its line has no end for it)
     while i < min(stop, len(text)):
         ch = text[i]
         if ch == "#":
@@ -74,7 +76,10 @@ def _scan_braces(text: str, stop: int) -> list[int]:
             i = len(text) if j < 0 else j + 3
             continue
         elif ch in "\"'":
-            m = re.compile(r"%s(?:[^%s\\\n]|\\.)*%s" % (ch, ch, ch)).match(text, i)
+            m = _SHORT_STRING[ch].match(text, i) if i >= open_until[ch] else None
+            if m is None and i >= open_until[ch]:  # every later `ch` of this line is escaped alike: unclosed too
+                j = text.find("\n", i)
+                open_until[ch] = len(text) if j < 0 else j
             i = m.end() if m else i + 1
             continue
         elif ch == "{":
@@ -110,9 +115,19 @@ def _expected(accepts) -> str:
     return "expected " + (names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1])
 
 
+_WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+
+
 def _word_before(text: str, pos: int) -> tuple[str, int]:
-    m = re.search(r"([A-Za-z_][A-Za-z0-9_]*)\s*$", text[:pos])
-    return (m.group(1), m.start(1)) if m else ("", pos)
+    """The name that ends `text[:pos]` but for white space, and where it starts (read backwards:
+    a regex search for it retries at every offset of a long word, quadratic time)."""
+    end = len(text[:pos].rstrip())
+    start = end
+    while start > 0 and text[start - 1] in _WORD_CHARS:
+        start -= 1
+    while start < end and text[start].isdigit():
+        start += 1
+    return (text[start:end], start) if start < end else ("", pos)
 
 
 def _at_line_start(text: str, pos: int) -> bool:
@@ -253,26 +268,56 @@ def statement_starts(text: str) -> list[int]:
 _SHORT_STRING = {q: re.compile(r"%s(?:[^%s\\\n]|\\.)*%s" % (q, q, q)) for q in "\"'"}
 
 
-def _masked(text: str, blank: str, start: int, end: int) -> str:
-    """`text` with everything outside [start, end) blanked, newlines kept (positions unchanged)."""
-    return blank[:start] + text[start:end] + blank[end:]
+class _Statement(SourceFile):
+    """One top-level statement, `file.text[a:b]`, and a little white space standing for the rest
+    of the file, read as a file of its own whose lines, columns and spans are those of `file`.
+    (Parsing the whole text again, the rest blanked, once per statement took quadratic time.)"""
+
+    def __init__(self, file: SourceFile, a: int, b: int):
+        text = file.text
+        # the rest, blank, as the rules (`when` at the end, ...) see it: no, one or several line
+        # ends, and whether the file ends with one
+        first = text.find("\n", b)
+        if first < 0:
+            tail = " " if b < len(text) else ""
+        else:
+            more = text.find("\n", first + 1) >= 0
+            tail = (" " if first > b else "") + "\n" + (" \n" if more else "") + ("" if text.endswith("\n") else " ")
+        self.path, self.text, self.file, self.a = file.path, text[a:b] + tail, file, a
+        self.line_starts = file.line_starts
+
+    def line_col(self, offset: int) -> tuple[int, int]:
+        return self.file.line_col(offset + self.a)
+
+    def offset(self, line: int, col: int) -> int:
+        return self.file.offset(line, col) - self.a
+
+    def span(self, start: int, end: int) -> Span:
+        return self.file.span(start + self.a, end + self.a)
 
 
 def later_syntax_errors(text: str, src: SourceFile, first: Diagnostic) -> list[Diagnostic]:
     """Recovery: after the first syntax error, parse each later top-level statement on its own
-    (the rest of the text blanked) so every broken statement is reported, one error each."""
+    so every broken statement is reported, one error each."""
     starts = statement_starts(text) + [len(text)]
-    blank = re.sub(r"[^\n]", " ", text)
-    out = []
+    out: list[Diagnostic] = []
     for a, b in zip(starts, starts[1:]):
         if a <= first.span.start:
             continue
+        if len(out) == MAX_SYNTAX_ERRORS - 1:  # the rest is noise (and parsing it all takes a while)
+            out[-1] = dataclasses.replace(out[-1], notes=out[-1].notes + (
+                f"masdsl stops after {MAX_SYNTAX_ERRORS} syntax errors; later statements were not checked",))
+            break
+        chunk = _Statement(src, a, b)
         try:
-            parser().parse(_masked(text, blank, a, b))
+            parser().parse(chunk.text)
         except UnexpectedInput as exc:
-            d = syntax_diagnostic(exc, SourceFile(src.path, _masked(text, blank, a, b)))
+            d = syntax_diagnostic(exc, chunk)
             if d.message == "unexpected end of file" and b < len(text):  # the chunk ends, the file does not
-                word = re.match(r"\w+", text[b:]).group(0)
+                word = _WORD.match(text, b).group(0)
                 d = dataclasses.replace(d, message=f"unexpected `{word}`", span=src.span(b, b + len(word)))
             out.append(d)
     return out
+
+
+_WORD = re.compile(r"\w+")

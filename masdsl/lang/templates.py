@@ -142,6 +142,8 @@ def _parsed(text: str) -> tuple[Any, Any]:
         return environment().parse(text), None
     except TemplateSyntaxError as exc:
         return None, exc
+    except RecursionError:  # `{{{{...`: jinja2's parser recurses once per bracket
+        return None, TemplateSyntaxError("the template nests brackets too deeply", 1)
 
 
 @dataclass(frozen=True)

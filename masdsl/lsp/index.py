@@ -23,9 +23,36 @@ from masdsl.lang import ast as A
 from masdsl.lang.templates import BASE_VARIABLES
 
 VARIABLES = ("task", "env", "turn", "output")
-_TAG = re.compile(r"\{\{(.*?)\}\}|\{%(.*?)%\}", re.S)
+_TAG_KINDS = (("{{", "}}"), ("{%", "%}"))
 _REF = re.compile(r"(?<![.\w|'\"])([A-Za-z_]\w*)(?:(\s*\.\s*)([A-Za-z_]\w*))?")
 _QUOTED = re.compile(r"\"[^\"]*\"|'[^']*'")
+
+
+def tags(raw: str) -> list[tuple[int, str]]:
+    """(offset, text) of the inside of each `{{ }}` and `{% %}` tag of `raw`, the first to open
+    first, a tag ending at the first closer after it. Linear: an opener with no closer after it
+    means no later opener of its kind has one (a regex `\\{\\{(.*?)\\}\\}` would look for one
+    to the end of the text from every `{{`).
+
+    >>> tags("a {{ x }} {% if y %}{{ z")
+    [(4, ' x '), (12, ' if y ')]
+    """
+    out, pos = [], 0
+    found = {o: (-1, -1) for o, _ in _TAG_KINDS}  # per kind: the next opener at or after `pos`, its closer
+    while True:
+        for o, c in _TAG_KINDS:
+            s, e = found[o]
+            if s is not None and s < pos:
+                s = raw.find(o, pos)
+                if s >= 0 and e < s + 2:  # else the closer found before is still the first after `s`
+                    e = raw.find(c, s + 2)
+                found[o] = (s, e) if s >= 0 and e >= 0 else (None, -1)
+        live = [found[o] for o, _ in _TAG_KINDS if found[o][0] is not None]
+        if not live:
+            return out
+        s, e = min(live)
+        out.append((s + 2, raw[s + 2 : e]))
+        pos = e + 2
 
 
 @dataclass(frozen=True)
@@ -134,10 +161,9 @@ class Index:
     def _template(self, lit: A.StrLit) -> None:
         """Variables of the `{{ }}` and `{% %}` tags of an inline prompt (strings inside skipped)."""
         raw = self.text[lit.span.start : lit.span.end]
-        for tag in _TAG.finditer(raw):
-            group = 1 if tag.group(1) is not None else 2
-            body = _QUOTED.sub(lambda m: " " * len(m.group()), tag.group(group))
-            base = lit.span.start + tag.start(group)
+        for start, body in tags(raw):
+            body = _QUOTED.sub(lambda m: " " * len(m.group()), body)
+            base = lit.span.start + start
             for m in _REF.finditer(body):
                 name, attr = m.group(1), m.group(3)
                 if name not in self.roles and name not in BASE_VARIABLES:

@@ -92,7 +92,7 @@ def effective_policies(workflow: Workflow, cfg: Config) -> dict[str, PolicySpec]
     >>> effective_policies(wf, resolve_config(overrides=["policy.q.model=m2"]))
     Traceback (most recent call last):
     ...
-    masdsl.config.ConfigError: `policy.q`: the workflow has no policy `q`; policies: p
+    masdsl.errors.ConfigError: `policy.q`: the workflow has no policy `q`; policies: p
     """
     check_names(cfg, workflow)
     specs = dict(workflow.policies)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from masdsl.envs.parsers import actions, asserts, boxed, code_block, grid, io_tests
 from masdsl.envs.registry import REGISTRY, load_builtins
+from masdsl.testing.deadline import seconds_in_child
 
 PARSERS = [code_block, io_tests, asserts, boxed, actions, grid]
 
@@ -29,8 +32,30 @@ def test_junk_gives_none(parse, junk):
 @settings(max_examples=150, deadline=None)
 @given(st.text())
 def test_never_raise_on_arbitrary_text(text):
+    t0 = time.process_time()
     for parse in PARSERS:
         parse(text)
+    assert time.process_time() - t0 < 1.0  # CPU seconds: none of them is ever slow either
+
+
+def _parse_with_all(text: str) -> None:
+    for parse in PARSERS:
+        parse(text)
+
+
+# a reply of 50,000 characters: a lead-in the parsers look for, a long run of one character, then
+# one that ends nothing (boxed was quadratic: 2.2 s on 1,600 `\boxed{`; io_tests took minutes on
+# `test` and blanks, the fences seconds on a line of backticks)
+LEADS = ["", "test", "Sample Input", "answer is", "\\boxed", "```python\n", "assert", "moves:", "[[1, 2], [3, 4]]\n"]
+RUNS = [" ", "\t", "\n", "\r\n", "{", "}", "\\boxed{", "\\boxed {", "`", "```", "[", "]", "[[", '"', "'", "1", "1 ", "1,",
+        "#", "\\", ".", "-", "*", ":", "a", "answer "]
+
+
+@pytest.mark.parametrize("lead", LEADS)
+@pytest.mark.parametrize("run", RUNS)
+def test_a_long_run_of_one_character_is_parsed_fast(run, lead):
+    text = lead + run * (50_000 // len(run)) + "¿"
+    assert seconds_in_child(_parse_with_all, text, limit=10) < 1.0  # CPU seconds, all six parsers
 
 
 def test_code_block_noise():

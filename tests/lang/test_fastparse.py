@@ -18,7 +18,7 @@ from masdsl.lang.parse import parse_text
 from masdsl.lang.tree import parse_lark
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_fuzz import SEEDS, mutated  # noqa: E402  (the mutation fuzzer's seeds and strategy)
+from test_fuzz import SEEDS, mutated, within_time  # noqa: E402  (the mutation fuzzer's seeds, strategy, timer)
 
 ROOT = Path(__file__).parents[2]
 CORPUS = sorted({*ROOT.glob("workflows/*.mas"), *ROOT.glob("tests/**/*.mas")})
@@ -74,7 +74,7 @@ def test_the_large_benchmark_file():
 @settings(max_examples=1500, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck), database=None)
 @given(mutated())
 def test_mutations(text):
-    _same(text)
+    within_time(_same, text)
 
 
 @settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck), database=None)
@@ -86,7 +86,7 @@ def test_keywords_put_anywhere(seed, edits):
     for at, word in edits:
         i = at % (len(text) + 1)
         text = text[:i] + word + text[i:]
-    _same(text)
+    within_time(_same, text)
 
 
 # ---- the template and train-block checks that need neither jinja2 nor OmegaConf ------------

@@ -18,7 +18,7 @@ ROOT = Path(__file__).parents[2]
 _spec = importlib.util.spec_from_file_location("_fuzz", Path(__file__).parent / "test_fuzz.py")  # --import-mode=importlib
 _fuzz = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_fuzz)
-mutated = _fuzz.mutated
+mutated, within_time = _fuzz.mutated, _fuzz.within_time
 FILES = sorted({*ROOT.glob("workflows/*.mas"), *ROOT.glob("tests/lang/*.mas"), *ROOT.glob("tests/**/toy/*.mas"),
                 *ROOT.glob("tests/*/data/*.mas")})
 COMMENT = re.compile(r'"""[\s\S]*?"""|"(?:[^"\\\n]|\\.)*"|(#[^\n]*)')
@@ -69,7 +69,7 @@ def test_format_keeps_meaning_and_is_idempotent(path):
 @given(mutated())
 def test_fuzzed_files_keep_their_meaning(text):
     try:
-        format_text(text)
+        within_time(format_text, text)
     except FormatError as exc:
         assert "does not parse" in str(exc)
         return

@@ -120,7 +120,7 @@ def test_every_role_key_in_a_yaml_file(tmp_path):
     assert role_sample(wf, cfg, "tester")["top_p"] == 0.95
     bad = tmp_path / "bad.yaml"
     bad.write_text("sample:\n  *: { max_tokens: 4096 }\n")  # YAML reads `*x` as an alias
-    with pytest.raises(ConfigError, match=r'line 2 is not valid YAML: .*quote the every-role key: `"\*":`'):
+    with pytest.raises(ConfigError, match=r'bad.yaml:2:\d+: not valid YAML: .*quote the every-role key: `"\*":`'):
         resolve_config(wf.train, bad)
 
 

@@ -1,0 +1,124 @@
+"""The `--config` YAML file of a run, read: its OmegaConf tree and where each key stands in it.
+
+`read_yaml(path)` raises a `ConfigError` for a mistake in the file itself (no such file, a
+folder, not UTF-8, not YAML, a top level that is not a mapping), with the line and column where
+they are known. `YamlFile.where(key)` is the line and column of a dotted key, for the mistakes
+`masdsl.config` finds once the file is merged (a wrong type, an unknown key, a value out of
+range); `YamlFile.error` names them in the file:
+
+>>> import tempfile
+>>> path = Path(tempfile.mkdtemp()) / "c.yaml"
+>>> _ = path.write_text("train:\\n  steps: 3\\n  lr: [1\\n")
+>>> try:
+...     read_yaml(path)
+... except ConfigError as e:
+...     print(str(e).replace(str(path), "c.yaml"), (e.line, e.col))
+config file c.yaml:4:1: not valid YAML: did not find expected ',' or ']' (4, 1)
+>>> _ = path.write_text("train:\\n  steps: 3\\n")
+>>> f = read_yaml(path)
+>>> f.where("train.steps"), f.where("train.steps", value=False), f.where("train.lr"), f.where("runtime")
+((2, 10), (2, 3), (1, 1), None)
+>>> print(str(f.error(ConfigError("`train.steps` must be at least 5", key="train.steps"))).replace(str(path), "c.yaml"))
+config file c.yaml:2:10: `train.steps` must be at least 5
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from masdsl.errors import ConfigError
+
+
+@dataclass
+class YamlFile:
+    path: Path
+    config: Any  # the DictConfig
+    keys: dict[str, tuple[int, int]] = field(default_factory=dict)  # dotted key -> (line, col) of the key
+    values: dict[str, tuple[int, int]] = field(default_factory=dict)  # ... of its value
+
+    def where(self, key: str | None, value: bool = True) -> tuple[int, int] | None:
+        """(line, col) of `key`'s value (or of the key itself), else of its nearest parent the
+        file has; None when the file has none of it."""
+        parts = (key or "").split(".")
+        for n in range(len(parts), 0, -1):
+            at = (self.values if value and n == len(parts) else self.keys).get(".".join(parts[:n]))
+            if at is not None:
+                return at
+        return None
+
+    def error(self, exc: ConfigError, value: bool = True) -> ConfigError:
+        """`exc` named in this file: `config file PATH:LINE:COL: ...` at its key (its value,
+        or the key itself) when the file has it."""
+        return _mistake(self.path, str(exc), *(self.where(exc.key, value) or ()), key=exc.key)
+
+
+def _mistake(path: Path, message: str, line: int | None = None, col: int | None = None,
+             key: str | None = None) -> ConfigError:
+    where = f"{path}:{line}:{col}" if line else f"`{path}`"
+    return ConfigError(f"config file {where}: {message}", key=key, file=str(path), line=line, col=col)
+
+
+def _text(path: Path) -> str:
+    if not path.exists():
+        raise ConfigError(f"config file `{path}` does not exist", file=str(path))
+    if path.is_dir():
+        raise ConfigError(f"config file `{path}` is a folder, not a YAML file", file=str(path))
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"config file `{path}` cannot be read: {exc.strerror or exc}", file=str(path)) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise _mistake(path, f"not UTF-8 text (byte {data[exc.start]:#04x})", line, col) from None
+
+
+def _marks(node: Any, prefix: str, out: YamlFile) -> None:
+    """Record the position of every key of a mapping node, and of nested mappings' keys."""
+    for key_node, value_node in node.value:
+        key = prefix + str(key_node.value)
+        out.keys[key] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+        out.values[key] = (value_node.start_mark.line + 1, value_node.start_mark.column + 1)
+        if value_node.id == "mapping":
+            _marks(value_node, key + ".", out)
+
+
+def read_yaml(path: str | Path) -> YamlFile:
+    """The file read and parsed; a `ConfigError` for a file that is no YAML mapping."""
+    import yaml  # start-up: PyYAML (OmegaConf's parser), only for a run with --config
+    from omegaconf import DictConfig, OmegaConf  # start-up: see masdsl.config
+
+    path = Path(path)
+    text = _text(path)
+    try:
+        try:
+            config = OmegaConf.load(io.StringIO(text))  # first: its loader's messages (a duplicate key, ...)
+        except OSError:  # a top-level number, which OmegaConf cannot hold: named below
+            config = None
+        node = yaml.compose(text, Loader=yaml.SafeLoader)  # where each key is (OmegaConf keeps no lines)
+    except yaml.YAMLError as exc:
+        raise _not_yaml(path, text, exc) from None
+    if node is not None and node.id != "mapping" or not isinstance(config, DictConfig):
+        what = "a list" if node.id == "sequence" else f"the value `{str(node.value)[:40]}`"
+        raise _mistake(path, f"the top level must be a mapping of sections (`train:`, `runtime:`, ...); got {what}",
+                       node.start_mark.line + 1, node.start_mark.column + 1)
+    out = YamlFile(path, config)
+    if node is not None:
+        _marks(node, "", out)
+    return out
+
+
+def _not_yaml(path: Path, text: str, exc: Exception) -> ConfigError:
+    """A YAML syntax error at its line and column (and, for an unquoted `*:`, which YAML reads as
+    an alias, how to write the every-role key)."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    lines = text.splitlines()
+    line = lines[mark.line] if mark is not None and mark.line < len(lines) else ""
+    hint = ' (quote the every-role key: `"*":`)' if line.strip().startswith("*") else ""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return _mistake(path, f"not valid YAML: {problem}{hint}", *((mark.line + 1, mark.column + 1) if mark else ()))
