@@ -36,16 +36,24 @@ def demonstration(role: str, task: dict) -> str:
     return json.dumps(pp.shortest_path(maze, start))
 
 
-def pairs(workflow, cfg, tokenizer, roles: list[str], tasks: list[dict]) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, reply ids) for each role and task, the prompt exactly as a rollout renders it."""
+def pairs(workflow, cfg, tokenizer, roles: list[str], tasks: list[dict],
+          after_tool: bool | str = False, copy_tasks: int | None = None) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, reply ids) for each role and task, the prompt exactly as a rollout renders it
+    at turn 0; with `after_tool` the planner's prompt is the one it sees after the demonstrated
+    tool program ran (it shows the printed plan)."""
+    from masdsl.envs.parsers import code_block
     from masdsl.runtime.prompts import encode, messages_for, prompt_variables, text_ids
     from masdsl.runtime.session import make_env
 
     env = make_env(workflow, cfg)
     out = []
-    for task in tasks:
-        view = env.view(env.reset(task))
-        for role in roles:
+    for n, task in enumerate(tasks):
+        state = env.reset(task)
+        tooled = env.apply(state, "tool", {"code": code_block(TOOL_PROGRAM, "python"), "ok": True}) if after_tool else state
+        views = {"tool": [state], "planner": [tooled] if after_tool else [state]}
+        if after_tool == "both":  # the planner alone, and (on the first `copy_tasks` tasks) after the tool
+            views["planner"] = [state, tooled] if copy_tasks is None or n < copy_tasks else [state]
+        for role, view in ((r, env.view(v)) for r in roles for v in views.get(r, [state])):
             spec = workflow.roles[role]
             variables = prompt_variables(task, view, 0, role, {}, [])
             messages = messages_for(spec.prompt, spec.system, variables, f"{role} prompt")
@@ -76,6 +84,7 @@ def train_sft(model, data: list[tuple[list[int], list[int]]], epochs: int, lr: f
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             losses.append(float(loss.detach()))
+            print(f"warm start step {len(losses)}/{epochs * len(data)}: loss {losses[-1]:.4f}", flush=True)
     model.eval()
     return losses
 
@@ -85,6 +94,11 @@ def main() -> int:
     ap.add_argument("workflow")
     ap.add_argument("--roles", nargs="+", required=True)
     ap.add_argument("--tasks", type=int, default=32)
+    ap.add_argument("--after-tool", nargs="?", const=True, default=False, choices=(True, "both"),
+                    help="the planner's demonstrations answer the prompt it sees after the tool program ran "
+                         "(`both`: that prompt and its prompt with no tool, as a single agent sees it)")
+    ap.add_argument("--copy-tasks", type=int, default=None,
+                    help="with --after-tool both: only this many tasks also get the after-the-tool demonstration")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--seed", type=int, default=0)
@@ -103,14 +117,15 @@ def main() -> int:
     cfg = config_of(wf, ["tracking.enabled=false"])
     model, tok = load_model(args.model)
     tasks = load_split(wf.data["train"])[-args.tasks:]  # the last tasks: a run's first batches see others first
-    data = pairs(wf, cfg, tok, args.roles, tasks)
+    data = pairs(wf, cfg, tok, args.roles, tasks, args.after_tool, args.copy_tasks)
     t0 = time.perf_counter()
     losses = train_sft(model, data, args.epochs, args.lr, args.seed)
     out = Path(args.out)
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
     n = len(losses)
-    info = {"workflow": args.workflow, "roles": args.roles, "tasks": args.tasks, "epochs": args.epochs, "lr": args.lr,
+    info = {"workflow": args.workflow, "roles": args.roles, "tasks": args.tasks, "after_tool": args.after_tool, "copy_tasks": args.copy_tasks,
+            "epochs": args.epochs, "lr": args.lr,
             "model": args.model, "steps": n, "loss_first": sum(losses[:4]) / min(4, n),
             "loss_last": sum(losses[-4:]) / min(4, n), "wall_s": time.perf_counter() - t0}
     (out / "warm_start.json").write_text(json.dumps(info, indent=1))

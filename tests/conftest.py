@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 
@@ -56,3 +58,17 @@ def local_ray():
     yield ray
     if started:
         ray.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _engine_log_environment():
+    """`masdsl --verbose` sets MASDSL_VERBOSE in this process for the engines it starts; a test
+    that runs the CLI in-process must not leave it (or vLLM's log level) to the tests after it."""
+    keys = ("MASDSL_VERBOSE", "VLLM_LOGGING_LEVEL")
+    before = {k: os.environ.get(k) for k in keys}
+    yield
+    for k, v in before.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

@@ -116,7 +116,8 @@ def test_quiet_leaves_out_progress_but_not_results(tmp_path, capsys):
     assert "did you mean `train.samples`" in capsys.readouterr().err
 
 
-def test_quiet_with_verbose_is_refused(capsys):
+def test_quiet_with_verbose_is_refused(capsys, monkeypatch):
+    monkeypatch.setenv("MASDSL_VERBOSE", "0")  # restored after the test, whatever main() sets
     assert cli.main(["--quiet", "--verbose", "check", str(BAD)]) == 2
     assert "--quiet and --verbose" in capsys.readouterr().err
 

@@ -215,5 +215,5 @@ def test_failing_tool_program_is_penalised():
     s = sk.SokobanEnv().apply(state(CORRIDOR), "tool", {"code": "import os\nos._exit(3)", "ok": True})
     assert not s.last_valid and s.last_reward == -2.0 and "status 3" in s.tool_output
     assert REGISTRY.functions["tool_penalty"].fn(s) == -2.0
-    none = sk.SokobanEnv().apply(state(CORRIDOR), "tool", {"code": "", "ok": False})
-    assert none.last_reward == -1.0 and none.tool_output == ""
+    none = sk.SokobanEnv().apply(state(CORRIDOR), "tool", {"code": "", "ok": False})  # no program: -2 in the move games, as a failed one
+    assert none.last_reward == -2.0 and none.tool_output == ""

@@ -160,7 +160,12 @@ def test_one_update_on_two_workers_equals_the_driver(shared_runs, tiny_model_dir
     runs, lines = shared_runs
     first = {n: runs[n].run_dir / "checkpoints" / "step_000001" for n in runs}
     a, b = weights(first[0], "shared"), weights(first[2], "shared")
-    rel = assert_close_weights(a, b)
+    # AdamW's first step moves every weight by about lr * sign(g): an element whose all-reduced
+    # gradient sums to within float32 rounding of 0 (2 ranks add in another order than the
+    # driver) moves 2 * lr the other way. So the bound is on the difference relative to the
+    # update itself (below), not relative to the weights, where it sat at 1.1e-6-1.3e-6
+    # against an old 1e-6 bound in clean-clone runs.
+    rel = assert_close_weights(a, b, rtol=1e-5)
     from safetensors.torch import load_file
 
     initial = load_file(str(Path(tiny_model_dir) / "model.safetensors"))
