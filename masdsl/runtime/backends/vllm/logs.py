@@ -82,10 +82,15 @@ def expected_reload_warnings(names: set[str]) -> Iterator[None]:
 def quiet_startup(quiet: bool = True) -> Iterator[None]:
     """For the block (when `quiet`): `STARTUP_LOGGERS` at ERROR and FutureWarnings ignored.
 
+    Each logger's own level is set and put back (its effective level also depends on the
+    `vllm` parent logger, which vLLM configures at import):
+
+    >>> logger = logging.getLogger(STARTUP_LOGGERS[0])
+    >>> before = logger.level
     >>> with quiet_startup():
-    ...     logging.getLogger(STARTUP_LOGGERS[0]).isEnabledFor(logging.WARNING)
-    False
-    >>> logging.getLogger(STARTUP_LOGGERS[0]).isEnabledFor(logging.WARNING)
+    ...     logging.getLevelName(logger.level)
+    'ERROR'
+    >>> logger.level == before
     True
     """
     if not quiet:
