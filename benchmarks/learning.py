@@ -18,7 +18,7 @@ The MAS is `workflows/plan_path_helper.mas` (the tool's program may `import grid
 agent `workflows/plan_path_single.mas` on the same boards; both with `gamma=1.0`. Every training
 arm draws the same number of candidates per decision (K) on the same tasks per step for the same
 number of steps, from the same starting weights (`--warm-start`: a folder made by
-`benchmarks/warm_start.py`, else `--model`). Success is the env's `solved()` at the end of an
+`masdsl warm-start`, else `--model`). Success is the env's `solved()` at the end of an
 episode; the interval is Wilson's 95 % interval over all eval episodes of the arm (eval boards x
 seeds). Results go to `<out>/results.json` as each run ends (a killed benchmark keeps what it
 finished; `--resume` skips finished runs), the curves to docs/img/learning_curves.png and, with
@@ -237,7 +237,7 @@ def main() -> int:
     ap.add_argument("--tool-tokens", type=int, default=96, help="the tool's max_tokens in every arm")
     ap.add_argument("--planner-tokens", type=int, default=48, help="the planner's max_tokens in every arm")
     ap.add_argument("--model", default="smollm2-135m-instruct", help="the built-in model or folder every arm starts from")
-    ap.add_argument("--warm-start", default="", help="a benchmarks/warm_start.py folder every arm starts from")
+    ap.add_argument("--warm-start", default="", help="a `masdsl warm-start` folder every arm starts from")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--one-seed", nargs="*", default=["mas+trajectory"], help="arms run on the first seed only")
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
@@ -278,6 +278,7 @@ def main() -> int:
     print(text)
     if args.write_docs:
         update(DOC, replace_section, "learning", text)
+        (HERE / "results" / "learning.json").write_text(json.dumps(results, indent=1))  # the raw rows, kept
     return 0
 
 

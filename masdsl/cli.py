@@ -1,4 +1,4 @@
-"""`masdsl` command line: check | graph | run | eval | trace | export | fmt | new | lsp | env | completion.
+"""`masdsl` command line: check | graph | warm-start | run | eval | trace | export | fmt | new | lsp | env | completion.
 
 Each subcommand lives in `masdsl/commands/<name>.py` with `add_arguments(parser)` and
 `main(args) -> int`, imported only when used: `masdsl check` imports `commands/check.py` and
@@ -31,6 +31,7 @@ COMMANDS = {
     "run": "train a workflow with AT-GRPO (rollout -> group -> update -> sync)",
     "eval": "roll out a workflow on its eval split and report metrics by role and turn",
     "trace": "print readable transcripts of a run's episodes",
+    "warm-start": "a short supervised warm start on the env's demonstrations, before `run` (a model folder)",
     "export": "write a run's trained policies as Hugging Face folders (or PEFT adapters)",
     "fmt": "rewrite .mas files in the canonical layout (--check: list files that would change)",
     "new": "start a workflow: NAME.mas plus a Python file with a reward function and an env stub",
@@ -108,9 +109,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         if command is not None and name != command:
             continue
         try:
-            module = importlib.import_module(f"masdsl.commands.{name}")
+            module_name = f"masdsl.commands.{name.replace('-', '_')}"  # warm-start -> warm_start
+            module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
-            if exc.name != f"masdsl.commands.{name}":
+            if exc.name != module_name:
                 raise
             continue
         module.add_arguments(p)

@@ -29,3 +29,13 @@ class Env(Protocol):
 
     def success(self, state: Any) -> bool:
         """The env's own success metric, used when a workflow has no `success` line."""
+
+
+@runtime_checkable
+class Demonstrates(Protocol):
+    """An env that knows a solving reply: what `masdsl warm-start` trains on (supervised, before
+    any RL) so that a small model starts where its groups are not all flat."""
+
+    def demonstration(self, state: Any, field: str) -> str | None:
+        """A reply that, parsed into the role's `field` (`code`, `moves`, ...), acts well from
+        `state`; None when the env has none for that field."""

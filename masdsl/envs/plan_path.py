@@ -36,6 +36,7 @@ blocked.
 from __future__ import annotations
 
 import functools
+import json
 import random
 from collections import deque
 from pathlib import Path
@@ -327,6 +328,36 @@ class PlanPathEnv(MoveGameEnv):
 
     def board(self, state: PlanPathState) -> str:
         return render(state.maze, state.position)
+
+    def demonstration(self, state: PlanPathState, field: str) -> str | None:
+        """The planner's shortest path as a JSON list, or the tool's program that prints it
+        (with the helper, the three lines that call it; without, the helper's own breadth-first
+        search with its I/O, the paper's contract).
+
+        >>> env = PlanPathEnv(helper=True)
+        >>> state = env.reset({"id": "t", "grid": ["..", ".."], "start": [0, 0], "goal": [1, 1]})
+        >>> env.demonstration(state, "moves")
+        '["D", "R"]'
+        >>> print(env.demonstration(state, "code"))
+        ```python
+        import sys, json, grid
+        board = sys.stdin.read()
+        print(json.dumps(grid.shortest_path(board)))
+        ```
+        >>> env.demonstration(state, "grid") is None
+        True
+        """
+        if field == "moves":
+            return json.dumps(shortest_path(state.maze, state.position))
+        if field != "code":
+            return None
+        if self.helper:
+            body = "import sys, json, grid\nboard = sys.stdin.read()\nprint(json.dumps(grid.shortest_path(board)))"
+        else:
+            search = helper_source().split("from collections import deque", 1)[1].strip()  # no docstring
+            body = ("import sys, json\nfrom collections import deque\n\n" + search
+                    + "\n\n\nprint(json.dumps(shortest_path(sys.stdin.read())))")
+        return f"```python\n{body}\n```"
 
     def size(self, state: PlanPathState) -> int:
         return max(state.maze.height, state.maze.width)
