@@ -3,8 +3,8 @@
 Each rule is a small function over the AST that appends diagnostics; `check()` runs them in
 order. A rule that depends on names skips what an earlier rule already reported (one cause,
 one diagnostic). Policies and roles are checked in `masdsl.lang.check_roles`, the flow in
-`masdsl.lang.check_flow`, expressions in `masdsl.lang.check_exprs`. Names of environments,
-data sources, parsers and functions come from `masdsl.envs.registry.REGISTRY` after
+`masdsl.lang.check_flow`, expressions in `masdsl.lang.check_exprs`, imports in
+`masdsl.lang.check_imports`. Names of environments, data sources, parsers and functions come from `masdsl.envs.registry.REGISTRY` after
 `load_builtins()` and the workflow's `import` files.
 
 >>> from masdsl.lang.parse import parse_text
@@ -30,13 +30,13 @@ from masdsl.lang import ast as A
 from masdsl.lang import templates as T
 from masdsl.lang.check_exprs import check_exprs, check_parses
 from masdsl.lang.check_flow import check_flow, flow_edges, max_turns_of  # noqa: F401 - flow_edges is public
+from masdsl.lang.check_imports import check_imports, note_unchecked
 from masdsl.lang.check_roles import POLICY_KEYS, RESERVED, SAMPLE_KEYS, check_policies, check_roles  # noqa: F401 - public
 from masdsl.lang.context import Ctx
 from masdsl.lang.context import bind as _bind
 from masdsl.lang.context import ticks as _ticks
 from masdsl.lang.errors import Diagnostic, did_you_mean
 from masdsl.lang.exprs import NotLiteral, literal
-from masdsl.lang.imports import ImportFileError, import_file
 from masdsl.lang.source import Span
 
 SPLITS = ("train", "eval")
@@ -65,25 +65,7 @@ def check_singletons(c: Ctx) -> None:
                 help="add a flow, for example `flow { start -> coder -> end }`")
 
 
-# ---- imports, env, data -------------------------------------------------------------------
-
-def check_imports(c: Ctx) -> None:
-    """`import "x.py"`: the file exists and imports cleanly (its own error is shown)."""
-    for imp in c.module.imports:
-        path = c.resolve(imp.path.value)
-        if not path.is_file():
-            c.error("missing-file", f"import file `{imp.path.value}` does not exist", imp.path.span,
-                    label="no such file", notes=(f"looked for {path}",))
-            continue
-        try:
-            import_file(path)
-        except ImportFileError as exc:
-            notes = [f"{exc.path}" + (f", line {exc.line}" if exc.line else "") + f": {exc.summary}"]
-            if exc.details:
-                notes.append("traceback (your file):\n" + exc.details.rstrip())
-            c.error("import-error", f"importing `{imp.path.value}` raised an error", imp.path.span,
-                    label=exc.summary, notes=tuple(notes))
-
+# ---- env, data (imports: check_imports.py) ------------------------------------------------
 
 def _literal_args(c: Ctx, call: A.Call) -> tuple[list, dict] | None:
     ok = True
@@ -106,6 +88,8 @@ def check_env(c: Ctx) -> None:
     decl = c.module.envs[0]
     spec = c.registry.envs.get(decl.name.name)
     if spec is None:
+        if c.unknown_excused(decl.name.name, "environment"):
+            return
         c.error("unknown-env", f"unknown environment `{decl.name.name}`", decl.name.span,
                 label="not a registered environment", notes=(f"registered: {_ticks(c.registry.envs)}",),
                 help=did_you_mean(decl.name.name, c.registry.envs))
@@ -165,10 +149,12 @@ def check_data(c: Ctx) -> None:
         name = d.call.func.name
         spec = c.registry.data_sources.get(name)
         if spec is None:
+            fields.append(None)
+            if c.unknown_excused(name, "data source"):
+                continue
             c.error("unknown-data-source", f"unknown data source `{name}`", d.call.func.span,
                     label="not a registered data source", notes=(f"registered: {_ticks(c.registry.data_sources)}",),
                     help=did_you_mean(name, c.registry.data_sources))
-            fields.append(None)
             continue
         if _literal_args(c, d.call) is not None:
             why = _bind(spec.fn, len(d.call.args), [k.name.name for k in d.call.kwargs])
@@ -273,7 +259,7 @@ def check_warnings(c: Ctx) -> None:
 
 
 RULES = (check_singletons, check_imports, check_env, check_data, check_policies, check_roles, check_parses,
-         check_exprs, check_flow, check_templates, check_train, check_warnings)
+         check_exprs, check_flow, check_templates, check_train, check_warnings, note_unchecked)
 
 
 def run_checks(module: A.Module, text: str, base_dir: Path | None = None, registry=None) -> Ctx:

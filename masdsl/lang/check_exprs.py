@@ -20,6 +20,8 @@ def check_parses(c: Ctx) -> None:
                         help="for example `parse code = code_block(output, \"python\")`")
                 continue
             spec = c.registry.functions.get(e.func.name)
+            if spec is None and c.unknown_excused(e.func.name, "parser"):
+                continue
             if spec is None or spec.kind != "parser":
                 what = "a function, not a parser" if spec else "not a registered parser"
                 c.error("unknown-parser", f"unknown parser `{e.func.name}`", e.func.span, label=what,

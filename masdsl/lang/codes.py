@@ -24,6 +24,7 @@ ERRORS: dict[str, str] = {
     "missing-file": "a data file, prompt file or import file does not exist",
     "bad-data-file": "a JSONL data file cannot be read",
     "import-error": "an imported Python file raised an exception",
+    "duplicate-registration": "two imported files (or one file twice) register the same name",
     "unknown-function": "an expression calls a function that is not registered",
     "unknown-parser": "a `parse` line calls something that is not a registered parser",
     "wrong-arity": "a call passes the wrong number or names of arguments",
@@ -46,6 +47,7 @@ WARNINGS: dict[str, str] = {
     "group-size-one": "an AT-GRPO group would hold one candidate (advantage 0)",
     "unused-role": "a role is declared but never appears in the flow",
     "shadowed-edge": "an edge can never be taken because an earlier unguarded edge leaves the same node",
+    "shadowed-builtin": "an imported file replaces a built-in environment, data source, parser or function",
 }
 
 CODES: dict[str, str] = {**ERRORS, **WARNINGS}

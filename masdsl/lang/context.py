@@ -33,12 +33,21 @@ class Ctx:
     env_name: str | None = None
     env_fields: set[str] | None = None
     flow_ok: bool = True
+    failed_imports: list[Diagnostic] = field(default_factory=list)  # the error of each import that failed
+    unchecked: dict[str, str] = field(default_factory=dict)  # name -> kind, not reported because of them
 
     def error(self, code: str, message: str, span: Span, **kw) -> None:
         self.diags.append(Diagnostic(code, message, span, **kw))
 
     def warn(self, code: str, message: str, span: Span, **kw) -> None:
         self.diags.append(Diagnostic(code, message, span, severity="warning", **kw))
+
+    def unknown_excused(self, name: str, kind: str) -> bool:
+        """Whether an unknown `name` goes unreported: an `import` failed, and the file may have
+        registered it (its own error says so; one cause, one diagnostic)."""
+        if self.failed_imports:
+            self.unchecked.setdefault(name, kind)
+        return bool(self.failed_imports)
 
     def resolve(self, rel: str) -> Path:
         p = Path(rel)

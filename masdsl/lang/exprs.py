@@ -82,13 +82,14 @@ def literal(node: A.Expr) -> Any:
 
 
 def resolve_function(name: str, imports: tuple[str, ...] = ()):
-    """The registered `FunctionSpec` for `name`, importing built-ins and user files if needed."""
+    """The registered `FunctionSpec` for `name`, importing built-ins and user files if needed.
+    With `imports`, built-ins load first and the files after (a file's name wins over a built-in
+    it replaces, in every process, as the checker's `shadowed-builtin` warning says)."""
     spec = registry.REGISTRY.functions.get(name)
-    if spec is None:
+    if spec is None or imports:
         registry.load_builtins()
-        if imports:
-            for path in imports:
-                import_file(path)
+        for path in imports:
+            import_file(path)
         spec = registry.REGISTRY.functions.get(name)
     return spec
 

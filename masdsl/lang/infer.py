@@ -111,6 +111,8 @@ def _call(c, node: A.Call, scope: Scope) -> str:
     name = node.func.name
     spec = c.registry.functions.get(name)
     if spec is None:
+        if c.unknown_excused(name, "function"):
+            return ANY
         c.error("unknown-function", f"unknown function `{name}`", node.func.span, label="not a registered function",
                 help=did_you_mean(name, c.registry.functions))
         return ANY

@@ -112,4 +112,18 @@ def global_registry():
     REGISTRY.functions.clear(); REGISTRY.functions.update(saved[2])  # noqa: E702
 
 
+@pytest.fixture
+def restored_registry():
+    """For tests whose `import` files register into the shared REGISTRY (one replaces a built-in):
+    the built-ins loaded, and REGISTRY put back as it was afterwards."""
+    from masdsl.envs.registry import REGISTRY, load_builtins
+
+    load_builtins()
+    saved = {t: dict(getattr(REGISTRY, t)) for t in ("envs", "data_sources", "functions")}
+    yield REGISTRY
+    for t, table in saved.items():
+        getattr(REGISTRY, t).clear()
+        getattr(REGISTRY, t).update(table)
+
+
 VALID = (HERE / "valid.mas").read_text()  # the base of the golden error files

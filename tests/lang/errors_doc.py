@@ -23,9 +23,10 @@ FIX = {
  "unknown-role": "Declare the role, or fix the name (the hint names the closest role).",
  "unknown-env": "Use a registered environment (`code`, `math`, `sudoku`, `sokoban`, `plan_path`) or register your own with `@env` in a file you `import`.",
  "unknown-data-source": "Use a registered data source (for example `humaneval`, `math_small`, `sudoku`), give a JSONL path in quotes, or register one with `@data_source`.",
- "missing-file": "Paths resolve relative to the `.mas` file. Create the file or fix the path.",
+ "missing-file": "Paths resolve relative to the `.mas` file. Create the file or fix the path. Until a missing `import` file is there, names it would register are not reported as unknown (its error lists them).",
  "bad-data-file": "A JSONL file holds one JSON object per line, each with a unique string `id`.",
- "import-error": "Fix the error in your Python file (the note shows its own traceback lines).",
+ "import-error": "Fix the error in your Python file (the note shows its own traceback lines). Until it imports, names it may register are not reported as unknown; the error's last note lists them.",
+ "duplicate-registration": "Give each `@function`, `@parser`, `@env` and `@data_source` its own name, or import only one of the files. Functions and parsers share one set of names; environments and data sources have their own (an env and a data source may share a name).",
  "unknown-function": "Use a registered function (the hint names the closest) or register it with `@function` in a file you `import`.",
  "unknown-parser": "`parse FIELD = NAME(output, ...)` needs a registered parser: `code_block`, `io_tests`, `asserts`, `boxed`, `actions`, `grid`, or your own `@parser`.",
  "wrong-arity": "Pass the arguments the function declares (the label quotes Python's own complaint).",
@@ -44,6 +45,7 @@ FIX = {
  "never-rewarded": "Give the role a `reward EXPR`, or add a `team` reward (with `alpha` > 0) that every role receives.",
  "group-size-one": "Use `samples: 2` or more; a group of one candidate has zero advantage and teaches nothing.",
  "unused-role": "Add the role to the flow, or delete it.",
+ "shadowed-builtin": "Nothing to fix if replacing the built-in is what you want: workflows that import the file use its version (in every worker process too), the others the built-in. Otherwise give yours another name.",
  "shadowed-edge": "Edges leaving a node are tried in file order and an edge without `when` always matches: put guarded edges first and the fallback last.",
 }
 

@@ -18,6 +18,16 @@ def sub(*pairs):
     return t
 
 
+REGISTERS = 'from masdsl.envs.registry import {0}\n\n\n@{0}("{1}", returns="{2}")\ndef {3}:\n    return {4}\n'
+PY_FILES = {  # user files the import cases import (registered into the process's REGISTRY)
+ "rewards_a.py": '"""Rewards of one team."""\n' + REGISTERS.format("function", "short_enough", "bool", "short_enough(code, limit=400)", "len(code) <= limit"),
+ "rewards_b.py": '"""Rewards of another team: the same name, another meaning."""\n' + REGISTERS.format("function", "short_enough", "bool", "short_enough(code)", "len(code) <= 80"),
+ "twice.py": '"""A parser registered twice (a copy-paste slip)."""\n' + REGISTERS.format("parser", "first_line", "str", "first_line(output)", "output.splitlines()[0] if output else None")
+             + '\n\n@parser("first_line", returns="str")\ndef last_line(output):\n    return output.splitlines()[-1] if output else None\n',
+ "shadows.py": '"""Replaces the built-in `passes`."""\n' + REGISTERS.format("function", "passes", "bool", "passes(code, tests)", "bool(code) and bool(tests)"),
+}
+
+
 def main() -> None:
     cases = {
      "syntax__missing_brace": sub(("  reward pass_rate(task.solution, tests)\n}", "  reward pass_rate(task.solution, tests)\n")),
@@ -56,6 +66,10 @@ def main() -> None:
      "missing-file__prompt": sub(('prompt "Write asserts for {{ task.prompt }}"', 'prompt file "prompts/tester.j2"')),
      "missing-file__import": 'import "helpers/missing.py"\n' + VALID,
      "import-error": 'import "raises.py"\n' + VALID,
+     "import-error__unchecked": 'import "raises.py"\n' + sub(("team pass_rate(coder.code, task.tests)", "team short_enough(coder.code)"), ("parse tests = asserts(output)", "parse tests = test_lines(output)")),
+     "duplicate-registration": 'import "rewards_a.py"\nimport "rewards_b.py"\n' + VALID,
+     "duplicate-registration__same_file": 'import "twice.py"\n' + VALID,
+     "shadowed-builtin": 'import "shadows.py"\n' + VALID,
      "unknown-env": sub(("env code", "env cod")),
      "unknown-parser": sub(("parse tests = asserts(output)", "parse tests = assert(output)")),
      "unknown-data-source": sub(('data eval  humaneval("eval")', 'data eval  humaneva("eval")')),
@@ -75,6 +89,8 @@ def main() -> None:
     for name, text in cases.items():
         (D / f"{name}.mas").write_text(text)
     (D / "raises.py").write_text('"""A user file that fails on import."""\n\nLIMIT = 3\nraise RuntimeError("cannot reach the scoring service")\n')
+    for name, text in PY_FILES.items():
+        (D / name).write_text(text)
     (D / "bad.jsonl").write_text('{"id": "a", "question": "1+1"\nnot json\n')
     print(len(cases))
     multi = sub(("  start -> coder & tester\n", "  start => coder & tester\n"), ("alpha 1.0", "alpha"), ('  prompt "Write asserts for {{ task.prompt }}"', '  prompt "Write asserts for {{ task.prompt }}"\n  parse = asserts(output)'))

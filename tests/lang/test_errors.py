@@ -27,7 +27,7 @@ def rendered(name: str, registry) -> tuple[str, list]:
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_golden(name, registry, monkeypatch):
+def test_golden(name, registry, monkeypatch, restored_registry):
     monkeypatch.chdir(ERRORS)
     out, diags = rendered(name, registry)
     expected = ERRORS / f"{name}.expected"
