@@ -15,11 +15,12 @@ Rows are checked as a JSONL file's (`masdsl.envs.loading.keyed_rows`): a row wit
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from masdsl.envs.loading import TABLE_SUFFIXES, check_split, keyed_rows, read_rows, select
+from masdsl.envs.loading import TABLE_SUFFIXES, check_split, keyed_rows, read_rows, select, table_fields
 from masdsl.envs.registry import data_source
 from masdsl.errors import DataError
 
@@ -30,6 +31,57 @@ SAVED_MARKERS = ("state.json", "dataset_dict.json")  # what `save_to_disk` write
 def saved_to_disk(path: Path) -> bool:
     """Whether `path` is a folder written by `Dataset.save_to_disk` / `DatasetDict.save_to_disk`."""
     return path.is_dir() and any((path / m).is_file() for m in SAVED_MARKERS)
+
+
+def saved_splits(name: str) -> list[str] | None:
+    """The splits of a folder written by `DatasetDict.save_to_disk` (its `dataset_dict.json`);
+    None for any other path (a single `Dataset`'s folder, a hub name, nothing)."""
+    marker = Path(name).expanduser() / "dataset_dict.json"
+    try:
+        splits = json.loads(marker.read_text(encoding="utf-8")).get("splits")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return [str(s) for s in splits] if isinstance(splits, list) else None
+
+
+def saved_fields(name: str, split: str = "train") -> list[str] | None:
+    """The columns rows of `hf(name, split)` have, when `name` is a `save_to_disk` folder, read
+    from its metadata without loading a row: `state.json`'s format columns when the dataset was
+    saved with some, else `dataset_info.json`'s features, else the schema of its first Arrow
+    shard. None when `name` is no such folder (or `split` not one of its splits), or the
+    metadata cannot be read: then nothing is known before loading.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())  # what `Dataset.save_to_disk(d)` writes, less the shards
+    >>> _ = (d / "state.json").write_text('{"_data_files": [], "_format_columns": null}')
+    >>> _ = (d / "dataset_info.json").write_text('{"features": {"question": {}, "answer": {}}}')
+    >>> saved_fields(str(d)), saved_fields(str(d / "nothing"))
+    (['question', 'answer'], None)
+    """
+    path = Path(name).expanduser()
+    if not saved_to_disk(path):
+        return None
+    splits = saved_splits(name)
+    if splits is not None:
+        if split not in splits:
+            return None
+        path = path / split
+    try:
+        state = json.loads((path / "state.json").read_text(encoding="utf-8"))
+        if isinstance(state.get("_format_columns"), list):
+            return [str(c) for c in state["_format_columns"]]
+    except (OSError, ValueError, AttributeError):
+        state = {}
+    try:
+        features = json.loads((path / "dataset_info.json").read_text(encoding="utf-8")).get("features")
+        if isinstance(features, dict) and features:
+            return [str(f) for f in features]
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        return table_fields(path / state["_data_files"][0]["filename"])
+    except (KeyError, IndexError, TypeError, DataError):
+        return None
 
 
 @contextlib.contextmanager

@@ -18,11 +18,13 @@ one diagnostic). Policies and roles are checked in `masdsl.lang.check_roles`, th
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from typing import Any
 
 from masdsl.config import ConfigError, plainly_valid, resolve_config
+from masdsl.envs.hf_data import hf, parquet, saved_fields, saved_splits
 from masdsl.envs.loading import TABLE_SUFFIXES, table_fields
 from masdsl.envs.registry import load_builtins
 from masdsl.errors import DataError
@@ -129,6 +131,42 @@ def _jsonl_fields(c: Ctx, lit: A.StrLit) -> set[str] | None:
     return set(row)
 
 
+def _arg(call: A.Call, index: int, name: str) -> A.Expr | None:
+    if len(call.args) > index:
+        return call.args[index]
+    return next((k.value for k in call.kwargs if k.name.name == name), None)
+
+
+def _local_fields(c: Ctx, call: A.Call, fn, args: list, kwargs: dict) -> set[str] | None:
+    """The task fields of `hf(folder, split)` or `parquet(path)` when the data is on this machine
+    (read from its metadata or schema, no row loaded; paths as the data source reads them, from
+    the current directory); None (anything goes) when it is not, as for a hub name."""
+    bound = inspect.signature(fn).bind(*args, **kwargs)
+    bound.apply_defaults()
+    a = bound.arguments
+    if fn is parquet:
+        path = Path(str(a["path"])).expanduser()
+        if not path.is_file() or path.suffix not in TABLE_SUFFIXES:
+            return None
+        try:
+            return set(table_fields(path))
+        except DataError as exc:
+            c.error("bad-data-file", f"data file `{a['path']}` cannot be read: {exc}", call.args[0].span if call.args else call.span)
+            return None
+    name, split = a["name"], a["split"]
+    if not isinstance(name, str) or not isinstance(split, str):
+        return None
+    splits = saved_splits(name)
+    if splits is not None and split not in splits:
+        node = _arg(call, 1, "split")
+        c.error("invalid-value", f"the saved dataset `{name}` has no split `{split}`", node.span if node else call.span,
+                label="not one of its splits" if node else "`split` defaults to \"train\"",
+                notes=(f"its splits: {_ticks(splits)}",), help=did_you_mean(split, splits, fmt='`split="{}"`') or "give `split` one of its splits")
+        return None
+    found = saved_fields(name, split)
+    return set(found) if found is not None else None
+
+
 def check_data(c: Ctx) -> None:
     """`data SPLIT source(args)` or `data SPLIT "file.jsonl"` (or .parquet/.arrow): known split, registered source or
     existing file; the task fields are what every split's rows hold."""
@@ -156,10 +194,14 @@ def check_data(c: Ctx) -> None:
                     label="not a registered data source", notes=(f"registered: {_ticks(c.registry.data_sources)}",),
                     help=did_you_mean(name, c.registry.data_sources))
             continue
-        if _literal_args(c, d.call) is not None:
+        lits = _literal_args(c, d.call)
+        if lits is not None:
             why = _bind(spec.fn, len(d.call.args), [k.name.name for k in d.call.kwargs])
             if why:
                 c.error("wrong-arity", f"bad arguments for data source `{name}`: {why}", d.call.span)
+            elif spec.fn in (hf, parquet):
+                fields.append(_local_fields(c, d.call, spec.fn, *lits))
+                continue
         fields.append(set(spec.fields) if spec.fields else None)
     if fields and all(f is not None for f in fields):
         c.task_fields = set.intersection(*fields) | {"id"}
