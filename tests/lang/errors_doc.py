@@ -34,7 +34,7 @@ FIX = {
  "unknown-field": "Use a field that exists: `task.x` for the data's columns, `env.x` for the environment's view, `ROLE.x` for a role's `parse` fields plus `output` and `ok`.",
  "unknown-name": "Outside a role, read values as `ROLE.FIELD`, `task.x`, `env.x` or `turn`. Inside a role's `reward` and `parse`, bare names are that role's own fields.",
  "type-mismatch": "A guard must be true/false (compare a number: `pass_rate(...) > 0.5`); a reward or `team` must be a number (or a bool, counted as 1/0).",
- "invalid-value": "Use a value of the right kind and range: `alpha` in [0, 10], `max_turns` a whole number >= 1, known `sample` keys (`temperature`, `top_p`, `top_k`, `min_p`, `max_tokens`, `stop`, `seed`, `repetition_penalty`), literal arguments for `env` and `data`, splits `train`/`eval`.",
+ "invalid-value": "Use a value of the right kind and range: `alpha` in [0, 10], `max_turns` a whole number >= 1, known `sample` keys (`temperature`, `top_p`, `top_k`, `min_p`, `max_tokens`, `stop`, `seed`, `repetition_penalty`), literal arguments for `env` and `data`, splits `train`/`eval`, and for `hf(folder, split=...)` a split the saved dataset has.",
  "invalid-edge": "`start` only has outgoing edges, `end` only incoming ones, and neither can be in a parallel group.",
  "unreachable": "Add an edge that leads to the node from `start` (directly or through other nodes), or remove it.",
  "no-path-to-end": "Give the node an edge to `end` (usually guarded: `planner -> end when solved()`), directly or through other nodes.",
