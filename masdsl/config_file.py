@@ -20,6 +20,22 @@ config file c.yaml:4:1: not valid YAML: did not find expected ',' or ']' (4, 1)
 ((2, 10), (2, 3), (1, 1), None)
 >>> print(str(f.error(ConfigError("`train.steps` must be at least 5", key="train.steps"))).replace(str(path), "c.yaml"))
 config file c.yaml:2:10: `train.steps` must be at least 5
+
+`compose(paths)` is `--config A --config B`: the files in the order they apply (later wins), each
+with its `defaults:` list expanded as Hydra does (the files it names, relative to it, in order;
+`_self_` where the file's own keys go, last when it is not listed):
+
+>>> base = path.parent / "base.yaml"
+>>> _ = base.write_text("train:\\n  steps: 7\\n")
+>>> _ = path.write_text("defaults:\\n  - base\\ntrain:\\n  lr: 0.1\\n")
+>>> [f.path.name for f in compose([path])], "defaults" in read_yaml(path).config
+(['base.yaml', 'c.yaml'], False)
+>>> _ = base.write_text("defaults: [c.yaml]\\n")
+>>> try:
+...     compose([path])
+... except ConfigError as e:
+...     print(str(e).replace(str(path.parent) + "/", ""))
+config file base.yaml:1:12: `defaults` names `c.yaml`, which is already being composed: a cycle (c.yaml -> base.yaml -> c.yaml)
 """
 
 from __future__ import annotations
@@ -38,6 +54,8 @@ class YamlFile:
     config: Any  # the DictConfig
     keys: dict[str, tuple[int, int]] = field(default_factory=dict)  # dotted key -> (line, col) of the key
     values: dict[str, tuple[int, int]] = field(default_factory=dict)  # ... of its value
+    # the top-level `defaults:` list (taken out of `config`): its entries, each with its (line, col)
+    defaults: list[tuple[Any, tuple[int, int]]] = field(default_factory=list)
 
     def where(self, key: str | None, value: bool = True) -> tuple[int, int] | None:
         """(line, col) of `key`'s value (or of the key itself), else of its nearest parent the
@@ -110,7 +128,72 @@ def read_yaml(path: str | Path) -> YamlFile:
     out = YamlFile(path, config)
     if node is not None:
         _marks(node, "", out)
+        _take_defaults(node, out)
     return out
+
+
+SELF = "_self_"  # in a `defaults:` list: where the file's own keys apply (Hydra's name)
+
+
+def _take_defaults(node: Any, out: YamlFile) -> None:
+    """Move the top-level `defaults:` list out of the config (it is no config key) into `out.defaults`."""
+    value = next((v for k, v in node.value if k.value == "defaults"), None)
+    if value is None:
+        return
+    data = out.config.pop("defaults")
+    at = out.values["defaults"]
+    if value.id != "sequence":
+        raise _mistake(out.path, "`defaults` must be a list of YAML files to compose (`defaults: [base.yaml, _self_]`); "
+                       f"got `{str(data)[:40]}`", *at, key="defaults")
+    items = data if isinstance(data, list) else list(data)  # a ListConfig
+    out.defaults = [(item, (n.start_mark.line + 1, n.start_mark.column + 1)) for item, n in zip(items, value.value)]
+
+
+def compose(paths: Any) -> list[YamlFile]:
+    """The `--config` files, each after the files its `defaults:` list names, in the order they
+    apply (later wins). A missing file, an entry that is no file name, `_self_` twice or a cycle
+    is a `ConfigError` at the entry's file:line."""
+    out: list[YamlFile] = []
+    for path in paths:
+        _expand(read_yaml(path), [], out)
+    return out
+
+
+def _expand(file: YamlFile, chain: list[YamlFile], out: list[YamlFile]) -> None:
+    chain = [*chain, file]
+    selves = [at for entry, at in file.defaults if entry == SELF]
+    if len(selves) > 1:
+        raise _mistake(file.path, f"`defaults` lists `{SELF}` twice (where this file's own keys apply: once)",
+                       *selves[1], key="defaults")
+    for entry, at in file.defaults if selves else [*file.defaults, (SELF, None)]:
+        if entry == SELF:
+            out.append(file)
+            continue
+        path = _entry_path(file, entry, at)
+        if any(path.resolve() == f.path.resolve() for f in chain):
+            loop = " -> ".join(str(f.path) for f in chain[next(i for i, f in enumerate(chain)
+                                                             if f.path.resolve() == path.resolve()):])
+            raise _mistake(file.path, f"`defaults` names `{entry}`, which is already being composed: "
+                           f"a cycle ({loop} -> {path})", *at, key="defaults")
+        _expand(read_yaml(path), chain, out)
+
+
+def _entry_path(file: YamlFile, entry: Any, at: tuple[int, int]) -> Path:
+    """The file a `defaults:` entry names: a path relative to `file`'s folder, `.yaml` optional."""
+    if not isinstance(entry, str) or not entry.strip():
+        group = " (masdsl has no config groups: name the file, `- group/option.yaml`)" if hasattr(entry, "keys") else ""
+        raise _mistake(file.path, f"a `defaults` entry names a YAML file relative to this one (`- base.yaml`) "
+                       f"or `{SELF}`; got `{entry}`{group}", *at, key="defaults")
+    base = file.path.parent / entry
+    tries = [base] if base.suffix in (".yaml", ".yml") else [base, base.with_name(base.name + ".yaml"),
+                                                           base.with_name(base.name + ".yml")]
+    for path in tries:
+        if path.is_file():
+            return path
+    if base.is_dir():
+        raise _mistake(file.path, f"`defaults` names `{entry}`, a folder, not a YAML file", *at, key="defaults")
+    raise _mistake(file.path, f"`defaults` names `{entry}`: no such file ({' or '.join(str(t) for t in tries)})",
+                   *at, key="defaults")
 
 
 def _not_yaml(path: Path, text: str, exc: Exception) -> ConfigError:

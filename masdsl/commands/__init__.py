@@ -21,8 +21,9 @@ def split_options(args: argparse.Namespace, prog: str, add_options: Callable[[ar
     add_options(extra)
     known, rest = extra.parse_known_args(args.overrides)
     for name in names:
-        if getattr(known, name) is not None:
-            setattr(args, name, getattr(known, name))
+        value, before = getattr(known, name), getattr(args, name, None)
+        if value is not None:  # a repeatable option (`--config A FILE --config B`) keeps both
+            setattr(args, name, before + value if isinstance(value, list) and isinstance(before, list) else value)
     unknown = [r for r in rest if r.startswith("-")]
     if unknown:
         raise UserError(f"{prog}: unknown option `{unknown[0]}` (see `{prog} --help`)")

@@ -41,7 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", metavar="YAML", help="a YAML config file layered under the overrides")
+    p.add_argument("--config", metavar="YAML", action="append", default=None,
+                   help="a YAML config file layered under the overrides (again for more: later wins)")
     p.add_argument("--tasks", type=int, metavar="N", default=None,
                    help="evaluate the first N eval tasks (default: train.eval_tasks; 0: all)")
     p.add_argument("--all", action="store_const", const=True, default=None,

@@ -31,7 +31,8 @@ def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("ascii", "mermaid", "dot", "svg", "png"), default=None)
     p.add_argument("-o", "--output", metavar="OUT", help="write the graph to OUT instead of stdout")
     p.add_argument("--samples", type=int, default=None, help="K for the groups table (default: train.samples or 4)")
-    p.add_argument("--config", metavar="YAML", help="a YAML config file layered under the overrides (placement)")
+    p.add_argument("--config", metavar="YAML", action="append", default=None,
+                   help="a YAML config file layered under the overrides, for the placement (again for more: later wins)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -27,7 +27,11 @@ from masdsl.errors import UserError
 
 
 def _options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", metavar="YAML", help="a YAML config file layered under the overrides")
+    p.add_argument("--config", metavar="YAML", action="append", default=None,
+                   help="a YAML config file layered under the overrides (again for more: later wins)")
+    p.add_argument("--print-config", action="store_const", const=True, default=None,
+                   help="print the resolved configuration (YAML, every key) and exit: no model loads")
+    p.add_argument("--cfg", choices=("job",), default=None, help="`--cfg job`: Hydra's spelling of --print-config")
     p.add_argument("--resume", metavar="RUN_DIR",
                    help="continue the run in RUN_DIR from its newest complete checkpoint")
     p.add_argument("--json", action="store_const", const=True, default=None,
@@ -49,7 +53,7 @@ def split_options(args: argparse.Namespace) -> argparse.Namespace:
     """
     from masdsl.commands import split_options as split  # the package imports this module: not at the top
 
-    return split(args, "masdsl run", _options, ("config", "resume", "json"))
+    return split(args, "masdsl run", _options, ("config", "print_config", "cfg", "resume", "json"))
 
 
 def resume_dir(path: str) -> tuple[Path, Path]:
@@ -78,16 +82,29 @@ def resolve(args: argparse.Namespace, workflow: Any) -> tuple[Any, Path | None, 
     return cfg, run_dir, ck
 
 
+def print_config(cfg: Any, workflow: Any) -> int:
+    """`--print-config` (`--cfg job`): the resolved configuration as YAML on stdout, every key;
+    its policy and role names checked against the workflow. No model loads, nothing starts."""
+    from masdsl.config import check_names, to_yaml  # start-up: as above
+
+    check_names(cfg, workflow)
+    print(to_yaml(cfg), end="", flush=True)
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
     import masdsl  # start-up: as above
-    from masdsl.learner.config import validate
-    from masdsl.learner.trainer import train
-    from masdsl.runtime.rundir import RunDir
 
     err = output.console(stderr=True)
     split_options(args)
     workflow = masdsl.load(args.file)
     cfg, run_dir, ck = resolve(args, workflow)
+    if args.print_config or args.cfg:
+        return print_config(cfg, workflow)
+    from masdsl.learner.config import validate  # start-up: the trainer's imports, once a run goes ahead
+    from masdsl.learner.trainer import train
+    from masdsl.runtime.rundir import RunDir
+
     validate(workflow, cfg)
     if run_dir is None:
         run_dir = RunDir.create(workflow, cfg).path

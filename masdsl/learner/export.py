@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from masdsl.config import Config, resolve_config
+from masdsl.config import ALL_POLICIES, Config, resolve_config
 from masdsl.errors import CheckpointError, UserError
 from masdsl.lang import loads
 from masdsl.lang.workflow import Workflow
@@ -118,7 +118,7 @@ def export_checkpoint(workflow: Workflow, path: Path, out: Path, *, merge: bool 
 def _only(workflow: Workflow, cfg: Config, names: list[str]) -> tuple[Workflow, Config]:
     """The workflow and configuration narrowed to `names` (no frozen judge is loaded for nothing)."""
     cfg = copy.deepcopy(cfg)
-    cfg.policy = {k: v for k, v in (cfg.policy or {}).items() if k in names}
+    cfg.policy = {k: v for k, v in (cfg.policy or {}).items() if k in names or k == ALL_POLICIES}
     return dataclasses.replace(workflow, policies={n: workflow.policies[n] for n in names}), cfg
 
 

@@ -13,7 +13,7 @@ import inspect
 from pathlib import Path
 from typing import Any, Mapping
 
-from masdsl.config import Config, ConfigError, check_names
+from masdsl.config import Config, ConfigError, check_names, policy_override
 from masdsl.envs.datasets import load_jsonl
 from masdsl.envs.registry import load_builtins
 from masdsl.errors import DataError, UserError, did_you_mean
@@ -76,9 +76,10 @@ LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
 
 
 def effective_policies(workflow: Workflow, cfg: Config) -> dict[str, PolicySpec]:
-    """The workflow's policies with the config's `policy.<name>.*` overrides applied: `model`,
-    `lora` and `frozen` replace the file's; `chat_template_kwargs` merge over the file's (these
-    keys win). Unknown policy names and lora keys are errors.
+    """The workflow's policies with the config's `policy.<name>.*` overrides applied (over
+    `policy."*".*`, every policy's): `model`, `lora` and `frozen` replace the file's;
+    `chat_template_kwargs` merge over the file's (these keys win). Unknown policy names and lora
+    keys are errors.
 
     >>> import networkx as nx
     >>> from masdsl.config import resolve_config
@@ -96,7 +97,10 @@ def effective_policies(workflow: Workflow, cfg: Config) -> dict[str, PolicySpec]
     """
     check_names(cfg, workflow)
     specs = dict(workflow.policies)
-    for name, ov in (cfg.policy or {}).items():
+    for name in workflow.policies:
+        ov = policy_override(cfg, name)
+        if ov is None:
+            continue
         changes = {k: getattr(ov, k) for k in ("model", "lora", "frozen") if getattr(ov, k) is not None}
         if ov.chat_template_kwargs:
             changes["chat_template_kwargs"] = {**(specs[name].chat_template_kwargs or {}), **ov.chat_template_kwargs}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from masdsl.config import ALL_ROLES
+from masdsl.config import ALL_ROLES, policy_override
 from masdsl.lang.workflow import RoleSpec, Workflow
 from masdsl.runtime import prompts
 from masdsl.runtime.backends.base import GenRequest
@@ -44,7 +44,8 @@ def role_sample(workflow: Workflow, cfg: Any, role: str) -> dict[str, Any]:
 
 
 def chat_template_kwargs(workflow: Workflow, cfg: Any, policy: str) -> dict[str, Any]:
-    """The policy's `chat_template_kwargs`: the `.mas` block's, then `policy.<name>.chat_template_kwargs`.
+    """The policy's `chat_template_kwargs`: the `.mas` block's, then `policy."*"`'s and
+    `policy.<name>.chat_template_kwargs`.
 
     >>> from types import SimpleNamespace
     >>> from masdsl.config import resolve_config
@@ -55,7 +56,7 @@ def chat_template_kwargs(workflow: Workflow, cfg: Any, policy: str) -> dict[str,
     """
     spec = workflow.policies.get(policy)
     out = dict(getattr(spec, "chat_template_kwargs", None) or {})
-    override = (getattr(cfg, "policy", None) or {}).get(policy)
+    override = policy_override(cfg, policy) if getattr(cfg, "policy", None) else None
     out.update(getattr(override, "chat_template_kwargs", None) or {})
     return out
 

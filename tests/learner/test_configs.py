@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import masdsl
-from masdsl.config import GROUPINGS, LOSSES, ConfigError, resolve_config
+from masdsl.config import GROUPINGS, LOSSES, ConfigError, policy_override, resolve_config
 from masdsl.learner.config import validate
 from masdsl.learner.grouping import GROUP_FNS
 from masdsl.learner.losses import LOSS_FNS
@@ -27,7 +27,7 @@ def test_paper_overlay_applies_to_shipped_workflows(name):
     cfg = resolve_config(wf.train, ROOT / "configs" / "paper.yaml")
     t = cfg.train
     assert (t.samples, t.batch, t.steps, t.lr, t.grouping) == (4, 32, 200, 1e-6, "at")
-    assert cfg.runtime.engine == "vllm" and cfg.policy["shared"].model == "Qwen/Qwen3-1.7B"
+    assert cfg.runtime.engine == "vllm" and policy_override(cfg, "shared").model == "Qwen/Qwen3-1.7B"
     validate(wf, cfg)
     assert describe(wf, cfg) == ["policy shared <- roles " + ", ".join(wf.roles) + " (full weights, Qwen/Qwen3-1.7B)",
                                  "  engine: vllm in the driver, its own engine, loading the learner's new weights after each update",

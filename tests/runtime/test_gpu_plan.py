@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import masdsl
-from masdsl.config import check_names, resolve_config
+from masdsl.config import check_names, policy_override, resolve_config
 from masdsl.learner.config import validate
 from masdsl.runtime import gpu_plan as gp
 
@@ -127,9 +127,9 @@ def test_recipe_resolves_and_its_header_is_the_computed_plan(name):
 
 
 def test_recipes_fit_their_models():
-    assert "Qwen3-1.7B" in recipe("gpu_8")[1].policy["tool_p"].model
+    assert "Qwen3-1.7B" in policy_override(recipe("gpu_8")[1], "tool_p").model
     _, cfg, r = recipe("gpu_2x8")
-    assert cfg.policy["tool_p"].model == "Qwen/Qwen3-8B" and cfg.runtime.learner_fsdp
+    assert policy_override(cfg, "tool_p").model == "Qwen/Qwen3-8B" and cfg.runtime.learner_fsdp
     assert not gp.plan(gp.QWEN3_8B, r).problems()
     assert cfg.runtime.ray_address == "auto"
 
