@@ -1,4 +1,4 @@
-"""`masdsl` command line: check | graph | warm-start | run | eval | trace | export | fmt | new | lsp | env | completion.
+"""`masdsl` command line: check | graph | warm-start | run | sweep | eval | trace | export | fmt | new | lsp | env | completion.
 
 Each subcommand lives in `masdsl/commands/<name>.py` with `add_arguments(parser)` and
 `main(args) -> int`, imported only when used: `masdsl check` imports `commands/check.py` and
@@ -29,6 +29,7 @@ COMMANDS = {
     "check": "parse and validate .mas files; errors with file:line:col",
     "graph": "show the turn graph and the AT-GRPO groups it forms",
     "run": "train a workflow with AT-GRPO (rollout -> group -> update -> sync)",
+    "sweep": "train every arm of an override grid on several seeds (Ray tasks), then compare them (MLflow)",
     "eval": "roll out a workflow on its eval split and report metrics by role and turn",
     "trace": "print readable transcripts of a run's episodes",
     "warm-start": "a short supervised warm start on the env's demonstrations, before `run` (a model folder)",

@@ -79,3 +79,30 @@ def plot_progress(history: History, path: Path, title: str = "") -> Path | None:
     finally:
         plt.close(fig)
     return path
+
+
+def plot_arms(series: dict[str, list[tuple[int, float]]], path: Path, metric: str) -> Path | None:
+    """One line per arm of a sweep (`arm -> [(step, mean over seeds)]`) for one metric; a PNG,
+    or None when there is nothing to draw."""
+    if not any(series.values()):
+        return None
+    import matplotlib  # heavy, optional: matplotlib (masdsl[train]), only when there is a plot
+
+    matplotlib.use("Agg", force=True)  # before pyplot: draw to files, never to a display
+    import matplotlib.pyplot as plt  # heavy, optional: after choosing the backend above
+    from matplotlib.ticker import MaxNLocator  # heavy, optional: as above
+
+    fig, ax = plt.subplots(figsize=(7, 4), constrained_layout=True)
+    try:
+        for arm, points in series.items():
+            if points:
+                ax.plot(*zip(*points), marker="o", label=arm)
+        ax.set(title=f"{metric} (mean over seeds)", xlabel="step", ylabel=metric)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize="small")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=100)
+    finally:
+        plt.close(fig)
+    return path

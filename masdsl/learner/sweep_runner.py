@@ -1,0 +1,214 @@
+"""Run a sweep (`masdsl sweep`): each trial a Ray task, each finished trial kept, then compared.
+
+The sweep folder (`runs/<workflow>/sweeps/<name>/`) holds `sweep.json` (the grid, the seeds,
+the MLflow parent), `results.jsonl` (one row per finished trial, appended as each ends),
+`trials/<trial>/` (each trial's ordinary run folder), `sweeps/NAME/comparison.md` and `curves/<metric>.png`.
+Restarted with the same command, a sweep skips the trials in `results.jsonl` and reruns a trial
+that was cut off from scratch; so a killed sweep keeps what finished.
+
+Trials are Ray tasks asking for `trial_cpus` CPUs and `trial_gpus` GPUs (default: the whole
+local machine, so they run one after another here; on a cluster with room, side by side).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from masdsl.errors import UserError
+from masdsl.learner.sweep import Trial, compare, expand, markdown_table, trials
+
+RESULTS, SPEC = "results.jsonl", "sweep.json"
+CURVES = ("success/eval", "reward/eval", "groups/nonflat_frac")  # one image each
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    folder: Path
+    rows: list[dict]  # one per finished trial, in grid order
+    lines: list[dict]  # the comparison, one per arm
+    table: str  # the comparison as Markdown
+    ran: list[str]  # the trial ids this invocation ran (the others were already done)
+    parent_run_id: str | None
+
+
+def default_name(file: str, overrides: Sequence[str], seeds: Sequence[int], configs: Sequence[str]) -> str:
+    """A sweep's name when none is given: the same command gives the same name (so it resumes).
+
+    >>> default_name("w.mas", ["a=1,2"], [0], []) == default_name("w.mas", ["a=1,2"], [0], [])
+    True
+    """
+    key = json.dumps([Path(file).name, list(overrides), list(seeds), list(configs)])
+    return hashlib.sha256(key.encode()).hexdigest()[:8]
+
+
+def run_trial(file: str, configs: Sequence[str], overrides: Sequence[str], run_dir: str) -> Any:
+    """One trial, in a Ray worker: an ordinary training run; its `TrainResult`."""
+    import masdsl  # heavy: the trial's worker loads the workflow and the learner itself
+    from masdsl.config import resolve_config  # as above
+    from masdsl.learner.trainer import train  # as above
+
+    workflow = masdsl.load(file)
+    cfg = resolve_config(workflow.train, list(configs) or None, list(overrides))
+    return train(workflow, cfg, run_dir=run_dir)
+
+
+def read_rows(folder: Path) -> list[dict]:
+    """The finished trials' rows (`results.jsonl`)."""
+    path = folder / RESULTS
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:  # the last line of a sweep killed while writing it: rerun that trial
+            continue
+    return rows
+
+
+def check_spec(folder: Path, spec: dict) -> dict:
+    """The sweep's saved spec, or `spec` saved: a restart with another grid is refused."""
+    path = folder / SPEC
+    if path.exists():
+        saved = json.loads(path.read_text())
+        for key in ("file", "overrides", "seeds", "configs"):
+            if saved.get(key) != spec[key]:
+                raise UserError(f"{folder} holds another sweep ({key}: {saved.get(key)} now {spec[key]}); "
+                                "give a new --name, or the same command to resume it")
+        return saved
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(spec, indent=1))
+    return spec
+
+
+def run_sweep(file: str, overrides: Sequence[str], seeds: Sequence[int], *, configs: Sequence[str] = (),
+              name: str | None = None, out: str | Path | None = None, trial_cpus: float | None = None,
+              trial_gpus: float = 0.0, say: Callable[[str], None] = print) -> SweepResult:
+    """Run every trial not finished yet, then compare; see the module docstring."""
+    import masdsl  # start-up: `masdsl --help` imports this module; the workflow's modules only now
+    from masdsl.config import resolve_config  # as above
+    from masdsl.learner.sweep import summarise
+
+    common, grid = expand(overrides)
+    todo = trials(grid, seeds, common)
+    workflow = masdsl.load(file)  # the workflow's mistakes before any trial starts
+    for trial in todo:  # every arm's config is checked before any trial starts
+        resolve_config(workflow.train, list(configs) or None, trial.overrides)
+    cfg = resolve_config(workflow.train, list(configs) or None, todo[0].overrides)
+    name = name or default_name(file, overrides, seeds, configs)
+    folder = Path(out) if out else Path(cfg.runtime.runs_dir) / workflow.name / "sweeps" / name
+    spec = check_spec(folder, {"name": name, "file": str(Path(file).resolve()), "overrides": list(overrides),
+                               "seeds": list(seeds), "configs": [str(Path(c).resolve()) for c in configs],
+                               "trials": [t.id for t in todo], "parent_run_id": None})
+    mlflow, parent, uri = _open_tracking(cfg, workflow, folder, spec, grid, seeds)
+    extra = [f"tracking.uri={uri}"] if uri else []
+    done = {r["id"]: r for r in read_rows(folder)}
+    remaining = [t for t in todo if t.id not in done]
+    say(f"sweep {name}: {len(todo)} trials ({len(grid)} arms x {len(seeds)} seeds), {len(done)} done, "
+        f"{len(remaining)} to run; folder {folder}")
+    ran: list[str] = []
+    status = "FAILED"
+    try:
+        for trial, result in _run_on_ray(spec["file"], spec["configs"], remaining, folder, extra, cfg, trial_cpus, trial_gpus, say):
+            row = summarise(result, trial)
+            if mlflow is not None and row["mlflow_run_id"]:
+                from masdsl.tracking.sweep import adopt  # only with tracking on
+
+                adopt(mlflow, parent, row["mlflow_run_id"], trial)
+            with (folder / RESULTS).open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            done[trial.id] = row
+            ran.append(trial.id)
+            say(f"trial {trial.id}: eval success {_pct(row['final_success'])} (best {_pct(row['best_success'])}), "
+                f"{row['wall_s']:.0f} s")
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        rows = [done[t.id] for t in todo if t.id in done]
+        lines = compare(rows)
+        table = markdown_table(lines)
+        (folder / "comparison.md").write_text(table)
+        images = _plot(rows, folder / "curves")
+        if mlflow is not None:
+            from masdsl.tracking.sweep import finish_parent  # only with tracking on
+
+            finish_parent(mlflow, parent, table, lines, images, status=status)
+    return SweepResult(folder, rows, lines, table, ran, parent)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f} %"
+
+
+def _open_tracking(cfg: Any, workflow: Any, folder: Path, spec: dict, grid: list, seeds: Sequence[int]):
+    """(client, parent run id, resolved uri), or (None, None, None) with tracking off."""
+    if not cfg.tracking.enabled:
+        return None, None, None
+    from masdsl.tracking.store import resolve_uri  # only with tracking on
+    from masdsl.tracking.sweep import client, open_parent  # as above
+
+    uri = resolve_uri(cfg.tracking.uri)
+    mlflow = client(uri)
+    tags = {"masdsl.sweep.grid": json.dumps(grid), "masdsl.sweep.seeds": ",".join(map(str, seeds)),
+            "masdsl.workflow": workflow.name}
+    parent = open_parent(mlflow, cfg.tracking.experiment or workflow.name, spec["name"], tags, spec.get("parent_run_id"))
+    if spec.get("parent_run_id") != parent:
+        spec["parent_run_id"] = parent
+        (folder / SPEC).write_text(json.dumps(spec, indent=1))
+    return mlflow, parent, uri
+
+
+def _run_on_ray(file: str, configs: list[str], remaining: list[Trial], folder: Path, extra: list[str], cfg: Any,
+                trial_cpus: float | None, trial_gpus: float, say: Callable[[str], None]):
+    """Yield (trial, TrainResult) as trials finish, each a Ray task."""
+    if not remaining:
+        return
+    import ray  # heavy: ray is optional (the train extra); only sweeps and `runtime.ray` runs need it
+
+    from masdsl.runtime.actors import init_ray  # as above
+
+    init_ray(cfg)
+    cpus = trial_cpus if trial_cpus is not None else ray.cluster_resources().get("CPU", 1.0)
+    task = ray.remote(run_trial).options(num_cpus=cpus, num_gpus=trial_gpus, max_retries=0)
+    pending = {}
+    for trial in remaining:
+        run_dir = folder / "trials" / trial.folder
+        if run_dir.exists():  # cut off by an earlier kill: start it again
+            shutil.rmtree(run_dir)
+        ref = task.remote(file, configs, [*trial.overrides, *extra], str(run_dir.resolve()))
+        pending[ref] = trial
+    say(f"submitted {len(pending)} trials to Ray ({cpus:g} CPUs, {trial_gpus:g} GPUs each)")
+    try:
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            trial = pending.pop(ready[0])
+            yield trial, ray.get(ready[0])
+    finally:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+
+
+def _plot(rows: list[dict], folder: Path) -> list[Path]:
+    """One PNG per metric of `CURVES`: each arm's mean over its seeds, per step."""
+    if not rows:
+        return []
+    from masdsl.tracking.plot import plot_arms  # matplotlib, only when there is something to draw
+
+    out = []
+    for metric in CURVES:
+        series: dict[str, dict[int, list[float]]] = {}
+        for row in rows:
+            for step, value in row["curves"].get(metric, []):
+                series.setdefault(row["arm"] or "base", {}).setdefault(step, []).append(value)
+        means = {arm: [(s, sum(v) / len(v)) for s, v in sorted(pts.items())] for arm, pts in series.items()}
+        path = plot_arms(means, folder / f"{metric.replace('/', '_')}.png", metric)
+        if path is not None:
+            out.append(path)
+    return out

@@ -1,0 +1,115 @@
+"""`masdsl sweep` end to end: 2 arms x 2 seeds of a tiny model as Ray tasks on a local Ray
+instance, one MLflow parent with four tagged children, a comparison equal to the children's
+metrics, and a sweep killed after two trials that, restarted, runs only the other two."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from masdsl.cli import main
+from masdsl.learner.sweep import expand, trials
+
+pytest.importorskip("ray")
+pytest.importorskip("mlflow")
+
+TOY = Path(__file__).parent / "learner" / "toy" / "toy_digits.mas"
+
+
+def sweep_overrides(tiny_model_dir, tmp_path) -> list[str]:
+    return ["train.lr=1e-5,3e-5", f"policy.shared.model={tiny_model_dir}", "runtime.engine=hf",
+            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "train.samples=2", "train.batch=4",
+            "train.eval_tasks=2", "train.steps=1"]
+
+
+def sweep_argv(tiny_model_dir, tmp_path) -> list[str]:
+    return ["sweep", str(TOY), *sweep_overrides(tiny_model_dir, tmp_path), "--seeds", "0,1",
+            "--out", str(tmp_path / "sweep"), "--trial-cpus", "1"]
+
+
+def children(tmp_path, parent_id):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    parent = client.get_run(parent_id)
+    runs = client.search_runs([parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent_id}'")
+    return client, parent, runs
+
+
+def test_a_2x2_sweep_killed_after_two_trials_resumes_and_compares_its_children(tiny_model_dir, tmp_path, local_ray, capsys):
+    argv = sweep_argv(tiny_model_dir, tmp_path)
+    results = tmp_path / "sweep" / "results.jsonl"
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    proc = subprocess.Popen([sys.executable, "-m", "masdsl", *argv], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 300
+    try:
+        while not (results.exists() and len(results.read_text().splitlines()) >= 2):
+            assert proc.poll() is None, "the sweep ended before two trials finished"
+            assert time.monotonic() < deadline, "two trials did not finish in 300 s"
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the whole process group: the driver and its Ray
+        proc.wait()
+    finished = [json.loads(line)["id"] for line in results.read_text().splitlines()]
+    assert len(finished) in (2, 3)  # a third may have ended between the poll and the kill
+    # the same command again: only the trials that had not finished run
+    from masdsl.learner.sweep_runner import run_sweep
+
+    overrides = sweep_overrides(tiny_model_dir, tmp_path)
+    common, arms = expand(overrides)
+    result = run_sweep(str(TOY), overrides, [0, 1], out=tmp_path / "sweep", trial_cpus=1, say=lambda _: None)
+    everyone = [t.id for t in trials(arms, [0, 1], common)]
+    assert everyone == ["train.lr=1e-5,seed=0", "train.lr=1e-5,seed=1", "train.lr=3e-5,seed=0", "train.lr=3e-5,seed=1"]
+    assert sorted(result.ran) == sorted(set(everyone) - set(finished)) and len(result.ran) >= 1
+    assert [r["id"] for r in result.rows] == everyone
+    # one MLflow parent (reopened, then finished) with the four trials as tagged children
+    client, parent, runs = children(tmp_path, result.parent_run_id)
+    assert parent.data.tags["masdsl.kind"] == "sweep" and parent.info.status == "FINISHED"
+    assert sorted(r.data.tags["masdsl.sweep.trial"] for r in runs) == everyone
+    assert {r.data.tags["masdsl.sweep.override.train.lr"] for r in runs} == {"1e-5", "3e-5"}
+    # the comparison's numbers are the children's own metrics, averaged over the seeds
+    for arm in ("train.lr=1e-5", "train.lr=3e-5"):
+        mine = [r for r in runs if r.data.tags["masdsl.sweep.arm"] == arm]
+        final = [client.get_metric_history(r.info.run_id, "success/eval")[-1].value for r in mine]
+        reward = [client.get_metric_history(r.info.run_id, "reward/eval")[-1].value for r in mine]
+        line = next(x for x in result.lines if x["arm"] == arm)
+        assert line["final_success"][0] == pytest.approx(statistics.fmean(final), abs=1e-9)
+        assert line["eval_reward"][0] == pytest.approx(statistics.fmean(reward), abs=1e-9)
+        assert line["seeds"] == [0, 1] and f"| `{arm}` | 0,1 |" in result.table
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"comparison.md", "comparison.json", "curves"} <= artifacts
+    assert {a.path for a in client.list_artifacts(parent.info.run_id, "curves")} == {
+        "curves/success_eval.png", "curves/reward_eval.png", "curves/groups_nonflat_frac.png"}
+    # a third run has nothing left to do, and the CLI prints the same table
+    assert main(argv) == 0
+    assert capsys.readouterr().out == result.table
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train.seed=1,2"], "give the seeds with --seeds"),
+    (["train.lr=1e-5,"], "an empty value in the sweep list"),
+    (["train.lr=1e-5,2e-5", "--seeds", "0,x"], "`x` is not a seed"),
+    (["train.lr=1e-5,2e-5", "train.steps=-1,2"], "train.steps"),
+])
+def test_sweep_mistakes_exit_2_before_any_trial(tmp_path, capsys, argv, message):
+    assert main(["sweep", str(TOY), *argv, "tracking.enabled=false", "--out", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "s" / "results.jsonl").exists()
+
+
+def test_a_restart_with_another_grid_is_refused(tmp_path, capsys):
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "sweep.json").write_text(json.dumps(
+        {"name": "x", "file": str(TOY.resolve()), "overrides": ["train.lr=1,2"], "seeds": [0], "configs": []}))
+    assert main(["sweep", str(TOY), "train.lr=1e-5,2e-5", "tracking.enabled=false", "--out", str(tmp_path / "s")]) == 2
+    assert "holds another sweep (overrides" in capsys.readouterr().err
