@@ -96,7 +96,7 @@ def test_a_2x2_sweep_killed_after_two_trials_resumes_and_compares_its_children(t
 
 @pytest.mark.parametrize("argv, message", [
     (["train.seed=1,2"], "give the seeds with --seeds"),
-    (["train.lr=1e-5,"], "an empty value in the sweep list"),
+    (["train.lr=1e-5,"], "an empty value between commas"),
     (["train.lr=1e-5,2e-5", "--seeds", "0,x"], "`x` is not a seed"),
     (["train.lr=1e-5,2e-5", "train.steps=-1,2"], "train.steps"),
 ])

@@ -14,13 +14,13 @@ interval). `masdsl.learner.sweep_runner` runs the trials (Ray tasks) and records
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from masdsl.config import expand_sweep
 from masdsl.errors import UserError
 
 SEED_KEY = "train.seed"
@@ -64,33 +64,10 @@ def trials(arms: Sequence[Sequence[str]], seeds: Sequence[int], common: Sequence
     return out
 
 
-def split_values(value: str) -> list[str]:
-    """`a,b` -> ['a', 'b'], leaving commas inside quotes and brackets alone (`[1,2]`, `'a,b'`).
-
-    >>> split_values("1e-5,2e-5"), split_values("[1,2],[3]"), split_values("'a,b',c"), split_values("{r: 8, alpha: 16}")
-    (['1e-5', '2e-5'], ['[1,2]', '[3]'], ["'a,b'", 'c'], ['{r: 8, alpha: 16}'])
-    """
-    parts, depth, quote, start = [], 0, "", 0
-    for i, ch in enumerate(value):
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "[{(":
-            depth += 1
-        elif ch in "]})":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(value[start:i])
-            start = i + 1
-    parts.append(value[start:])
-    return parts
-
-
 def expand(overrides: Sequence[str]) -> tuple[list[str], list[list[str]]]:
-    """A sweep's overrides as (those every arm gets, the arms): `key=a,b` takes each value in turn
-    (Hydra's basic sweeper); the arms are the cartesian product, first key slowest, and each
-    holds only its swept overrides (what names it).
+    """A sweep's overrides as (those every arm gets, the arms), from Hydra's basic-sweeper grammar
+    (`masdsl.config.expand_sweep`: `key=a,b`, `range(...)`, `choice(...)`); each arm holds only
+    the overrides that vary (what names it), first key slowest.
 
     >>> common, arms = expand(["train.lr=1e-5,2e-5", "train.steps=4", "train.grouping=at,trajectory"])
     >>> common, arms[:2]
@@ -98,17 +75,10 @@ def expand(overrides: Sequence[str]) -> tuple[list[str], list[list[str]]]:
     >>> len(expand(["a=1,2", "b=x,y,z"])[1]), expand(["a=1"])
     (6, (['a=1'], [[]]))
     """
-    common, choices = [], []
-    for ov in overrides:
-        key, eq, value = ov.partition("=")
-        values = split_values(value) if eq and not key.startswith("~") else [value]
-        if len(values) < 2:
-            common.append(ov)
-            continue
-        if any(not v for v in values):
-            raise UserError(f"`{ov}`: an empty value in the sweep list (write `{key}=a,b`)")
-        choices.append([f"{key}={v}" for v in values])
-    return common, [list(arm) for arm in itertools.product(*choices)]
+    runs = expand_sweep(list(overrides))
+    varying = [i for i in range(len(overrides)) if len({run[i] for run in runs}) > 1]
+    common = [runs[0][i] for i in range(len(overrides)) if i not in varying]
+    return common, [[run[i] for i in varying] for run in runs]
 
 
 def parse_seeds(text: str) -> list[int]:
