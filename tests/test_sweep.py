@@ -113,3 +113,15 @@ def test_a_restart_with_another_grid_is_refused(tmp_path, capsys):
         {"name": "x", "file": str(TOY.resolve()), "overrides": ["train.lr=1,2"], "seeds": [0], "configs": []}))
     assert main(["sweep", str(TOY), "train.lr=1e-5,2e-5", "tracking.enabled=false", "--out", str(tmp_path / "s")]) == 2
     assert "holds another sweep (overrides" in capsys.readouterr().err
+
+
+def test_a_running_trial_reports_the_step_of_its_newest_whole_record(tmp_path):
+    from masdsl.learner.sweep_runner import latest_step
+
+    assert latest_step(tmp_path) is None
+    big = [0] * 40_000  # records hold token ids: lines longer than the first read window
+    lines = [json.dumps({"step": s, "prompt_ids": big}) for s in (0, 0, 1, 2)]
+    (tmp_path / "records.jsonl").write_text("\n".join(lines) + "\n" + '{"step": 3, "prompt_ids": [0, 0')  # mid-write
+    assert latest_step(tmp_path) == 2
+    (tmp_path / "records.jsonl").write_text(json.dumps({"step": 5}) + "\n")
+    assert latest_step(tmp_path) == 5

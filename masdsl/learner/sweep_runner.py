@@ -23,6 +23,7 @@ from masdsl.errors import UserError
 from masdsl.learner.sweep import Trial, compare, expand, markdown_table, trials
 
 RESULTS, SPEC = "results.jsonl", "sweep.json"
+PROGRESS_EVERY_S = 60.0  # how often a running sweep says how far its trials got
 CURVES = ("success/eval", "reward/eval", "groups/nonflat_frac")  # one image each
 
 
@@ -185,14 +186,46 @@ def _run_on_ray(file: str, configs: list[str], remaining: list[Trial], folder: P
         ref = task.remote(file, configs, [*trial.overrides, *extra], str(run_dir.resolve()))
         pending[ref] = trial
     say(f"submitted {len(pending)} trials to Ray ({cpus:g} CPUs, {trial_gpus:g} GPUs each)")
+    steps = cfg.train.steps
+    seen: dict[str, int] = {}
     try:
         while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=PROGRESS_EVERY_S)
+            if not ready:  # still running: say how far each trial got (its records' newest step)
+                for trial in pending.values():
+                    step = latest_step(folder / "trials" / trial.folder)
+                    if step is not None and seen.get(trial.id) != step:
+                        seen[trial.id] = step
+                        say(f"trial {trial.id}: sampling step {step + 1}/{steps}")
+                continue
             trial = pending.pop(ready[0])
             yield trial, ray.get(ready[0])
     finally:
         for ref in pending:
             ray.cancel(ref, force=True)
+
+
+def latest_step(run_dir: Path) -> int | None:
+    """The step of the newest record of a running trial (the last line of its `records.jsonl`),
+    read from the end of the file; None before its first record."""
+    path = run_dir / "records.jsonl"
+    if not path.exists():
+        return None
+    with path.open("rb") as f:
+        size = f.seek(0, 2)
+        window = 1 << 16
+        while True:  # a record holds its token ids: widen the window until it holds a whole one
+            f.seek(max(0, size - window))
+            lines = f.read().splitlines()
+            whole = lines if window >= size else lines[1:]  # the first piece may start mid-line
+            for line in reversed(whole):
+                try:
+                    return int(json.loads(line)["step"])
+                except (ValueError, KeyError, TypeError):  # the line being written, or not a record
+                    continue
+            if window >= size:
+                return None
+            window *= 4
 
 
 def _plot(rows: list[dict], folder: Path) -> list[Path]:
