@@ -69,10 +69,11 @@ def resume_dir(path: str) -> tuple[Path, Path]:
 def resolve(args: argparse.Namespace, workflow: Any) -> tuple[Any, Path | None, Path | None]:
     """The configuration, and for `--resume` the run and checkpoint folders."""
     from masdsl.config import resolve_config  # start-up: as above
-    from masdsl.learner import checkpoint  # start-up: as above
 
     if not args.resume:
         return resolve_config(workflow.train, args.config, args.overrides), None, None
+    from masdsl.learner import checkpoint  # start-up: torch, only for --resume (not for --print-config)
+
     if args.config:
         raise UserError("--resume continues with the configuration saved in the checkpoint; "
                         "give changes as overrides (e.g. train.steps=20), not --config")

@@ -1,0 +1,169 @@
+"""The run configuration's schema: one typed dataclass per section (OmegaConf structured
+config), and the allowed values `masdsl.config.resolve_config` checks. Every name here is also
+`masdsl.config.<name>`.
+
+>>> Config().train.samples, CHOICES[("train", "grouping")] == GROUPINGS
+(4, True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 3  # optimizer steps (each: rollout -> group -> update -> sync)
+    samples: int = 4  # K: candidates per role step (tree sampling)
+    batch: int = 4  # tasks (episodes) per step
+    lr: float = 1e-6
+    grouping: str = "at"  # one of GROUPINGS: at | agent | turn | trajectory
+    loss: str = "grpo"  # one of LOSSES
+    clip_eps: float = 0.2
+    dual_clip: float = 3.0  # c > 1 caps a negative-advantage token's loss at -c*A (the paper's 3); 0: off
+    kl_coef: float = 0.0  # > 0 keeps a frozen reference model
+    mini_batch_size: int = 16  # rows per optimizer step (the paper's 16); 0: the whole rollout in one step
+    ppo_epochs: int = 1  # passes over each rollout's mini-batches
+    old_logprobs: str = "auto"  # engine | trainer | auto (trainer unless runtime.dtype is float32)
+    drop_flat_groups: bool = False  # leave out groups whose rewards are all equal (they teach nothing)
+    drop_lowest_groups: float = 0.0  # leave out this fraction of groups, lowest mean reward first (paper's code/math: 0.3)
+    dynamic_sampling: int = 0  # DAPO's dynamic sampling: draw more tasks until a step holds this many non-flat groups; 0: off
+    dynamic_sampling_rounds: int = 3  # ... but at most this many rollouts of `batch` tasks per step
+    master_weights: str = "float32"  # float32: fp32 weights and AdamW state, runtime.dtype compute | compute: all in runtime.dtype
+    max_grad_norm: float = 1.0
+    weight_decay: float = 0.0
+    micro_batch_tokens: int = 4096  # token budget per forward/backward
+    gradient_checkpointing: bool = False
+    eval_every: int = 0  # 0: only at start and end
+    eval_tasks: int = 8
+    eval_temperature: float = 0.0  # 0: greedy
+    eval_samples: int = 1  # N episodes per eval task (distinct seeds): mean@N, pass@k; N > 1 wants eval_temperature > 0
+    checkpoint_every: int = 0  # 0: only at the end
+    seed: int = 0
+
+
+@dataclass
+class RuntimeConfig:
+    engine: str = "auto"  # auto | vllm | hf | replay
+    replay_file: Optional[str] = None
+    ray: bool = False  # run engines/env steps in Ray actors/tasks
+    ray_address: Optional[str] = None  # "auto" joins a running cluster
+    env_workers: int = 2
+    env_retries: int = 2
+    max_prompt_tokens: int = 2048
+    truncate_prompts: bool = False  # False: an over-long prompt is an error
+    device: str = "cpu"
+    dtype: str = "float32"
+    runs_dir: str = "runs"
+    vllm_gpu_memory_utilization: float = 0.3
+    # 0: every policy trains in the driver; N >= 1: each trainable full policy trains on N Ray
+    # actors with torch.distributed (data-parallel over its rows; masdsl/learner/workers.py)
+    learner_workers: int = 0
+    learner_fsdp: bool = False  # learner workers shard weights, grads and AdamW state (FSDP2 fully_shard) instead of DDP
+    learner_restarts: int = 1  # a learner group whose rank dies is restarted (step redone) this often per run, then the step fails
+    engine_replicas: int = 1  # engines per full policy, requests balanced across them (runtime.ray=true)
+    vllm_tensor_parallel_size: int = 1  # GPUs per vLLM engine
+    vllm_sleep_mode: bool = False  # a vLLM engine on its learner's GPU sleeps (frees weights + KV cache) during the update
+
+
+@dataclass
+class TrackingConfig:
+    enabled: bool = True
+    uri: Optional[str] = None  # default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db
+    experiment: Optional[str] = None  # default: the workflow name
+    log_weights: bool = False
+    log_models: bool = False  # end of a finished run: each policy as an MLflow transformers model
+    register: bool = False  # also register it as model version `<workflow>-<policy>` (implies log_models)
+    system_metrics: bool = True  # MLflow system metrics (CPU, memory, GPU) on training runs; needs psutil
+
+
+@dataclass
+class SandboxConfig:
+    timeout_s: float = 5.0
+    memory_mb: int = 1024
+    max_procs: int = 64
+    max_file_mb: int = 16
+    max_output_kb: int = 64
+    isolation: str = "auto"  # auto | bwrap | unshare | none
+
+
+@dataclass
+class PolicyOverride:
+    """`policy.<name>.<key>=value`: a policy's model, LoRA, frozen flag or chat-template variables
+    instead of the `.mas` file's; `policy."*".<key>` (`ALL_POLICIES`) of every policy's, under the
+    policy's own `policy.<name>` (`policy_override`)."""
+
+    model: Optional[str] = None
+    lora: Optional[dict[str, Any]] = None
+    frozen: Optional[bool] = None
+    # passed to `tokenizer.apply_chat_template(..., **kwargs)`, e.g. {enable_thinking: false} for
+    # Qwen3; merged over the `.mas` policy block's `chat_template_kwargs` (these keys win)
+    chat_template_kwargs: Optional[dict[str, Any]] = None
+
+
+@dataclass
+class SampleOverride:
+    """`sample.<role>.<key>=value`: overrides one key of that role's `sample { }` block;
+    `sample."*".<key>` (`ALL_ROLES`) of every role's, under the role's own `sample.<role>`.
+
+    The keys are exactly those `sample { }` accepts (`masdsl.lang.check.SAMPLE_KEYS`), in the
+    ranges of `SAMPLE_RANGES`.
+    """
+
+    temperature: Optional[float] = None
+    top_p: Optional[float] = None
+    top_k: Optional[int] = None
+    min_p: Optional[float] = None
+    max_tokens: Optional[int] = None
+    stop: Optional[list[str]] = None
+    seed: Optional[int] = None
+    repetition_penalty: Optional[float] = None
+
+
+@dataclass
+class Config:
+    train: TrainConfig = field(default_factory=TrainConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    policy: dict[str, PolicyOverride] = field(default_factory=dict)
+    sample: dict[str, SampleOverride] = field(default_factory=dict)  # role name (or "*": every role) -> sampling overrides
+
+
+ALL_ROLES = "*"  # `sample."*"`: every role of the workflow (a role's own `sample.<role>` wins)
+ALL_POLICIES = "*"  # `policy."*"`: every policy of the workflow (a policy's own `policy.<name>` wins)
+SAMPLE_RANGES = {  # `sample { }` / `sample.<role>` key: (test, what it must be)
+    "temperature": (lambda v: v >= 0, "at least 0"),
+    "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "max_tokens": (lambda v: isinstance(v, int) and v >= 1, "a whole number of at least 1"),
+    "top_k": (lambda v: isinstance(v, int) and v >= -1, "a whole number (-1 or 0: off)"),
+    "min_p": (lambda v: 0 <= v <= 1, "in [0, 1] (0: off)"),
+    "repetition_penalty": (lambda v: v > 0, "positive (1: off)"),
+    "seed": (lambda v: isinstance(v, int) and v >= 0, "a whole number of at least 0"),
+}
+
+
+# The allowed values of the string options, defined here once (OmegaConf cannot type a field as a
+# Literal); `resolve_config` checks CHOICES, `learner.config.problems` the loss (collected with the
+# other numeric problems); the learner's implementations are keyed by them.
+GROUPINGS = ("at", "agent", "turn", "trajectory")  # masdsl.learner.grouping implements each
+LOSSES = ("grpo",)  # masdsl.learner.losses implements each
+OLD_LOGPROBS = ("auto", "engine", "trainer")
+MASTER_WEIGHTS = ("float32", "compute")
+ENGINES = ("auto", "vllm", "hf", "replay")
+ISOLATIONS = ("auto", "bwrap", "unshare", "none")
+MINIMUMS = {
+    ("train", "steps"): 1, ("train", "samples"): 1, ("train", "batch"): 1, ("train", "ppo_epochs"): 1,
+    ("train", "eval_samples"): 1, ("runtime", "engine_replicas"): 1, ("runtime", "vllm_tensor_parallel_size"): 1,
+    ("runtime", "learner_restarts"): 0, ("train", "dynamic_sampling"): 0, ("train", "dynamic_sampling_rounds"): 1,
+}
+CHOICES = {
+    ("train", "grouping"): GROUPINGS,
+    ("train", "old_logprobs"): OLD_LOGPROBS,
+    ("train", "master_weights"): MASTER_WEIGHTS,
+    ("runtime", "engine"): ENGINES,
+    ("sandbox", "isolation"): ISOLATIONS,
+}
+# sections keyed by a name from the workflow (policy, role): their entries' fields, for hints
+NAMED_SECTIONS = {"policy": PolicyOverride, "sample": SampleOverride}
