@@ -72,7 +72,7 @@ def train(workflow: str | os.PathLike | Workflow, overrides: Sequence[str] = (),
         if config is not None:
             raise UserError("resume continues with the checkpoint's configuration; pass changes as overrides")
         path = ckpt.find(resume)
-        ckpt.read_state(path, wf.file_hash)  # another workflow's checkpoint: refuse early
+        ckpt.read_state(path, wf)  # a checkpoint of a workflow that meant something else: refuse early
         cfg = config_of(wf, overrides, path / "config.yaml")
         run_dir = path.parent.parent
     else:

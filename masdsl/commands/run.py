@@ -78,7 +78,7 @@ def resolve(args: argparse.Namespace, workflow: Any) -> tuple[Any, Path | None, 
         raise UserError("--resume continues with the configuration saved in the checkpoint; "
                         "give changes as overrides (e.g. train.steps=20), not --config")
     run_dir, ck = resume_dir(args.resume)
-    checkpoint.read_state(ck, workflow.file_hash)  # another workflow's checkpoint: refuse early
+    checkpoint.read_state(ck, workflow)  # a checkpoint of a workflow that meant something else: refuse early
     cfg = resolve_config(None, ck / "config.yaml", args.overrides)
     return cfg, run_dir, ck
 

@@ -7,7 +7,8 @@ A checkpoint is a folder `RUN_DIR/checkpoints/step_000012/` holding
   earlier versions hold `policies/<name>.pt` (a torch file); they still load.
 - `optim/<name>.pt`      its AdamW state
 - `rng.pt`               python, numpy and torch RNG states
-- `state.json`           step, data cursor, workflow name and hash, metrics history, eval results
+- `state.json`           step, data cursor, workflow name, text hash and fingerprint (what it
+  means, `masdsl.lang.fingerprint`), metrics history, eval results
 - `config.yaml`          the resolved configuration
 It is written to a hidden temporary folder and renamed into place (atomic on POSIX), so a kill
 during a save never leaves a folder `latest()` would pick; `state.json` is written last.
@@ -38,6 +39,9 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from masdsl.errors import CheckpointError
+from masdsl.lang.fingerprint import FORMAT_KEY, changed_parts, changes, fingerprint, is_setting
+from masdsl.lang.workflow import Workflow
+from masdsl.runtime.rundir import SOURCE
 
 KEEP = 2  # newest checkpoints kept on disk (older ones are deleted after a successful save)
 WEIGHTS = ".safetensors"  # policies/<name>.safetensors; `.pt` in checkpoints of earlier versions
@@ -73,10 +77,18 @@ class TrainState:
     step: int  # optimizer steps completed
     cursor: int  # tasks consumed from the train split (see trainer.next_batch)
     workflow: str
-    workflow_hash: str
+    workflow_hash: str  # sha256 of the .mas text (all an earlier masdsl compared)
     history: list[dict[str, Any]] = field(default_factory=list)  # per-step metrics
     evals: list[dict[str, Any]] = field(default_factory=list)  # {"step", "success", ...}
     extra: dict[str, Any] = field(default_factory=dict)
+    # `fingerprint(workflow)`: what the workflow meant, part by part; {} in checkpoints of earlier versions
+    workflow_fingerprint: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def fresh(cls, workflow: Workflow) -> "TrainState":
+        """Step 0 of `workflow`."""
+        return cls(step=0, cursor=0, workflow=workflow.name, workflow_hash=workflow.file_hash,
+                   workflow_fingerprint=fingerprint(workflow))
 
 
 def rng_state() -> dict[str, Any]:
@@ -126,20 +138,47 @@ def save(
     return final
 
 
-def read_state(path: str | os.PathLike, workflow_hash: str | None = None) -> TrainState:
-    """The JSON part of a checkpoint; refuses one of another workflow (CheckpointError)."""
+def read_state(path: str | os.PathLike, workflow: Workflow | None = None, *, settings: bool = True) -> TrainState:
+    """The JSON part of a checkpoint. With `workflow`, refuses (CheckpointError) a checkpoint whose
+    workflow meant something else: the message names each changed part. Comments and layout do not
+    count. `settings=False` (evaluating or exporting trained weights) leaves out the parts the
+    command line overrides anyway (`train { }` keys, `sample { }` blocks)."""
     path = Path(path)
     try:
         state = TrainState(**json.loads((path / "state.json").read_text()))
     except (OSError, ValueError, TypeError) as exc:
         raise CheckpointError(f"checkpoint `{path}` is incomplete or unreadable: {exc}") from None
-    if workflow_hash is not None and state.workflow_hash != workflow_hash:
-        raise CheckpointError(
-            f"checkpoint `{path}` belongs to workflow `{state.workflow}` with a different source "
-            f"(hash {state.workflow_hash[:12]}, this file {workflow_hash[:12]}); "
-            "resume with the same .mas file, or start a new run"
-        )
+    if workflow is not None:
+        _same_workflow(path, state, workflow, settings)
     return state
+
+
+def _same_workflow(path: Path, state: TrainState, workflow: Workflow, settings: bool) -> None:
+    kept = path.parent.parent / SOURCE  # `masdsl run` keeps the source it started from
+    as_it_was = f"use the workflow as it was (the run folder keeps it: {kept}), or start a new run"
+    now = fingerprint(workflow)
+    if state.workflow_fingerprint.get(FORMAT_KEY) != now[FORMAT_KEY]:
+        # written by a masdsl that kept only the text's hash (or another fingerprint format):
+        # the same text is the same workflow; any other text cannot be told apart from a change
+        if state.workflow_hash != workflow.file_hash:
+            raise CheckpointError(
+                f"checkpoint `{path}` of workflow `{state.workflow}` was written by an earlier masdsl, which kept "
+                f"only the hash of the .mas text ({state.workflow_hash[:12]}), and this file's text differs "
+                f"({workflow.file_hash[:12]}; even a comment counts for such a checkpoint): {as_it_was}")
+        return
+    ignore = None if settings else is_setting
+    parts = changed_parts(state.workflow_fingerprint, now, ignore)
+    if not parts:
+        return
+    hint = as_it_was
+    if all(p.startswith("train.") for p in parts):  # only the file's train { } block: an override says it
+        overrides = " ".join(f"{p}={now[p]}" for p in parts if p in now and not now[p].startswith("sha256:"))
+        hint = ("a resumed run continues with the configuration saved in the checkpoint, not the file's `train { }` "
+                f"block: restore the block and give the change as an override ({overrides or 'train.KEY=VALUE'}), "
+                "or start a new run")
+    raise CheckpointError(f"checkpoint `{path}` was trained on workflow `{state.workflow}` as it was then, and this "
+                          "file means something else (comments and layout do not count):\n  - "
+                          + "\n  - ".join(changes(state.workflow_fingerprint, now, ignore)) + f"\n{hint}")
 
 
 def find(run_dir: str | os.PathLike) -> Path:

@@ -70,7 +70,7 @@ def run_evaluation(workflow: Workflow, cfg: Config, tasks: Sequence[dict] | None
     if checkpoint is None:
         return _evaluate_models(workflow, cfg, tasks, progress, None)
     path = ckpt.find(checkpoint)
-    ckpt.read_state(path, workflow.file_hash)  # another workflow's checkpoint: refuse before loading
+    ckpt.read_state(path, workflow, settings=False)  # weights of a workflow that meant something else: refuse
     with tempfile.TemporaryDirectory(prefix="masdsl-eval-") as tmp:
         exported = export_checkpoint(workflow, path, Path(tmp), merge=True)
         return _evaluate_models(workflow, with_models(cfg, exported), tasks, progress, path)

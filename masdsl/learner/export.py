@@ -73,7 +73,7 @@ def export_run(run_dir: str | os.PathLike, *, workflow: Workflow | None = None, 
     run = path.parent.parent
     if workflow is None:
         workflow = run_workflow(run)
-    state = ckpt.read_state(path, workflow.file_hash)
+    state = ckpt.read_state(path, workflow, settings=False)
     out = Path(out) if out is not None else run / "export" / ckpt.checkpoint_name(state.step)
     return export_checkpoint(workflow, path, out, merge=merge)
 
@@ -85,7 +85,7 @@ def checkpoint_config(path: Path) -> Config:
 
 def export_checkpoint(workflow: Workflow, path: Path, out: Path, *, merge: bool = False) -> dict[str, Path]:
     """Export the policies of one checkpoint folder into `out/<policy>/`."""
-    state = ckpt.read_state(path, workflow.file_hash)
+    state = ckpt.read_state(path, workflow, settings=False)
     names = [n for n in ckpt.trained_policies(path) if n in workflow.policies]
     if not names:
         raise CheckpointError(f"checkpoint `{path}` holds no trained policy of workflow `{workflow.name}`")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from masdsl.config import Config, ConfigError
+from masdsl.lang.fingerprint import fingerprint
 from masdsl.lang.workflow import Workflow
 from masdsl.learner import checkpoint as ckpt
 from masdsl.learner.display import Progress, role_budgets
@@ -91,9 +92,12 @@ def start_state(session: TrainSession, resume: str | Path | None) -> ckpt.TrainS
     """A fresh `TrainState`, or the newest complete checkpoint of `resume` loaded into the session."""
     wf = session.workflow
     if resume is None:
-        return ckpt.TrainState(step=0, cursor=0, workflow=wf.name, workflow_hash=wf.file_hash)
+        return ckpt.TrainState.fresh(wf)
     path = ckpt.find(resume)
-    state = ckpt.read_state(path, wf.file_hash)
+    state = ckpt.read_state(path, wf)
+    # the file may differ in comments and layout (or the checkpoint predate fingerprints): the
+    # checkpoints from here on describe the file this run continues with
+    state.workflow_hash, state.workflow_fingerprint = wf.file_hash, fingerprint(wf)
     ckpt.restore(path, policies=session.policies, optimizers=session.optimizers)
     for name, group in session.groups.items():  # the workers continue from the checkpoint's weights
         group.load_weights(session.policies[name])

@@ -120,7 +120,7 @@ def test_resume_refuses_another_workflow(tiny_model_dir, tmp_path):
     wf = dense_toy()
     _run(wf, tiny_model_dir, tmp_path / "a", "train.steps=2")
     other = toy()
-    with pytest.raises(CheckpointError, match="different source"):
+    with pytest.raises(CheckpointError, match="means something else"):
         _run(other, tiny_model_dir, tmp_path / "a", "train.steps=2", resume=tmp_path / "a")
     with pytest.raises(CheckpointError, match="no complete checkpoint"):
         _run(wf, tiny_model_dir, tmp_path / "empty", resume=tmp_path)

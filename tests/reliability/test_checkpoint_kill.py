@@ -75,7 +75,7 @@ def test_kill_during_save_leaves_newest_complete_checkpoint_loadable(tmp_path, f
         child.wait(timeout=30)
     assert child.returncode == -signal.SIGKILL
     path = ckpt.find(run_dir)  # what --resume picks
-    state = ckpt.read_state(path, "h")
+    state = ckpt.read_state(path)
     p, o = _P(), _P()
     import torch
 
@@ -85,5 +85,5 @@ def test_kill_during_save_leaves_newest_complete_checkpoint_loadable(tmp_path, f
     assert torch.equal(o.sd["state"][0]["exp_avg"], torch.full((3_000_000, 4), float(state.step)))
     # every folder that counts as complete loads; a half-written save is only a hidden .tmp-*
     for done in ckpt.list_complete(run_dir):
-        ckpt.read_state(done, "h")
+        ckpt.read_state(done)
         assert (done / "policies" / "shared.safetensors").is_file() and (done / "rng.pt").is_file()
