@@ -13,6 +13,7 @@ with the errors `masdsl.config.resolve_config` reports.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import itertools
 import re
@@ -333,7 +334,7 @@ def _remove(cfg: DictConfig, ov: Override) -> DictConfig:
         if _plain(now) != _plain(expected):
             raise ConfigError(f"override `{ov.text}`: `{ov.key}` is `{_plain(now)}`, not `{_plain(expected)}` "
                               f"(`~{ov.key}` removes it whatever its value)", key=ov.key)
-    cfg = cfg.copy()
+    cfg = copy.deepcopy(cfg)  # the layers before stay as they were
     parent = cfg if len(parts) == 1 else _select(cfg, ".".join(parts[:-1]))
     if default is _ENTRY:
         del parent[parts[-1]]

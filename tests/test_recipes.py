@@ -17,7 +17,6 @@ import yaml
 import masdsl
 from masdsl import cli
 from masdsl.config import Config, ConfigError, check_names, policy_override, resolve_config
-from masdsl.learner.config import validate
 from masdsl.runtime.placement import plan_placement
 from masdsl.runtime.session import effective_policies
 from masdsl.runtime.step_requests import chat_template_kwargs, role_sample
@@ -25,6 +24,19 @@ from masdsl.runtime.step_requests import chat_template_kwargs, role_sample
 ROOT = Path(__file__).parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 WORKFLOWS = sorted((ROOT / "workflows").glob("*.mas"))
+
+
+def checked_as_run_checks(wf, cfg) -> None:
+    """What `masdsl run` checks before any model loads: its run plan (`masdsl.learner.plan`), or
+    `masdsl.learner.config.validate` in a tree from before the plan."""
+    try:
+        from masdsl.learner.plan import resolve_run  # the run plan, where the tree has it
+    except ImportError:
+        from masdsl.learner.config import validate  # before the run plan
+
+        validate(wf, cfg)
+    else:
+        resolve_run(wf, cfg)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +55,7 @@ def test_every_recipe_fits_every_workflow(config, workflows):
     for name, wf in workflows.items():
         cfg = resolve_config(wf.train, config)
         check_names(cfg, wf)
-        validate(wf, cfg)
+        checked_as_run_checks(wf, cfg)
         placement = plan_placement(wf, cfg)
         assert placement.lines(), name
         specs = effective_policies(wf, cfg)
