@@ -57,7 +57,8 @@ def test_a_2x2_sweep_killed_after_two_trials_resumes_and_compares_its_children(t
             assert time.monotonic() < deadline, "two trials did not finish in 300 s"
             time.sleep(0.2)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the whole process group: the driver and its Ray
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # the whole process group: the driver and its Ray
         proc.wait()
     finished = [json.loads(line)["id"] for line in results.read_text().splitlines()]
     assert len(finished) in (2, 3)  # a third may have ended between the poll and the kill
