@@ -24,8 +24,8 @@ from masdsl.errors import UserError
 from masdsl.lang import load, loads
 from masdsl.lang.workflow import Workflow
 from masdsl.learner import checkpoint as ckpt
-from masdsl.learner.config import validate
 from masdsl.learner.evaluation import EvalResult, eval_tasks, run_evaluation
+from masdsl.learner.plan import resolve_run
 from masdsl.learner.trainer import TrainResult
 from masdsl.learner.trainer import train as _train
 from masdsl.runtime.engine_factory import build_engines, close_engines
@@ -77,7 +77,7 @@ def train(workflow: str | os.PathLike | Workflow, overrides: Sequence[str] = (),
         run_dir = path.parent.parent
     else:
         path, cfg = None, config_of(wf, overrides, config)
-    validate(wf, cfg)
+    resolve_run(wf, cfg)  # refuse what `masdsl run` refuses before the run folder is made
     if run_dir is None:
         run_dir = RunDir.create(wf, cfg).path
     run_dir = Path(run_dir)

@@ -75,14 +75,14 @@ def test_check_json(tmp_path):
     ok, broken, missing = doc["files"]
     assert doc["ok"] is False
     assert ok == {"file": SUDOKU, "ok": True, "error": None, "summary": {"roles": 2, "edges": 4, "max_turns": 3},
-                  "diagnostics": []}
+                  "diagnostics": [], "config_errors": []}
     assert broken["ok"] is False and broken["error"] is None and len(broken["diagnostics"]) >= 3
     first = next(d for d in broken["diagnostics"] if d["code"] == "unknown-policy")
     assert first["file"] == str(bad) and first["line"] >= 1 and first["col"] >= 1
     assert first["end"]["line"] >= first["line"] and first["hint"] == "did you mean `shared`?"
     assert {"code", "message", "file", "line", "col", "end", "hint", "severity"} <= set(first)
     assert missing == {"file": str(tmp_path / "nope.mas"), "ok": False, "error": "no such file", "summary": None,
-                       "diagnostics": []}
+                       "diagnostics": [], "config_errors": []}
     clean = masdsl("check", "--json", SUDOKU)
     assert clean.returncode == 0 and json.loads(clean.stdout)["ok"] is True
 

@@ -1,15 +1,19 @@
-"""`masdsl check FILE...`: parse and validate `.mas` files; errors with file:line:col.
+"""`masdsl check FILE... [overrides...] [--config YAML]`: parse and validate `.mas` files; errors
+with file:line:col, then what `masdsl run` would refuse.
 
 Prints one line per valid file (`ok  workflows/x.mas  roles=2 edges=4 max_turns=4`) and every
-diagnostic of the others (long rustc-style form, or `--format short`). Exit 0 when every file
-is valid, 2 when any has errors. Warnings never change the exit status. A file that cannot be
-read is reported on stderr.
+diagnostic of the others (long rustc-style form, or `--format short`). A file without errors is
+then planned as `masdsl run` plans it (`masdsl.learner.plan.resolve_run`), with its `train { }`
+block, the `--config` files and the dotted overrides (a word with `=`, or `~key`): what the run
+would refuse is printed as `FILE: MESSAGE`, the message exactly as `masdsl run` gives it. Exit 0
+when every file is valid, 2 when any has errors. Warnings never change the exit status. A file
+that cannot be read is reported on stderr. No model loads, no data is read, nothing starts.
 
 `--json` prints one JSON document on stdout instead: `{"ok": bool, "files": [{"file", "ok",
 "error" (null, or why the file could not be read), "summary" ({"roles", "edges", "max_turns"}
 or null), "diagnostics": [{"severity", "code", "message", "file", "line", "col", "end":
-{"line", "col"}, "label", "notes", "hint"}]}]}`; lines and columns are 1-based, `end` is where
-the primary span ends.
+{"line", "col"}, "label", "notes", "hint"}], "config_errors": [what `masdsl run` would refuse,
+one message each]}]}`; lines and columns are 1-based, `end` is where the primary span ends.
 """
 
 from __future__ import annotations
@@ -20,14 +24,42 @@ from pathlib import Path
 from typing import Any
 
 from masdsl.commands.output import use_color
+from masdsl.errors import UserError
 
 
 def add_arguments(p) -> None:
-    p.add_argument("files", nargs="+", metavar="FILE", help=".mas files to check")
+    p.add_argument("files", nargs="+", metavar="FILE",
+                   help=".mas files to check, and dotted overrides for the run's configuration (e.g. train.lr=1e-5)")
     p.add_argument("--format", choices=("long", "short"), default="long", help="diagnostic format (default long)")
     p.add_argument("--no-warnings", action="store_true", help="do not print warnings")
     p.add_argument("--json", action="store_true", help="print the results and diagnostics as one JSON document")
+    p.add_argument("--config", metavar="YAML", action="append", default=None,
+                   help="a YAML config file the run would use, layered under the overrides (again for more: later wins)")
 
+
+def is_override(word: str) -> bool:
+    """A dotted override (`key=value`, `+key=value`, `~key`) rather than a file.
+
+    >>> [is_override(w) for w in ("train.lr=1e-5", "~train.lr", "workflows/x.mas")]
+    [True, True, False]
+    """
+    return "=" in word or word.startswith("~")
+
+
+def run_refusal(workflow: Any, config: list[str] | None, overrides: list[str]) -> UserError | None:
+    """What `masdsl run` would refuse for this workflow and configuration (None: it would start)."""
+    from masdsl.config import resolve_config  # lazy: `masdsl --help` imports every command module
+    from masdsl.learner.plan import resolve_run  # lazy: as above
+
+    try:
+        resolve_run(workflow, resolve_config(workflow.train, config, overrides))
+    except UserError as exc:
+        return exc
+    return None
+
+
+def refusal_count(exc: UserError) -> int:
+    return len(getattr(exc, "problems", ())) or 1  # a RunPlanError lists its problems
 
 def summary(s: dict[str, Any]) -> str:
     """`roles=2 edges=4 max_turns=3` of `Analysis.summary`."""
@@ -43,11 +75,13 @@ def diagnostic_json(d) -> dict[str, Any]:
             "notes": list(d.notes), "hint": d.help}
 
 
-def check_json(path: str, warnings: bool = True) -> dict[str, Any]:
+def check_json(path: str, warnings: bool = True, config: list[str] | None = None,
+               overrides: list[str] = ()) -> dict[str, Any]:
     """The `--json` entry of one file."""
     from masdsl.lang import analyze  # lazy: `masdsl --help` imports every command module
 
-    entry: dict[str, Any] = {"file": path, "ok": False, "error": None, "summary": None, "diagnostics": []}
+    entry: dict[str, Any] = {"file": path, "ok": False, "error": None, "summary": None, "diagnostics": [],
+                             "config_errors": []}
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -56,13 +90,17 @@ def check_json(path: str, warnings: bool = True) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         entry["error"] = f"cannot read: {exc}"
         return entry
-    a = analyze(text, path, Path(path).parent, build=False)
+    a = analyze(text, path, Path(path).parent)
     entry["ok"], entry["summary"] = a.ok, a.summary
     entry["diagnostics"] = [diagnostic_json(d) for d in (a.diagnostics if warnings else a.errors)]
+    refused = run_refusal(a.workflow, config, list(overrides)) if a.ok else None
+    if refused is not None:
+        entry["ok"], entry["config_errors"] = False, list(getattr(refused, "problems", ())) or [str(refused)]
     return entry
 
 
-def check_one(path: str, fmt: str = "long", warnings: bool = True, color: bool = False) -> tuple[bool, str, str]:
+def check_one(path: str, fmt: str = "long", warnings: bool = True, color: bool = False,
+              config: list[str] | None = None, overrides: list[str] = ()) -> tuple[bool, str, str]:
     """(ok, stdout line, diagnostics text) for one file."""
     from masdsl.lang import analyze  # lazy: `masdsl --help` imports every command module
     from masdsl.lang.errors import render_all  # lazy: as above
@@ -74,27 +112,38 @@ def check_one(path: str, fmt: str = "long", warnings: bool = True, color: bool =
         return False, f"error  {path}  no such file", ""
     except (OSError, UnicodeDecodeError) as exc:
         return False, f"error  {path}  cannot read: {exc}", ""
-    a = analyze(text, path, p.parent, build=False)  # no `Workflow`: no networkx to import
+    a = analyze(text, path, p.parent)  # the `Workflow` too: the run is planned from it
     shown = a.diagnostics if warnings else a.errors
     diags = render_all(shown, a.sources, color=color, fmt=fmt) if shown else ""
     if not a.ok:
         n = len(a.errors)
         return False, f"error  {path}  {n} error{'s' if n != 1 else ''}", diags
+    refused = run_refusal(a.workflow, config, list(overrides))
+    if refused is not None:
+        n = refusal_count(refused)
+        diags = (diags + "\n" if diags else "") + f"{path}: {refused.render(color=color)}"
+        return False, f"error  {path}  {n} configuration error{'s' if n != 1 else ''} (`masdsl run` would refuse it)", diags
     w = len(a.warnings)
     tail = f"  ({w} warning{'s' if w != 1 else ''})" if w and warnings else ""
     return True, f"ok  {path}  {summary(a.summary)}{tail}", diags
 
 
 def main(args) -> int:
+    words = args.files
+    args.files = [w for w in words if not is_override(w)]
+    overrides = [w for w in words if is_override(w)]
+    if not args.files:
+        raise UserError("masdsl check: no .mas file given, only overrides (see `masdsl check --help`)")
+    config = getattr(args, "config", None)
     if getattr(args, "json", False):
-        files = [check_json(path, not args.no_warnings) for path in args.files]
+        files = [check_json(path, not args.no_warnings, config, overrides) for path in args.files]
         ok = all(f["ok"] for f in files)
         print(json.dumps({"ok": ok, "files": files}, indent=2), flush=True)
         return 0 if ok else 2
     color = use_color(sys.stderr)
     status = 0
     for path in args.files:
-        ok, line, diags = check_one(path, args.format, not args.no_warnings, color)
+        ok, line, diags = check_one(path, args.format, not args.no_warnings, color, config, overrides)
         if diags:
             print(diags + ("\n" if args.format == "long" else ""), file=sys.stderr, flush=True)
         unreadable = not ok and not diags  # a file with errors always has diagnostics

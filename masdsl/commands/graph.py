@@ -4,7 +4,9 @@ placement of `masdsl run` with this configuration: per policy its engine (kind, 
 actors, replicas, GPUs, tensor parallelism, sleep mode) and its learner (`runtime.placement`).
 
 The configuration is resolved as `masdsl run` resolves it (defaults < `train { }` < `--config` <
-overrides); nothing starts. svg and png go through Graphviz's `dot` program.
+overrides) and planned by the run's own pre-flight (`masdsl.learner.plan.resolve_run`), so the
+policies table and the placement show the same models and a run's refusal is the same error
+here; nothing starts. svg and png go through Graphviz's `dot` program.
 """
 
 from __future__ import annotations
@@ -46,11 +48,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def text_sections(wf: Workflow, cfg: Config, samples: int | None) -> str:
     """The groups table and the placement section, as `masdsl graph` prints them under the graph."""
     from masdsl.lang import graph as G  # lazy: `masdsl --help` imports every command module
-    from masdsl.runtime.placement import plan_placement  # lazy: as above
+    from masdsl.learner.plan import resolve_run  # lazy: as above
 
-    table = G.groups_table(wf, cfg.train.samples if samples is None else samples)
+    plan = resolve_run(wf, cfg)
+    table = G.groups_table(wf, cfg.train.samples if samples is None else samples, plan.policies)
     return table + "\nplacement of `masdsl run` (engines and learners per policy):\n" + "\n".join(
-        "  " + line for line in plan_placement(wf, cfg).lines())
+        "  " + line for line in plan.placement.lines())
 
 
 def render_image(dot_text: str, fmt: str) -> bytes:

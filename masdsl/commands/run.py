@@ -1,7 +1,9 @@
-"""`masdsl run FILE [overrides...] [--config YAML] [--resume RUN_DIR]`: train with AT-GRPO.
+"""`masdsl run FILE [overrides...] [--config YAML] [--resume RUN_DIR] [--dry-run]`: train with AT-GRPO.
 
 Loads and checks the workflow, resolves the configuration (defaults < `train { }` <
-`--config` < overrides), checks it against the workflow before any model loads, then runs
+`--config` < overrides), plans the run (`masdsl.learner.plan.resolve_run`: every mistake of the
+configuration for this workflow, before any model loads; `--dry-run` prints the resolved
+configuration and the plan and stops there, exit 0), then runs
 `masdsl.learner.trainer.train` in a fresh run folder (`runs/<workflow>/<timestamp>/`) or, with
 `--resume`, continues the newest complete checkpoint of an earlier run in its own folder
 (the configuration saved with the checkpoint, plus any overrides given now, e.g. more
@@ -34,6 +36,9 @@ def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cfg", choices=("job",), default=None, help="`--cfg job`: Hydra's spelling of --print-config")
     p.add_argument("--resume", metavar="RUN_DIR",
                    help="continue the run in RUN_DIR from its newest complete checkpoint")
+    p.add_argument("--dry-run", action="store_const", const=True, default=None,
+                   help="check and plan the run, print the resolved configuration and the placement, and exit: "
+                        "nothing loads or starts")
     p.add_argument("--json", action="store_const", const=True, default=None,
                    help="print the run's summary (summary.json plus run_dir) as JSON on stdout at the end")
 
@@ -53,7 +58,7 @@ def split_options(args: argparse.Namespace) -> argparse.Namespace:
     """
     from masdsl.commands import split_options as split  # the package imports this module: not at the top
 
-    return split(args, "masdsl run", _options, ("config", "print_config", "cfg", "resume", "json"))
+    return split(args, "masdsl run", _options, ("config", "print_config", "cfg", "resume", "json", "dry_run"))
 
 
 def resume_dir(path: str) -> tuple[Path, Path]:
@@ -93,6 +98,19 @@ def print_config(cfg: Any, workflow: Any) -> int:
     return 0
 
 
+def print_plan(cfg: Any, plan: Any, checkpoint: Path | None) -> int:
+    """`--dry-run`: the resolved configuration as YAML on stdout, then the plan as YAML comments
+    (so the output still loads as a `--config` file). Nothing loads, nothing starts."""
+    from masdsl.config import to_yaml  # start-up: as above
+
+    lines = ["masdsl run --dry-run: the run would start like this (nothing was loaded or started)"]
+    if checkpoint is not None:
+        lines.append(f"resuming from {checkpoint}")
+    print(to_yaml(cfg), end="", flush=False)
+    print("\n".join(f"# {line}" for line in [*lines, *plan.lines()]), flush=True)
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
     import masdsl  # start-up: as above
 
@@ -102,11 +120,14 @@ def main(args: argparse.Namespace) -> int:
     cfg, run_dir, ck = resolve(args, workflow)
     if args.print_config or args.cfg:
         return print_config(cfg, workflow)
-    from masdsl.learner.config import validate  # start-up: the trainer's imports, once a run goes ahead
-    from masdsl.learner.trainer import train
+    from masdsl.learner.plan import resolve_run  # start-up: as above
+
+    plan = resolve_run(workflow, cfg)
+    if args.dry_run:
+        return print_plan(cfg, plan, ck)
+    from masdsl.learner.trainer import train  # start-up: the trainer's imports (torch), once a run goes ahead
     from masdsl.runtime.rundir import RunDir
 
-    validate(workflow, cfg)
     if run_dir is None:
         run_dir = RunDir.create(workflow, cfg).path
     if output.quiet():  # no progress bar or start-up lines: the warnings and the final table only

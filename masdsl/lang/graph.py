@@ -15,6 +15,7 @@ True
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 import networkx as nx
 
@@ -76,13 +77,15 @@ class Group:
     trains: bool  # False when the role's policy is frozen
 
 
-def predicted_groups(wf: Workflow, samples: int) -> list[Group]:
-    """The (role, turn) groups one episode can produce with K = `samples` candidates each."""
+def predicted_groups(wf: Workflow, samples: int, policies: Mapping[str, PolicySpec] | None = None) -> list[Group]:
+    """The (role, turn) groups one episode can produce with K = `samples` candidates each;
+    `policies`: the policies as a run has them (after `policy.<name>.*`), default the file's."""
+    policies = wf.policies if policies is None else policies
     out = []
     for role, turns in sorted(role_turns(wf).items()):
         spec = wf.roles.get(role)
         policy = spec.policy if spec else "?"
-        frozen = wf.policies[policy].frozen if policy in wf.policies else False
+        frozen = policies[policy].frozen if policy in policies else False
         out += [Group(role, t, policy, samples, not frozen) for t in turns]
     return out
 
@@ -106,14 +109,16 @@ def _table(rows: list[list[str]]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
 
 
-def groups_table(wf: Workflow, samples: int | None = None) -> str:
-    """The AT-GRPO groups per (role, turn) and which roles train which policy.
+def groups_table(wf: Workflow, samples: int | None = None, policies: Mapping[str, PolicySpec] | None = None) -> str:
+    """The AT-GRPO groups per (role, turn) and which roles train which policy; `policies` as in
+    `predicted_groups` (`masdsl graph` passes the run plan's, so the table and the placement agree).
 
     >>> print(groups_table(demo_workflow()).splitlines()[0])
     AT-GRPO groups of one episode (K = 4 candidates each, keyed by task, role, turn):
     """
     k = samples_of(wf) if samples is None else samples
-    groups = predicted_groups(wf, k)
+    policies = wf.policies if policies is None else policies
+    groups = predicted_groups(wf, k, policies)
     lines = [f"AT-GRPO groups of one episode (K = {k} candidates each, keyed by task, role, turn):"]
     rows = [["role", "turn", "policy", "group size", "trains"]]
     rows += [[g.role, str(g.turn), g.policy, str(g.size), "yes" if g.trains else "no (frozen)"] for g in groups]
@@ -121,7 +126,7 @@ def groups_table(wf: Workflow, samples: int | None = None) -> str:
     lines.append(f"groups per episode: at most {len(groups)}" + (" (every group has one candidate: advantage 0)" if k == 1 else ""))
     lines.append("policies (roles sharing a policy share its weights):")
     rows = [["policy", "model", "trained by"]]
-    for p in wf.policies.values():
+    for p in policies.values():
         users = wf.roles_of_policy(p.name)
         rows.append([p.name, p.model + (" + LoRA" if p.lora else ""), "frozen: acts, never trains" if p.frozen else ", ".join(users) or "(unused)"])
     lines += ["  " + r for r in _table(rows)]

@@ -1,8 +1,8 @@
-"""Checks of the training configuration against a workflow, run before any model loads.
+"""Checks of the `train` section of the configuration alone, run before any model loads.
 
 `masdsl.config.TrainConfig` holds the knobs and `masdsl.config.CHOICES` the allowed values of
-the string ones (checked when the config resolves). `problems` checks the numeric ranges,
-`validate` adds the cross-field checks that need the workflow.
+the string ones (checked when the config resolves). `problems` checks the numeric ranges;
+`masdsl.learner.plan.resolve_run` adds the checks that need the workflow and the runtime.
 
 >>> from masdsl.config import resolve_config
 >>> problems(resolve_config(overrides=["train.clip_eps=1.5"]).train)
@@ -13,10 +13,7 @@ the string ones (checked when the config resolves). `problems` checks the numeri
 
 from __future__ import annotations
 
-from masdsl.config import LOSSES, Config, ConfigError, TrainConfig
-from masdsl.lang.workflow import Workflow
-from masdsl.runtime.placement import engine_problems
-from masdsl.runtime.session import effective_policies
+from masdsl.config import LOSSES, TrainConfig
 
 
 def problems(tc: TrainConfig) -> list[str]:
@@ -44,25 +41,3 @@ def problems(tc: TrainConfig) -> list[str]:
     if tc.grouping == "trajectory" and tc.samples < 2:
         out.append("`train.grouping=trajectory` needs `train.samples` >= 2 episodes per task to compare")
     return out
-
-
-def validate(workflow: Workflow, cfg: Config) -> None:
-    """Raise one ConfigError listing every problem of `cfg` for `workflow` (no models loaded)."""
-    specs = effective_policies(workflow, cfg)  # raises on unknown role/policy names and lora keys
-    errors = problems(cfg.train) + engine_problems(cfg)
-    if cfg.runtime.learner_workers < 0:
-        errors.append(f"`runtime.learner_workers` must be >= 0 (0: train in the driver); got {cfg.runtime.learner_workers}")
-    if cfg.runtime.learner_fsdp and cfg.runtime.learner_workers < 1:
-        errors.append("`runtime.learner_fsdp=true` shards the learner over its workers: set `runtime.learner_workers` >= 1")
-    lora = [n for n, s in specs.items() if s.lora and not s.frozen and workflow.roles_of_policy(n)]
-    if cfg.runtime.learner_workers > 0 and lora:
-        errors.append(f"`runtime.learner_workers` trains full policies only; LoRA polic{'ies' if len(lora) > 1 else 'y'} "
-                      f"{', '.join(lora)} would need the driver: set `runtime.learner_workers=0`")
-    if all(s.frozen or not workflow.roles_of_policy(n) for n, s in specs.items()):
-        errors.append("every policy is frozen (or has no role): `masdsl run` would train nothing; use `masdsl eval`")
-    for name in ("train", "eval"):
-        if name not in workflow.data:
-            errors.append(f"workflow `{workflow.name}` has no `data {name} ...` line; training needs both splits")
-    if errors:
-        raise ConfigError("\n".join(errors) if len(errors) == 1 else "invalid configuration:\n  - " + "\n  - ".join(errors))
-

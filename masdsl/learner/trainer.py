@@ -34,11 +34,10 @@ from masdsl.config import Config, ConfigError, to_yaml
 from masdsl.errors import StepFailed
 from masdsl.lang.workflow import Workflow
 from masdsl.learner import checkpoint as ckpt
-from masdsl.learner.config import validate
 from masdsl.learner.display import Progress, summary_table
 from masdsl.learner.evaluation import evaluate, greedy_repeats_warning
 from masdsl.learner.export import export_run
-from masdsl.learner.policies import describe
+from masdsl.learner.plan import resolve_run
 from masdsl.learner.recovery import Recovery, take_unfinished
 from masdsl.learner.session import TrainSession, open_session, start_state
 from masdsl.learner.step import train_step
@@ -91,10 +90,10 @@ def train(workflow: Workflow, cfg: Config, *, run_dir: str | Path, resume: str |
     """Train `workflow` with AT-GRPO; write records, metrics and checkpoints under `run_dir`."""
     t_start = time.perf_counter()
     tc, run_dir = cfg.train, Path(run_dir)
-    validate(workflow, cfg)  # 0. every config mistake, before anything heavy
+    plan = resolve_run(workflow, cfg)  # 0. every config mistake, before anything heavy
     seed_everything(tc.seed)
     show = Progress(console, tc.steps)
-    for line in [*describe(workflow, cfg), greedy_repeats_warning(cfg)]:
+    for line in [*plan.placement.lines(), greedy_repeats_warning(cfg)]:
         if line:
             show.log(line)
     session = open_session(workflow, cfg, run_dir, show)  # 1. data and env, models, engines, optimizers

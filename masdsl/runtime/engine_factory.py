@@ -29,10 +29,10 @@ from masdsl.lang.workflow import PolicySpec, Workflow
 from masdsl.runtime import actors
 from masdsl.runtime.backends import build_engine, engine_kwargs, vllm_available
 from masdsl.runtime.backends.base import Engine
-from masdsl.runtime.executor import DEFAULT_MAX_TOKENS, role_sample
-from masdsl.runtime.placement import check_engine_options, engine_gpus
+from masdsl.runtime.placement import REPLAY_CANNOT_TRAIN, check_engine_options, engine_gpus
 from masdsl.runtime.replicas import ReplicatedEngine
 from masdsl.runtime.session import effective_policies
+from masdsl.runtime.step_requests import max_model_len
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def engine_kind(cfg: Config, training: bool = False) -> str:
     if kind == "auto":
         kind = "vllm" if vllm_available()[0] else "hf"
     if kind == "replay" and training:
-        raise ConfigError("`runtime.engine=replay` replays fixed outputs and cannot train; use hf or vllm")
+        raise ConfigError(REPLAY_CANNOT_TRAIN)
     return kind
 
 
@@ -92,9 +92,7 @@ def build_engines(workflow: Workflow, cfg: Config,
         engine = ReplayEngine(cfg.runtime.replay_file)
         return {name: engine for name in workflow.policies}
     specs = effective_policies(workflow, cfg)
-    longest = max((int(role_sample(workflow, cfg, name).get("max_tokens", DEFAULT_MAX_TOKENS))
-                   for name in workflow.roles), default=DEFAULT_MAX_TOKENS)  # `sample.<role>` overrides count
-    max_model_len = int(cfg.runtime.max_prompt_tokens) + longest
+    context = max_model_len(workflow, cfg)  # `sample.<role>` overrides count
     models = {s.model for s in specs.values()}
     by_model: dict[str, Engine] = {}
     for spec in specs.values():
@@ -103,9 +101,9 @@ def build_engines(workflow: Workflow, cfg: Config,
         if cfg.runtime.ray:
             actors.init_ray(cfg)
             by_model[spec.model] = _replicas(cfg, len(models), lambda gpus: actors.RemoteEngine(
-                partial(_from_name, spec, cfg, max_model_len), num_gpus=gpus))
+                partial(_from_name, spec, cfg, context), num_gpus=gpus))
         else:
-            by_model[spec.model] = _from_name(spec, cfg, max_model_len)
+            by_model[spec.model] = _from_name(spec, cfg, context)
     return {name: by_model[spec.model] for name, spec in specs.items()}
 
 

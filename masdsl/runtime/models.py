@@ -105,31 +105,44 @@ def is_model_dir(path: Path) -> bool:
     return any(any(path.glob(p)) for p in pats)
 
 
-def resolve_model(name_or_path: str | os.PathLike) -> Path:
-    """Return a local folder that `load_model` (and vLLM) can load; raise `ModelError` otherwise."""
+def model_problem(name_or_path: str | os.PathLike) -> str | None:
+    """Why `resolve_model` would refuse this `model:` value without unpacking or downloading
+    anything (None when it may load: a built-in name, a model folder, a hub id). Cheap: `masdsl
+    check` and the run plan ask it before any model loads.
+
+    >>> model_problem("smollm2-135m-instruct") is None, model_problem("Qwen/Qwen3-1.7B") is None
+    (True, True)
+    >>> model_problem("/no/such/model").split(";")[0]
+    'model `/no/such/model` not found: no such folder, not a hub id (org/name), not a built-in name'
+    """
     name = str(name_or_path).strip()
     if not name:
-        raise ModelError(f"empty model name (use a folder, a hub id, or a built-in: {_builtin_list()})")
+        return f"empty model name (use a folder, a hub id, or a built-in: {_builtin_list()})"
     if is_builtin(name):
-        return ensure_builtin(name.lower())
+        return None
     path = Path(name).expanduser()
     if path.exists():
         if is_model_dir(path):
-            return path.resolve()
+            return None
         what = "a file" if path.is_file() else "a folder without config.json and weights"
-        raise ModelError(
-            f"model `{name}` is {what}, not a Hugging Face model folder "
-            "(expected config.json plus *.safetensors or *.bin)"
-        )
+        return f"model `{name}` is {what}, not a Hugging Face model folder (expected config.json plus *.safetensors or *.bin)"
     if looks_like_hub_id(name):
-        return _resolve_hub(name)
+        return None  # whether the hub (or its local cache) has it is known only when it loads
     hint = did_you_mean(name.lower(), BUILTINS)
     msg = f"model `{name}` not found: no such folder, not a hub id (org/name), not a built-in name"
-    if hint:
-        msg += f" ({hint})"
-    else:
-        msg += f"; built-in: {_builtin_list()}"
-    raise ModelError(msg)
+    return msg + (f" ({hint})" if hint else f"; built-in: {_builtin_list()}")
+
+
+def resolve_model(name_or_path: str | os.PathLike) -> Path:
+    """Return a local folder that `load_model` (and vLLM) can load; raise `ModelError` otherwise."""
+    problem = model_problem(name_or_path)
+    if problem is not None:
+        raise ModelError(problem)
+    name = str(name_or_path).strip()
+    if is_builtin(name):
+        return ensure_builtin(name.lower())
+    path = Path(name).expanduser()
+    return path.resolve() if path.exists() else _resolve_hub(name)
 
 
 def _builtin_list() -> str:

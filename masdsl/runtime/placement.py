@@ -40,6 +40,9 @@ from masdsl.lang.workflow import PolicySpec, Workflow
 from masdsl.runtime.session import effective_policies
 
 
+REPLAY_CANNOT_TRAIN = "`runtime.engine=replay` replays fixed outputs and cannot train; use hf or vllm"
+
+
 @dataclass(frozen=True)
 class EnginePlan:
     kind: str  # hf | vllm | replay | auto (resolved when the engines start)
@@ -161,7 +164,7 @@ def plan_placement(workflow: Workflow, cfg: Config, engine: str | None = None) -
     check_engine_options(cfg)
     kind = engine or cfg.runtime.engine
     if kind == "replay":
-        raise ConfigError("`runtime.engine=replay` replays fixed outputs and cannot train; use hf or vllm")
+        raise ConfigError(REPLAY_CANNOT_TRAIN)
     rt, specs = cfg.runtime, effective_policies(workflow, cfg)
     in_ray = [n for n, s in specs.items() if not s.lora] if rt.ray else []
     gpus = engine_gpus(cfg, len(in_ray))

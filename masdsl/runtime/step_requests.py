@@ -43,6 +43,21 @@ def role_sample(workflow: Workflow, cfg: Any, role: str) -> dict[str, Any]:
     return out
 
 
+def max_model_len(workflow: Workflow, cfg: Any) -> int:
+    """Tokens an evaluation engine's context holds: `runtime.max_prompt_tokens` plus the longest
+    reply budget of any role (its `max_tokens` after the `sample.*` overrides).
+
+    >>> from types import SimpleNamespace
+    >>> from masdsl.config import resolve_config
+    >>> wf = SimpleNamespace(roles={"a": RoleSpec("a", "p", "", sample={"max_tokens": 64}), "b": RoleSpec("b", "p", "")})
+    >>> max_model_len(wf, resolve_config(overrides=["runtime.max_prompt_tokens=1000"]))
+    1256
+    """
+    longest = max((int(role_sample(workflow, cfg, name).get("max_tokens", DEFAULT_MAX_TOKENS))
+                   for name in workflow.roles), default=DEFAULT_MAX_TOKENS)
+    return int(cfg.runtime.max_prompt_tokens) + longest
+
+
 def chat_template_kwargs(workflow: Workflow, cfg: Any, policy: str) -> dict[str, Any]:
     """The policy's `chat_template_kwargs`: the `.mas` block's, then `policy."*"`'s and
     `policy.<name>.chat_template_kwargs`.

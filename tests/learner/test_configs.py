@@ -7,7 +7,7 @@ import pytest
 
 import masdsl
 from masdsl.config import GROUPINGS, LOSSES, ConfigError, policy_override, resolve_config
-from masdsl.learner.config import validate
+from masdsl.learner.plan import resolve_run
 from masdsl.learner.grouping import GROUP_FNS
 from masdsl.learner.losses import LOSS_FNS
 from masdsl.learner.policies import describe
@@ -28,7 +28,7 @@ def test_paper_overlay_applies_to_shipped_workflows(name):
     t = cfg.train
     assert (t.samples, t.batch, t.steps, t.lr, t.grouping) == (4, 32, 200, 1e-6, "at")
     assert cfg.runtime.engine == "vllm" and policy_override(cfg, "shared").model == "Qwen/Qwen3-1.7B"
-    validate(wf, cfg)
+    resolve_run(wf, cfg)
     assert describe(wf, cfg) == ["policy shared <- roles " + ", ".join(wf.roles) + " (full weights, Qwen/Qwen3-1.7B)",
                                  "  engine: vllm in the driver, its own engine, loading the learner's new weights after each update",
                                  "  learner: the driver (cuda)"]
@@ -38,15 +38,15 @@ def test_validate_collects_problems_before_models_load():
     wf = masdsl.load(TOY / "toy_digits.mas")
     cfg = resolve_config(wf.train, overrides=["train.clip_eps=2", "train.loss=ppo", "train.lr=-1"])
     with pytest.raises(ConfigError) as e:
-        validate(wf, cfg)
+        resolve_run(wf, cfg)
     text = str(e.value)
     assert "clip_eps" in text and "train.loss" in text and "train.lr" in text
     with pytest.raises(ConfigError, match="no policy `sharde`"):
-        validate(wf, resolve_config(wf.train, overrides=["policy.sharde.model=x"]))
+        resolve_run(wf, resolve_config(wf.train, overrides=["policy.sharde.model=x"]))
     with pytest.raises(ConfigError, match="every policy is frozen"):
-        validate(wf, resolve_config(wf.train, overrides=["policy.shared.frozen=true"]))
+        resolve_run(wf, resolve_config(wf.train, overrides=["policy.shared.frozen=true"]))
     with pytest.raises(ConfigError, match="unknown lora key"):
-        validate(wf, resolve_config(wf.train, overrides=["policy.shared.lora={rank: 4}"]))
+        resolve_run(wf, resolve_config(wf.train, overrides=["policy.shared.lora={rank: 4}"]))
 
 
 def test_describe_lora_and_frozen():

@@ -23,7 +23,7 @@ import torch
 import masdsl
 from masdsl.config import ConfigError, resolve_config
 from masdsl.learner import workers
-from masdsl.learner.config import validate
+from masdsl.learner.plan import resolve_run
 from masdsl.learner.trainer import train
 from masdsl.runtime.records import read_records
 
@@ -97,11 +97,11 @@ def assert_same_records(a, b) -> None:
 def test_config_checks(tiny_model_dir):
     wf = shared_toy()
     with pytest.raises(ConfigError, match="learner_workers` must be >= 0"):
-        validate(wf, config(wf, tiny_model_dir, "runtime.learner_workers=-1"))
+        resolve_run(wf, config(wf, tiny_model_dir, "runtime.learner_workers=-1"))
     lora = masdsl.load(TOY / "toy_digits_lora.mas")
     with pytest.raises(ConfigError, match="LoRA policies namer_p, copier_p"):
-        validate(lora, config(lora, tiny_model_dir, "runtime.learner_workers=2"))
-    validate(wf, config(wf, tiny_model_dir, "runtime.learner_workers=2"))  # full policies: fine
+        resolve_run(lora, config(lora, tiny_model_dir, "runtime.learner_workers=2"))
+    resolve_run(wf, config(wf, tiny_model_dir, "runtime.learner_workers=2"))  # full policies: fine
 
 
 def test_shard_rows_cover_each_mini_batch_once():

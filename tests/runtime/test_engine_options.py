@@ -14,7 +14,7 @@ import torch
 
 import masdsl
 from masdsl.config import ConfigError, resolve_config
-from masdsl.learner.config import validate
+from masdsl.learner.plan import resolve_run
 from masdsl.learner.session import TrainSession
 from masdsl.runtime.backends import _build_vllm, engine_kwargs
 from masdsl.runtime.backends.base import GenRequest, LocalEngine
@@ -72,7 +72,7 @@ def test_tensor_parallel_and_sleep_mode_reach_vllm(tiny_model_dir, monkeypatch):
 def test_engine_options_refused_with_a_hint(overrides, message):
     wf = masdsl.load(CODER)
     cfg = resolve_config(wf.train, None, overrides)
-    for check in (lambda: validate(wf, cfg), lambda: build_engines(wf, cfg), lambda: plan_placement(wf, cfg)):
+    for check in (lambda: resolve_run(wf, cfg), lambda: build_engines(wf, cfg), lambda: plan_placement(wf, cfg)):
         with pytest.raises(ConfigError, match=message):
             check()
 

@@ -19,7 +19,7 @@ import torch
 
 import masdsl
 from masdsl.config import check_names, policy_override, resolve_config
-from masdsl.learner.config import validate
+from masdsl.learner.plan import resolve_run
 from masdsl.runtime import gpu_plan as gp
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,7 +116,7 @@ def recipe(name: str):
 def test_recipe_resolves_and_its_header_is_the_computed_plan(name):
     wf, cfg, r = recipe(name)
     check_names(cfg, wf)
-    validate(wf, cfg)  # what `masdsl run` checks before any model loads
+    resolve_run(wf, cfg)  # what `masdsl run` checks before any model loads
     assert cfg.runtime.device == "cuda" and cfg.runtime.engine == "vllm" and cfg.runtime.dtype == "bfloat16"
     text = (ROOT / gp.RECIPES[name][0]).read_text()
     block = text.split(gp.HEADER_BEGIN + "\n", 1)[1].split(gp.HEADER_END, 1)[0]
