@@ -126,3 +126,11 @@ def test_a_running_trial_reports_the_step_of_its_newest_whole_record(tmp_path):
     assert latest_step(tmp_path) == 2
     (tmp_path / "records.jsonl").write_text(json.dumps({"step": 5}) + "\n")
     assert latest_step(tmp_path) == 5
+
+
+def test_a_trial_that_run_would_refuse_stops_the_sweep_before_any_trial(tmp_path, capsys):
+    argv = ["sweep", str(TOY), "train.lr=1e-5,2e-5", "policy.shared.model=/no/such/model", "tracking.enabled=false",
+            "--out", str(tmp_path / "s")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "/no/such/model" in err and "Traceback" not in err and not (tmp_path / "s" / "trials").exists()

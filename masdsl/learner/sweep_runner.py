@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from masdsl.errors import UserError
-from masdsl.learner.sweep import Trial, compare, expand, markdown_table, trials
+from masdsl.learner.sweep import Trial, compare, expand, markdown_table, summarise, trials
 
 RESULTS, SPEC = "results.jsonl", "sweep.json"
 PROGRESS_EVERY_S = 60.0  # how often a running sweep says how far its trials got
@@ -93,13 +93,13 @@ def run_sweep(file: str, overrides: Sequence[str], seeds: Sequence[int], *, conf
     """Run every trial not finished yet, then compare; see the module docstring."""
     import masdsl  # start-up: `masdsl --help` imports this module; the workflow's modules only now
     from masdsl.config import resolve_config  # as above
-    from masdsl.learner.sweep import summarise
+    from masdsl.learner.plan import resolve_run  # as above
 
     common, grid = expand(overrides)
     todo = trials(grid, seeds, common)
     workflow = masdsl.load(file)  # the workflow's mistakes before any trial starts
-    for trial in todo:  # every arm's config is checked before any trial starts
-        resolve_config(workflow.train, list(configs) or None, trial.overrides)
+    for trial in todo:  # every trial is planned (what `run` would refuse) before any starts
+        resolve_run(workflow, resolve_config(workflow.train, list(configs) or None, trial.overrides))
     cfg = resolve_config(workflow.train, list(configs) or None, todo[0].overrides)
     name = name or default_name(file, overrides, seeds, configs)
     folder = Path(out) if out else Path(cfg.runtime.runs_dir) / workflow.name / "sweeps" / name
