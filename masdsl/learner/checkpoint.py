@@ -43,6 +43,7 @@ from masdsl.lang.fingerprint import FORMAT_KEY, changed_parts, changes, fingerpr
 from masdsl.lang.workflow import Workflow
 from masdsl.runtime.rundir import SOURCE
 
+SHOWN_CHANGES = 12  # changed parts a refusal lists
 KEEP = 2  # newest checkpoints kept on disk (older ones are deleted after a successful save)
 WEIGHTS = ".safetensors"  # policies/<name>.safetensors; `.pt` in checkpoints of earlier versions
 _ALIASES = "masdsl_aliases"  # metadata key: {name: name of the stored tensor it shares memory with}
@@ -176,9 +177,12 @@ def _same_workflow(path: Path, state: TrainState, workflow: Workflow, settings: 
         hint = ("a resumed run continues with the configuration saved in the checkpoint, not the file's `train { }` "
                 f"block: restore the block and give the change as an override ({overrides or 'train.KEY=VALUE'}), "
                 "or start a new run")
+    lines = changes(state.workflow_fingerprint, now, ignore)
+    if len(lines) > SHOWN_CHANGES:  # another workflow altogether: its first differences say enough
+        lines = lines[:SHOWN_CHANGES - 1] + [f"... and {len(lines) - SHOWN_CHANGES + 1} more parts"]
     raise CheckpointError(f"checkpoint `{path}` was trained on workflow `{state.workflow}` as it was then, and this "
                           "file means something else (comments and layout do not count):\n  - "
-                          + "\n  - ".join(changes(state.workflow_fingerprint, now, ignore)) + f"\n{hint}")
+                          + "\n  - ".join(lines) + f"\n{hint}")
 
 
 def find(run_dir: str | os.PathLike) -> Path:

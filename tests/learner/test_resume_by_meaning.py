@@ -122,3 +122,16 @@ def test_a_checkpoint_of_an_earlier_version_compares_the_text(trained, tmp_path,
     with pytest.raises(checkpoint.CheckpointError, match="earlier masdsl, which kept only the hash") as exc:
         checkpoint.read_state(path, load(workflow_copy(tmp_path / "src", commented)))
     assert "the run folder keeps it" in str(exc.value)
+
+
+def test_dry_run_of_a_resume_checks_the_checkpoint(trained, tmp_path, capsys):
+    """`--dry-run --resume` refuses what the resume would, and plans from the checkpoint's configuration."""
+    wf = workflow_copy(tmp_path / "src", commented)
+    capsys.readouterr()
+    assert main(["run", str(wf), "--resume", str(trained[1]), "train.steps=2", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"# resuming from {trained[1] / 'checkpoints' / 'step_000001'}" in out and "steps: 2" in out
+    assert not (trained[1] / "checkpoints" / "step_000002").exists()
+    wf = workflow_copy(tmp_path / "changed", lambda t: t.replace(REWARD, "reward len(output)"))
+    assert main(["run", str(wf), "--resume", str(trained[1]), "--dry-run"]) == 2
+    assert "role namer's reward changed" in capsys.readouterr().err

@@ -110,4 +110,4 @@ def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted_run(tmp_path,
     p = subprocess.run(_cmd(str(DATA / "counter.mas"), "--resume", str(run_dir)), cwd=killed, env=_env(),
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 2 and "Traceback" not in p.stderr
-    assert "belongs to workflow `rel_lengths`" in p.stderr
+    assert "was trained on workflow `rel_lengths`" in p.stderr and "the workflow's name changed" in p.stderr
