@@ -257,7 +257,7 @@ def apply(cfg: DictConfig, ov: Override) -> DictConfig:
         raise ConfigError(
             f"override `{ov.text}` is a sweep of {len(values)} values ({', '.join(f'`{v}`' for v in values[:4])}"
             f"{', ...' if len(values) > 4 else ''}), and this command runs one configuration: run each with "
-            f"`masdsl sweep` (Hydra's `--multirun`), or quote the value to keep it as one string: `{quoted}`",
+            f"`masdsl sweep` (or `masdsl run --multirun`), or quote the value to keep it as one string: `{quoted}`",
             key=ov.key)
     if ov.op == "delete":
         return _remove(cfg, ov)

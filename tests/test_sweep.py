@@ -134,3 +134,24 @@ def test_a_trial_that_run_would_refuse_stops_the_sweep_before_any_trial(tmp_path
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "/no/such/model" in err and "Traceback" not in err and not (tmp_path / "s" / "trials").exists()
+
+
+def test_run_multirun_is_the_sweep_of_the_same_overrides(tmp_path, capsys, monkeypatch):
+    """`masdsl run -m` hands its overrides to the sweep: the sweep's own checks answer, not run's."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", str(TOY), "train.seed=1,2"]) == 2
+    assert "this command runs one configuration" in capsys.readouterr().err
+    assert main(["run", str(TOY), "-m", "train.seed=1,2", "tracking.enabled=false"]) == 2
+    assert "give the seeds with --seeds" in capsys.readouterr().err
+    argv = ["run", str(TOY), "--multirun", "train.lr=1e-5,2e-5", "policy.shared.model=/no/such/model"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "/no/such/model" in err and "Traceback" not in err and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("flag", ["--dry-run", "--print-config"])
+def test_run_multirun_refuses_the_flags_of_one_configuration(tmp_path, capsys, monkeypatch, flag):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", str(TOY), "--multirun", "train.lr=1e-5,2e-5", flag]) == 2
+    assert f"cannot take {flag}" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()

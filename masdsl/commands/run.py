@@ -1,4 +1,4 @@
-"""`masdsl run FILE [overrides...] [--config YAML] [--resume RUN_DIR] [--dry-run]`: train with AT-GRPO.
+"""`masdsl run FILE [overrides...] [--config YAML] [--resume RUN_DIR] [--dry-run] [-m]`: train with AT-GRPO.
 
 Loads and checks the workflow, resolves the configuration (defaults < `train { }` <
 `--config` < overrides), plans the run (`masdsl.learner.plan.resolve_run`: every mistake of the
@@ -15,6 +15,8 @@ A step that cannot be completed (an env call still failing after `runtime.env_re
 retries, an engine actor that keeps dying) ends the command with exit status 2 and one line
 naming the step, the role, task and error, the checkpoint saved from before that step, and
 the `masdsl run FILE --resume RUN_DIR` that continues it (`masdsl.errors.StepFailed`).
+
+`--multirun` (`-m`, Hydra's flag) runs `masdsl sweep` on the same overrides instead.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ def _options(p: argparse.ArgumentParser) -> None:
                         "nothing loads or starts")
     p.add_argument("--json", action="store_const", const=True, default=None,
                    help="print the run's summary (summary.json plus run_dir) as JSON on stdout at the end")
+    p.add_argument("-m", "--multirun", action="store_const", const=True, default=None,
+                   help="Hydra's spelling of `masdsl sweep`: `key=a,b` trains each value and compares them")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -58,7 +62,8 @@ def split_options(args: argparse.Namespace) -> argparse.Namespace:
     """
     from masdsl.commands import split_options as split  # the package imports this module: not at the top
 
-    return split(args, "masdsl run", _options, ("config", "print_config", "cfg", "resume", "json", "dry_run"))
+    return split(args, "masdsl run", _options, ("config", "print_config", "cfg", "resume", "json", "dry_run",
+                                                  "multirun"))
 
 
 def resume_dir(path: str) -> tuple[Path, Path]:
@@ -111,11 +116,27 @@ def print_plan(cfg: Any, plan: Any, checkpoint: Path | None) -> int:
     return 0
 
 
+def multirun(args: argparse.Namespace) -> int:
+    """`--multirun` (`-m`), as Hydra users type it: the same sweep as `masdsl sweep FILE OVERRIDES`
+    (one seed, 0; `masdsl sweep --seeds` for more), with the run's `--config` files."""
+    from masdsl.commands import sweep  # the package imports this module: not at the top
+
+    alone = [flag for flag, given in (("--resume", args.resume), ("--dry-run", args.dry_run),
+                                      ("--print-config", args.print_config or args.cfg)) if given]
+    if alone:
+        raise UserError(f"masdsl run --multirun trains a sweep and cannot take {alone[0]}: "
+                        f"run `masdsl run FILE {alone[0]} ...` with one value per key")
+    return sweep.main(argparse.Namespace(file=args.file, overrides=args.overrides, config=args.config, seeds=None,
+                                         name=None, out=None, trial_cpus=None, trial_gpus=None, json=args.json))
+
+
 def main(args: argparse.Namespace) -> int:
     import masdsl  # start-up: as above
 
     err = output.console(stderr=True)
     split_options(args)
+    if args.multirun:
+        return multirun(args)
     workflow = masdsl.load(args.file)
     cfg, run_dir, ck = resolve(args, workflow)
     if args.print_config or args.cfg:
