@@ -39,7 +39,7 @@ def _prompts(tok, boards: int) -> list[list[int]]:
     import masdsl
     from masdsl.config import resolve_config
     from masdsl.runtime.prompts import encode, messages_for, prompt_variables
-    from masdsl.runtime.session import prepare
+    from masdsl.runtime.inputs import prepare
 
     text = (ROOT / "workflows" / "plan_path.mas").read_text()
     text, found = re.subn(r'plan_path\("eval"[^)]*\)', f'plan_path("eval", n={boards}, size=5)', text)

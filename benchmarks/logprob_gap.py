@@ -37,15 +37,15 @@ def main() -> int:
 
     import torch
 
-    from masdsl.learner.update import sequence_logprobs
-    from masdsl.runtime.backends import build_engine
+    from masdsl.learner.logprobs import sequence_logprobs
+    from masdsl.runtime.backends import build_engine, hf_engine_on
     from masdsl.runtime.backends.base import GenRequest
     from masdsl.runtime.models import load_model, resolve_model
 
     path = str(resolve_model("smollm2-135m-instruct"))
     model, tok = load_model(path)
     engine = (build_engine("vllm", path, seed=0, dtype="float32", device="cpu") if args.engine == "vllm"
-              else build_engine("hf", (model, tok), seed=0))
+              else hf_engine_on(model, tok, seed=0))
     prompts = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True)
                for p in PROMPTS[: args.prompts]]
     prompts = [p if isinstance(p, list) else p["input_ids"] for p in prompts]

@@ -28,12 +28,12 @@ def main() -> int:
 
     import masdsl
     from masdsl.envs.parsers import actions
-    from masdsl.runtime.backends import build_engine
+    from masdsl.runtime.backends import hf_engine_on
     from masdsl.runtime.backends.base import GenRequest
     from masdsl.runtime.models import load_model, resolve_model
     from masdsl.config import resolve_config
     from masdsl.runtime.prompts import encode, messages_for, prompt_variables
-    from masdsl.runtime.session import prepare
+    from masdsl.runtime.inputs import prepare
 
     text = (ROOT / "workflows" / "plan_path_single.mas").read_text()
     text = text.replace('plan_path("train", n=64)', f'plan_path("train", n={args.boards}, size={args.size})')
@@ -41,7 +41,7 @@ def main() -> int:
     cfg = resolve_config(wf.train, overrides=["tracking.enabled=false"])
     env, data = prepare(wf, cfg)
     model, tok = load_model(str(resolve_model("smollm2-135m-instruct")))
-    engine = build_engine("hf", (model, tok), seed=0)
+    engine = hf_engine_on(model, tok, seed=0)
     role = wf.roles["planner"]
     prompts = []
     for task in data["train"][: args.boards]:

@@ -182,7 +182,7 @@ def run_executor(engine, n: int, max_tokens: int, tasks: int) -> dict:
     from masdsl.config import resolve_config
     from masdsl.runtime.backends.base import GenRequest
     from masdsl.runtime.executor import rollout
-    from masdsl.runtime.session import prepare
+    from masdsl.runtime.inputs import prepare
 
     path = ROOT / "workflows" / "coder_tester.mas"
     text = re.sub(r"max_tokens:\s*\d+", f"max_tokens: {max_tokens}", path.read_text())

@@ -117,7 +117,7 @@ def soak(steps: int, batch: int, samples: int, use_ray: bool, folder: Path, log_
     from masdsl.learner.trainer import next_batch
     from masdsl.runtime.engine_factory import build_engines
     from masdsl.runtime.records import write_records
-    from masdsl.runtime.session import prepare
+    from masdsl.runtime.inputs import prepare
     from masdsl.tracking import start_run
 
     mas, replay = write_inputs(folder / "inputs", n_tasks=steps * batch)

@@ -71,7 +71,7 @@ def run_ours(steps: int, engine: str = "hf") -> dict:
     from masdsl.learner.trainer import seed_everything
     from masdsl.runtime.engine_factory import build_engines
     from masdsl.learner.update import update_policy
-    from masdsl.runtime.session import prepare
+    from masdsl.runtime.inputs import prepare
 
     wf = masdsl.loads(WORKFLOW, name="vs_trl.mas", base_dir=HERE)
     cfg = resolve_config(wf.train, overrides=[f"runtime.engine={engine}", "tracking.enabled=false"])

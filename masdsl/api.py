@@ -32,7 +32,7 @@ from masdsl.runtime.engine_factory import build_engines, close_engines
 from masdsl.runtime.executor import Rollout
 from masdsl.runtime.executor import rollout as _rollout
 from masdsl.runtime.rundir import SOURCE, RunDir
-from masdsl.runtime.session import load_split, make_env
+from masdsl.runtime.inputs import load_split, make_env
 
 __all__ = ["train", "evaluate", "rollout", "TrainResult", "EvalResult", "Rollout", "workflow_of", "config_of"]
 

@@ -107,7 +107,7 @@ class SampleOverride:
     """`sample.<role>.<key>=value`: overrides one key of that role's `sample { }` block;
     `sample."*".<key>` (`ALL_ROLES`) of every role's, under the role's own `sample.<role>`.
 
-    The keys are exactly those `sample { }` accepts (`masdsl.lang.check.SAMPLE_KEYS`), in the
+    The keys are exactly those `sample { }` accepts (`masdsl.lang.check_roles.SAMPLE_KEYS`), in the
     ranges of `SAMPLE_RANGES`.
     """
 

@@ -130,3 +130,29 @@ def test_architecture_doc_names_exist():
         else:
             missing.append(name)
     assert not missing, f"docs/architecture.md names what does not exist: {missing}"
+
+
+CAPABILITIES = {"takes_refs", "model", "base", "sleep", "wake_up", "adapter", "tokenizer"}
+
+
+def _engine_like(node: ast.expr) -> bool:
+    """`engine`, `e`, `eng`, `self.engine`, `engines[name]`, ...: what holds an `Engine` here."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value if isinstance(node, ast.Subscript) else node
+        if isinstance(node, ast.Attribute):
+            if "engine" in node.attr:
+                return True
+            node = node.value
+    return isinstance(node, ast.Name) and (node.id in ("e", "eng") or "engine" in node.id)
+
+
+def test_no_getattr_probes_on_engines():
+    """Engine capabilities are declared on `Engine` with defaults (`masdsl.runtime.backends.base`)."""
+    probes = []
+    for module, (tree, _) in TREES.items():
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+                    and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
+                    and node.args[1].value in CAPABILITIES and _engine_like(node.args[0])):
+                probes.append(f"{MODULES[module].relative_to(ROOT)}:{node.lineno}")
+    assert not probes, f"getattr/hasattr probes of engine capabilities: {probes}"

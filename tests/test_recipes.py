@@ -18,7 +18,7 @@ import masdsl
 from masdsl import cli
 from masdsl.config import Config, ConfigError, check_names, policy_override, resolve_config
 from masdsl.runtime.placement import plan_placement
-from masdsl.runtime.session import effective_policies
+from masdsl.runtime.inputs import effective_policies
 from masdsl.runtime.step_requests import chat_template_kwargs, role_sample
 
 ROOT = Path(__file__).parents[1]

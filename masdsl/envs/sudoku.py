@@ -1,7 +1,6 @@
 """Sudoku (4x4 and 9x9): the rules, the reward, the `sudoku` env and the `sudoku(split, n, size=4)`
 data source. The solver that counts solutions and the generator of puzzles with exactly one
-solution are in `masdsl.envs.sudoku_solver` (`solve`, `count_solutions` and `generate` are
-readable here too).
+solution are in `masdsl.envs.sudoku_solver` (`solve`, `count_solutions`, `generate`).
 
 A grid is a tuple of rows of ints, 0 marking an empty cell. The board text (`env.board`, and
 the tool program's stdin) is one row per line, values separated by spaces.
@@ -38,7 +37,7 @@ from typing import Any, Mapping
 from masdsl.envs import games_common as gc
 from masdsl.envs.games import GameEnv
 from masdsl.envs.registry import data_source, env
-from masdsl.envs.sudoku_solver import BOX, EMPTY_CELLS, Grid, count_solutions, generate, solve  # noqa: F401
+from masdsl.envs.sudoku_solver import BOX, Grid, generate, solve
 from masdsl.errors import DataError, UserError
 
 # reward coefficients (PettingLLMs' SudukuEnvState)

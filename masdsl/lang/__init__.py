@@ -42,12 +42,12 @@ def check(module, text: str, base_dir: str | Path | None = None, registry=None) 
 def compile_workflow(module, text: str, base_dir: str | Path | None = None, registry=None, name: str = "workflow"):
     """A checked module -> `Workflow` (raises `MasError` if it has errors)."""
     from masdsl.lang.check import run_checks  # lazy: the checker, only when checking (see above)
-    from masdsl.lang.compile import compile_workflow as _compile  # lazy: networkx, only when a Workflow is built
+    from masdsl.lang.compile import build_workflow  # lazy: networkx, only when a Workflow is built
 
     c = run_checks(module, text, Path(base_dir) if base_dir is not None else None, registry)
     if any(d.is_error for d in c.diags):
         raise MasError(c.diags, {module.file: text, **c.sources})
-    return _compile(c, name)
+    return build_workflow(c, name)
 
 
 @dataclass
@@ -90,10 +90,10 @@ def analyze(text: str, path: str = "<string>", base_dir: str | Path | None = Non
         return Analysis(path, None, c.diags, sources)
     if not build:
         return Analysis(path, None, c.diags, sources, summary_of(c))
-    from masdsl.lang.compile import compile_workflow  # lazy: networkx, only when a Workflow is built
+    from masdsl.lang.compile import build_workflow  # lazy: networkx, only when a Workflow is built
 
     stem = name or Path(path).stem
-    wf = compile_workflow(c, stem, Path(path) if base_dir is not None and path != "<string>" else None)
+    wf = build_workflow(c, stem, Path(path) if base_dir is not None and path != "<string>" else None)
     return Analysis(path, wf, c.diags, sources, summary_of(c))
 
 

@@ -27,17 +27,17 @@ from masdsl.config import ConfigError, plainly_valid, resolve_config
 from masdsl.envs.hf_data import hf, parquet, saved_fields, saved_splits
 from masdsl.envs.loading import TABLE_SUFFIXES, table_fields
 from masdsl.envs.registry import load_builtins
-from masdsl.errors import DataError
+from masdsl.errors import DataError, did_you_mean
 from masdsl.lang import ast as A
 from masdsl.lang import templates as T
 from masdsl.lang.check_exprs import check_exprs, check_parses
-from masdsl.lang.check_flow import check_flow, flow_edges, max_turns_of  # noqa: F401 - flow_edges is public
+from masdsl.lang.check_flow import check_flow, flow_edges, max_turns_of
 from masdsl.lang.check_imports import check_imports, note_unchecked
-from masdsl.lang.check_roles import POLICY_KEYS, RESERVED, SAMPLE_KEYS, check_policies, check_roles  # noqa: F401 - public
+from masdsl.lang.check_roles import check_policies, check_roles
 from masdsl.lang.context import Ctx
 from masdsl.lang.context import bind as _bind
 from masdsl.lang.context import ticks as _ticks
-from masdsl.lang.errors import Diagnostic, did_you_mean
+from masdsl.lang.errors import Diagnostic
 from masdsl.lang.exprs import NotLiteral, literal
 from masdsl.lang.source import Span
 

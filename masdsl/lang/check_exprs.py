@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from masdsl.lang import ast as A
 from masdsl.lang.context import Ctx, expect as _expect, ticks as _ticks
-from masdsl.lang.errors import did_you_mean
+from masdsl.errors import did_you_mean
 from masdsl.lang.exprs import NotLiteral, literal
 from masdsl.lang.infer import Scope, infer
 

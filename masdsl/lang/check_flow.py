@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from masdsl.lang import ast as A
 from masdsl.lang.context import Ctx, expect as _expect
-from masdsl.lang.errors import did_you_mean, suggest
+from masdsl.errors import did_you_mean, suggest
 from masdsl.lang.exprs import NotLiteral, literal
 from masdsl.lang.infer import Scope, infer
 

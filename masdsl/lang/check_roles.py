@@ -16,7 +16,7 @@ from masdsl.config import SAMPLE_RANGES  # shared with the config's `sample.<rol
 from masdsl.lang import ast as A
 from masdsl.lang.context import ANY, BOOL, LIST, NUMBER, STR, Ctx
 from masdsl.lang.context import ticks as _ticks
-from masdsl.lang.errors import did_you_mean
+from masdsl.errors import did_you_mean
 
 RESERVED = {"start", "end", "task", "env", "turn", "output", "role", "history", "ok", "true", "false",
             "and", "or", "not", "when"}

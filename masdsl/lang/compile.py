@@ -13,7 +13,9 @@ from pathlib import Path
 import networkx as nx
 
 from masdsl.lang import ast as A
-from masdsl.lang.check import Ctx, flow_edges, template_of
+from masdsl.lang.check import template_of
+from masdsl.lang.check_flow import flow_edges
+from masdsl.lang.context import Ctx
 from masdsl.lang.exprs import CompiledExpr, literal, source_of
 from masdsl.lang.workflow import DataSpec, ParseSpec, PolicySpec, RoleSpec, Workflow
 
@@ -75,10 +77,10 @@ def _data(c: Ctx, d: A.DataDecl) -> DataSpec:
     return DataSpec(d.split.name, d.call.func.name, args, kwargs, None, d.span)
 
 
-def compile_workflow(c: Ctx, name: str, path: Path | None = None) -> Workflow:
+def build_workflow(c: Ctx, name: str, path: Path | None = None) -> Workflow:
     """Build the `Workflow` of a checked module (`c` is the checker's context)."""
     if any(d.is_error for d in c.diags):
-        raise InternalError("compile_workflow called on a module with errors")
+        raise InternalError("build_workflow called on a module with errors")
     m = c.module
     imports = tuple(str(c.resolve(i.path.value)) for i in m.imports)
 

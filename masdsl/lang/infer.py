@@ -4,7 +4,7 @@ Types are the registry's value types: "bool", "number", "str", "list", "any". A 
 that is wrong appends a diagnostic and gives "any", so one mistake is reported once.
 
 >>> from masdsl.lang.parse import parse_text
->>> from masdsl.lang.check import Ctx
+>>> from masdsl.lang.context import Ctx
 >>> from masdsl.envs.registry import Registry
 >>> module, _ = parse_text("team turn + 1 > 2 and task.x", "w.mas")
 >>> c = Ctx(module, "", None, Registry())
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from masdsl.lang import ast as A
 from masdsl.lang.context import bind
-from masdsl.lang.errors import did_you_mean
+from masdsl.errors import did_you_mean
 
 NUMBER, BOOL, STR, LIST, ANY = "number", "bool", "str", "list", "any"
 _NUMERIC = {NUMBER, BOOL, ANY}

@@ -26,7 +26,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
-from masdsl.lang.errors import Diagnostic, did_you_mean
+from masdsl.errors import did_you_mean
+from masdsl.lang.errors import Diagnostic
 from masdsl.lang.workflow import Span
 
 if TYPE_CHECKING:  # jinja2 is imported where it is used (~30 ms of `masdsl check` start-up)

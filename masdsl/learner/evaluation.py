@@ -33,7 +33,7 @@ from masdsl.runtime.engine_factory import build_engines, close_engines
 from masdsl.runtime.executor import rollout
 from masdsl.runtime.records import StepRecord, write_records
 from masdsl.runtime.rundir import RunDir
-from masdsl.runtime.session import load_split, make_env
+from masdsl.runtime.inputs import load_split, make_env
 from masdsl.tracking import start_run
 
 

@@ -34,7 +34,7 @@ from masdsl.lang.workflow import PolicySpec, Workflow
 from masdsl.learner.config import problems as train_problems
 from masdsl.runtime.models import model_problem
 from masdsl.runtime.placement import REPLAY_CANNOT_TRAIN, Placement, engine_problems, plan_placement
-from masdsl.runtime.session import effective_policies
+from masdsl.runtime.inputs import effective_policies
 from masdsl.runtime.step_requests import max_model_len, role_sample
 from masdsl.tracking import validate as check_tracking
 

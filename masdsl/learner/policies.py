@@ -37,12 +37,11 @@ import torch
 
 from masdsl.config import Config
 from masdsl.lang.workflow import PolicySpec, Workflow
-from masdsl.runtime.actors import takes_refs
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.engine_factory import LoraSettings
 from masdsl.runtime.models import load_model, resolve_model
 from masdsl.runtime.placement import plan_placement
-from masdsl.runtime.session import effective_policies
+from masdsl.runtime.inputs import effective_policies
 
 def describe(workflow: Workflow, cfg: Config) -> list[str]:
     """Per policy: which roles train which weights, its engine and its learner (`plan_placement`)."""
@@ -183,11 +182,11 @@ def sync(policy: Policy, engine: Engine) -> None:
     Weights trained by learner workers go to engine actors straight from the object store
     (`remote_weights`); the driver's model loads them only for an engine in this process.
     """
-    if policy.remote_weights is not None and takes_refs(engine):
+    if policy.remote_weights is not None and engine.takes_refs:
         engine.update_weights(policy.remote_weights)
         return
     policy.current()
-    if getattr(engine, "model", None) is policy.model:
+    if engine.model is policy.model:
         return
     state = policy.state_dict()
     if policy.adapter is None:  # fp32 master weights: send what the engine holds

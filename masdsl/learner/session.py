@@ -21,7 +21,7 @@ from masdsl.learner.policies import Policy, iter_trainable, load_policies, sync
 from masdsl.learner.workers import LearnerGroup, build_optimizer, close_groups, open_groups, references
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.engine_factory import build_engines, close_engines, sleep_engines, wake_engines
-from masdsl.runtime.session import prepare
+from masdsl.runtime.inputs import prepare
 
 
 @dataclass

@@ -26,12 +26,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 
-from masdsl.learner.logprobs import (  # noqa: F401 - re-exported: tests and benchmarks import them from here
-    pad_rows,
-    select_cache_rows,
-    sequence_logprobs,
-    shared_prefix_logprobs,
-)
+from masdsl.learner.logprobs import sequence_logprobs, shared_prefix_logprobs
 from masdsl.learner.losses import LOSS_FNS
 from masdsl.runtime.records import StepRecord
 

@@ -137,7 +137,7 @@ def warm_start(workflow: Workflow, cfg: Config, out: str | Path, *, roles: Seque
     first batches draw from the front of the split) and save it to `out`; what was done."""
     from masdsl.learner.policies import master_dtype  # heavy: torch, as above
     from masdsl.runtime.models import load_model  # heavy: transformers
-    from masdsl.runtime.session import effective_policies, load_split, make_env  # the env registry: only when used
+    from masdsl.runtime.inputs import effective_policies, load_split, make_env  # the env registry: only when used
 
     if tasks < 1 or epochs < 1 or not lr > 0:
         raise UserError(f"warm start: tasks and epochs must be >= 1 and lr > 0 (got {tasks}, {epochs}, {lr})")

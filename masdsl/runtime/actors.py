@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 from masdsl.errors import StepFailed
 from masdsl.lang.imports import _LOADED
 from masdsl.runtime.backends import build_engine
-from masdsl.runtime.backends.base import EngineCall, GenRequest, Results
+from masdsl.runtime.backends.base import Engine, EngineCall, GenRequest, Results, as_engine
 
 log = logging.getLogger(__name__)
 
@@ -190,10 +190,10 @@ class _EngineHost:
     """The actor body: builds the engine where it runs and forwards calls to it."""
 
     def __init__(self, factory: Callable[[], Any]):
-        self.engine = factory()
+        self.engine = as_engine(factory())
 
     def tokenizer(self) -> Any:
-        return getattr(self.engine, "tokenizer", None)
+        return self.engine.tokenizer
 
     def generate(self, requests: list[GenRequest]) -> Results:
         return self.engine.generate(requests)
@@ -202,25 +202,19 @@ class _EngineHost:
         self.engine.update_weights(state_dict)
 
     def sleep(self, level: int = 1) -> None:
-        getattr(self.engine, "sleep", lambda level: None)(level)
+        self.engine.sleep(level)
 
     def wake_up(self) -> None:
-        getattr(self.engine, "wake_up", lambda: None)()
+        self.engine.wake_up()
 
     def close(self) -> None:
         self.engine.close()
 
 
-def takes_refs(engine: Any) -> bool:
-    """Whether `update_weights` of `engine` takes an object-store ref (its `takes_refs`): engines
-    in Ray actors (and replicas of them) do, engines in this process need the weights themselves."""
-    return bool(getattr(engine, "takes_refs", False))
-
-
 ENGINE_RESTARTS = 3  # times Ray restarts a dead engine actor (its constructor runs again)
 
 
-class RemoteEngine:
+class RemoteEngine(Engine):
     """An `Engine` living in a Ray actor: `submit` returns a running call, so the executor's
     batches for several engines overlap.
 

@@ -27,11 +27,11 @@ from typing import Any, Callable, Mapping, Protocol
 from masdsl.config import Config, ConfigError
 from masdsl.lang.workflow import PolicySpec, Workflow
 from masdsl.runtime import actors
-from masdsl.runtime.backends import build_engine, engine_kwargs, vllm_available
+from masdsl.runtime.backends import build_engine, engine_kwargs, hf_engine_on, vllm_available, vllm_engine
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.placement import REPLAY_CANNOT_TRAIN, check_engine_options, engine_gpus
 from masdsl.runtime.replicas import ReplicatedEngine
-from masdsl.runtime.session import effective_policies
+from masdsl.runtime.inputs import effective_policies
 from masdsl.runtime.step_requests import max_model_len
 
 
@@ -122,15 +122,15 @@ def _training_engines(weights: Mapping[str, LiveWeights], cfg: Config) -> dict[s
         if name in remote:
             engines[name] = _remote_engine(kind, p, kw, cfg, len(remote))
         elif kind == "hf":
-            engines[name] = build_engine("hf", (p.model, p.tokenizer), seed=kw["seed"], adapter=p.adapter)
+            engines[name] = hf_engine_on(p.model, p.tokenizer, seed=kw["seed"], adapter=p.adapter)
         elif p.adapter is None:
-            engines[name] = build_engine("vllm", p.model_path, **kw)
+            engines[name] = vllm_engine(p.model_path, **kw)
         else:
             if p.model_path not in lora_bases:
                 ranks = [LoraSettings.of(q.spec.lora or {}).r for q in weights.values()
                          if q.model_path == p.model_path and q.adapter]
                 lora = {"max_lora_rank": max(8, *ranks), "max_loras": len(ranks)}
-                lora_bases[p.model_path] = build_engine("vllm", p.model_path, lora=lora, **kw)
+                lora_bases[p.model_path] = vllm_engine(p.model_path, lora=lora, **kw)
             engines[name] = lora_bases[p.model_path].adapter(name, p.model.peft_config[p.adapter])
             engines[name].update_weights(p.state_dict())
     return engines
@@ -164,7 +164,7 @@ def _replicas(cfg: Config, n_models: int, start: Callable[[float], Engine]) -> E
 def close_engines(engines: Mapping[str, Engine]) -> None:
     """Close every engine once, and the shared vLLM base behind LoRA adapter engines."""
     seen: set[int] = set()
-    for e in list(engines.values()) + [getattr(e, "base", None) for e in engines.values()]:
+    for e in list(engines.values()) + [e.base for e in engines.values()]:
         if e is not None and id(e) not in seen:
             seen.add(id(e))
             e.close()
@@ -174,18 +174,14 @@ def sleep_engines(engines: Mapping[str, Engine], level: int = 1) -> None:
     """Every engine frees its GPU memory (vLLM's sleep mode; engines without one do nothing).
     An adapter engine stands for its shared base; each engine sleeps once."""
     for e in _bases(engines):
-        getattr(e, "sleep", _no_sleep)(level)
+        e.sleep(level)
 
 
 def wake_engines(engines: Mapping[str, Engine]) -> None:
     """Every engine takes back what `sleep_engines` freed."""
     for e in _bases(engines):
-        getattr(e, "wake_up", _no_sleep)()
+        e.wake_up()
 
 
 def _bases(engines: Mapping[str, Engine]) -> list[Engine]:
-    return list({id(b): b for b in (getattr(e, "base", None) or e for e in engines.values())}.values())
-
-
-def _no_sleep(*_: Any) -> None:
-    """An engine without sleep mode."""
+    return list({id(b): b for b in (e.base or e for e in engines.values())}.values())

@@ -10,7 +10,7 @@ semantics"):
    candidates per request in training, one in evaluation), every batch started before any is
    awaited (`batching.py`);
 3. every candidate is parsed, applied to its own copy of the state and scored
-   `alpha * team + local` (in-process, in threads, or as Ray tasks) (`walk.score`);
+   `alpha * team + local` (in-process, in threads, or as Ray tasks) (`walk.score_steps`);
 4. the argmax candidate of each role step continues (ties to the lowest index); a parallel
    group's winners are applied together in the group's role order (`walk.advance`);
 5. the first edge leaving the node whose guard holds is followed (file order; no guard =
@@ -49,7 +49,7 @@ from masdsl.runtime.step_requests import (
     role_sample,
     role_steps,
 )
-from masdsl.runtime.walk import advance, finish, new_episode, score
+from masdsl.runtime.walk import advance, finish, new_episode, score_steps
 
 __all__ = [
     "DEFAULT_MAX_TOKENS", "MAX_STEPS", "REPEAT_SEED_STRIDE", "EpisodeResult", "Rollout",
@@ -134,7 +134,7 @@ def _tick(active: list[Episode], run: RunState) -> None:
     steps = [s for ep in active if not ep.done for s in role_steps(ep, run)]
     if steps:
         generate(steps, run)
-        score(steps, run)
+        score_steps(steps, run)
         advance(steps, run)
 
 

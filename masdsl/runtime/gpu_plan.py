@@ -320,7 +320,7 @@ def communication(m: ModelDims, r: Recipe) -> dict[str, float]:
 
 def recipe_from_config(name: str, cfg: Any, workflow: Any, hardware: Hardware) -> Recipe:
     """A `Recipe` from a resolved `masdsl.config.Config` and the `Workflow` it runs."""
-    from masdsl.runtime.session import effective_policies  # runtime layer: the policies after overrides
+    from masdsl.runtime.inputs import effective_policies  # runtime layer: the policies after overrides
     from masdsl.runtime.step_requests import DEFAULT_MAX_TOKENS, role_sample
 
     specs = effective_policies(workflow, cfg)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from masdsl.config import Config, ConfigError
 from masdsl.lang.workflow import PolicySpec, Workflow
-from masdsl.runtime.session import effective_policies
+from masdsl.runtime.inputs import effective_policies
 
 
 REPLAY_CANNOT_TRAIN = "`runtime.engine=replay` replays fixed outputs and cannot train; use hf or vllm"

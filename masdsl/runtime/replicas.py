@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, Callable, Sequence
 
-from masdsl.runtime.backends.base import EngineCall, GenRequest, Results, as_engine
+from masdsl.runtime.backends.base import Engine, EngineCall, GenRequest, Results, as_engine
 
 
 def split_balanced(costs: Sequence[float], parts: int) -> list[range]:
@@ -60,7 +60,7 @@ def request_cost(r: GenRequest) -> float:
     return float(r.n * (len(r.prompt_ids) + r.max_tokens))
 
 
-class ReplicatedEngine:
+class ReplicatedEngine(Engine):
     """An `Engine` over `replicas` (engines of the same weights); see the module docstring."""
 
     def __init__(self, replicas: Sequence[Any]) -> None:
@@ -69,7 +69,7 @@ class ReplicatedEngine:
         self.replicas = [as_engine(e) for e in replicas]
         self.tokenizer = self.replicas[0].tokenizer
         self.served = [0] * len(self.replicas)  # requests each replica was given (logs, tests)
-        self.takes_refs = all(getattr(e, "takes_refs", False) for e in self.replicas)
+        self.takes_refs = all(e.takes_refs for e in self.replicas)
 
     def submit(self, requests: list[GenRequest]) -> EngineCall:
         """Start each replica's part now; the call's `result()` joins them in request order."""
@@ -97,10 +97,10 @@ class ReplicatedEngine:
         self._each(lambda e: e.update_weights(state_dict))
 
     def sleep(self, level: int = 1) -> None:
-        self._each(lambda e: getattr(e, "sleep", _nothing)(level))
+        self._each(lambda e: e.sleep(level))
 
     def wake_up(self) -> None:
-        self._each(lambda e: getattr(e, "wake_up", _nothing)())
+        self._each(lambda e: e.wake_up())
 
     def close(self) -> None:
         errors = []
@@ -120,10 +120,6 @@ class ReplicatedEngine:
         with ThreadPoolExecutor(len(self.replicas)) as pool:
             for f in [pool.submit(fn, e) for e in self.replicas]:
                 f.result()
-
-
-def _nothing(*_: Any) -> None:
-    """An engine without sleep mode: nothing to free."""
 
 
 def _join(calls: list[EngineCall]) -> Results:

@@ -10,7 +10,7 @@ Ray task): `run_env_job` and `run_apply_chain` are plain functions of plain data
 
 >>> select([0.5, 1.0, 1.0, -2.0])
 1
->>> score(team=0.5, local=1.0, alpha=2.0)
+>>> combined_reward(team=0.5, local=1.0, alpha=2.0)
 2.0
 >>> derive_seed(0, 3, "t1", "coder", 1) == derive_seed(0, 3, "t1", "coder", 1)
 True
@@ -41,10 +41,10 @@ def select(rewards: Sequence[float]) -> int:
     return best
 
 
-def score(team: float | None, local: float, alpha: float) -> float:
+def combined_reward(team: float | None, local: float, alpha: float) -> float:
     """`alpha * team + local`; a workflow without `team` uses the local reward only.
 
-    >>> score(None, 0.25, 1.0), score(1.0, 0.0, 0.5)
+    >>> combined_reward(None, 0.25, 1.0), combined_reward(1.0, 0.0, 0.5)
     (0.25, 0.5)
     """
     return local if team is None else alpha * team + local
@@ -150,7 +150,7 @@ def run_env_job(env: Any, job: EnvJob) -> list[Outcome]:
         errors: list[str] = []
         local = evaluate_number(job.reward, ctx, f"reward of `{job.role}`", errors) or 0.0
         team = evaluate_number(job.team, ctx, "team reward", errors)
-        outcomes.append(Outcome(state, score(team, local, job.alpha), team, local, errors, time.perf_counter() - t0))
+        outcomes.append(Outcome(state, combined_reward(team, local, job.alpha), team, local, errors, time.perf_counter() - t0))
     return outcomes
 
 

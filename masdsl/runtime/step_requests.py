@@ -1,6 +1,6 @@
 """A role's turn as an engine request: its prompt rendered and tokenised, its sampling options.
 
-Every `sample { }` option (`masdsl.lang.check.SAMPLE_KEYS`) reaches the request, with the config's
+Every `sample { }` option (`masdsl.lang.check_roles.SAMPLE_KEYS`) reaches the request, with the config's
 `sample."*".*` and `sample.<role>.*` overrides applied (`role_sample`); the policy's
 `chat_template_kwargs` reach its chat template (`chat_template_kwargs`). Seeds are derived per
 (run seed, step, task, role, turn), so a request samples the same whatever else is in its batch.
@@ -119,7 +119,7 @@ def role_steps(ep: Episode, run: RunState) -> list[RoleStep]:
         where = f"{role.prompt_span or role.span or run.workflow.name}: prompt of role `{name}` (task `{ep.task_id}`, turn {turn})"
         variables = prompts.prompt_variables(ep.task, view, turn, name, ep.fields, ep.history)
         messages = prompts.messages_for(role.prompt, role.system, variables, where)
-        tokenizer = getattr(run.engines[role.policy], "tokenizer", None)
+        tokenizer = run.engines[role.policy].tokenizer
         ids, text, cut = prompts.encode(
             tokenizer, messages, max_tokens=run.cfg.runtime.max_prompt_tokens,
             truncate=run.cfg.runtime.truncate_prompts, where=where, chat_kwargs=run.chat_kwargs.get(role.policy),

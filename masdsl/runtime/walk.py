@@ -78,7 +78,7 @@ def new_episode(index: int, task: Mapping[str, Any], run: RunState, repeat: int 
     return ep
 
 
-def score(steps: Sequence[RoleStep], run: RunState) -> None:
+def score_steps(steps: Sequence[RoleStep], run: RunState) -> None:
     """Parse every candidate, then apply and score it against its own copy of the state."""
     jobs = []
     for s in steps:

@@ -82,10 +82,8 @@ def test_factory(tiny_model_dir, monkeypatch, tmp_path, capsys):
     assert isinstance(eng, HFEngine) and eng.seed == 3
     assert "engine hf" in capsys.readouterr().err
     # the learner's own object: shared, not copied
-    shared = backends.build_engine("hf", (eng.model, eng.tokenizer))
-    assert shared.model is eng.model
-    with pytest.raises(UserError, match="needs its tokenizer"):
-        backends.build_engine("hf", eng.model)
+    shared = backends.hf_engine_on(eng.model, eng.tokenizer)
+    assert shared.model is eng.model and shared.tokenizer is eng.tokenizer
     # auto without a usable vLLM falls back to hf and says so
     monkeypatch.setenv("MASDSL_NO_VLLM", "1")
     monkeypatch.setattr(backends, "_vllm_status", None)
@@ -101,17 +99,9 @@ def test_factory(tiny_model_dir, monkeypatch, tmp_path, capsys):
     assert rep.generate([GenRequest([1], key=("t", "r", 0))])[0][0].text == "x"
 
 
-def test_factory_policy_spec_form(tiny_model_dir, monkeypatch):
-    # the runtime session calls build_engine(policy_spec, cfg)
-    from types import SimpleNamespace
-
-    from masdsl.config import resolve_config
-
-    cfg = resolve_config(overrides=["runtime.engine=hf", "train.seed=5"])
-    eng = backends.build_engine(SimpleNamespace(model=str(tiny_model_dir)), cfg)
-    assert isinstance(eng, HFEngine) and eng.seed == 5
-    out = eng.generate([GenRequest([1, 2, 3], n=2, max_tokens=3)])
-    assert [len(c) for c in out] == [2]
+def test_every_engine_kind_has_its_own_builder():
+    assert set(backends.BUILDERS) == set(backends.KINDS)
+    assert len({id(b) for b in backends.BUILDERS.values()}) == len(backends.KINDS)
 
 
 def test_tiny_model_can_tie_its_embeddings(tiny_model_dir, tmp_path):

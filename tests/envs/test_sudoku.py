@@ -22,7 +22,7 @@ PUZZLE = ((1, 2, 3, 4), (3, 0, 1, 0), (0, 1, 0, 3), (4, 0, 2, 0))
 def is_solution(puzzle, grid) -> bool:
     """An independent checker: every row, column and box is a permutation, givens kept."""
     n = len(puzzle)
-    b = sd.BOX[n]
+    b = solver.BOX[n]
     want = set(range(1, n + 1))
     rows = [set(r) for r in grid]
     cols = [{grid[r][c] for r in range(n)} for c in range(n)]
@@ -44,8 +44,8 @@ def state(puzzle=PUZZLE):
 
 
 def test_hand_puzzle_is_unique():
-    assert sd.count_solutions(PUZZLE) == 1 == brute_force_count(PUZZLE)
-    assert sd.solve(PUZZLE) == SOLUTION
+    assert solver.count_solutions(PUZZLE) == 1 == brute_force_count(PUZZLE)
+    assert solver.solve(PUZZLE) == SOLUTION
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -54,14 +54,14 @@ def test_solver_counts_agree_with_brute_force(seed):
     import random
 
     rng = random.Random(seed)
-    full = sd.solve(((0,) * 4,) * 4)
+    full = solver.solve(((0,) * 4,) * 4)
     grid = [list(r) for r in full]
     for r, c in rng.sample([(r, c) for r in range(4) for c in range(4)], rng.randint(6, 14)):
         grid[r][c] = 0
     if seed % 3 == 0:  # make it contradictory or different
         grid[0][0] = grid[0][1] or 1
     puzzle = tuple(tuple(r) for r in grid)
-    assert sd.count_solutions(puzzle, limit=1000) == brute_force_count(puzzle)
+    assert solver.count_solutions(puzzle, limit=1000) == brute_force_count(puzzle)
 
 
 # 200 4x4 puzzles per split; 9x9 ones are slower to generate, so 100 per split (200 in all)
@@ -73,11 +73,11 @@ def test_every_generated_puzzle_has_one_solution(size, split, n):
     for i, row in enumerate(rows):
         puzzle = tuple(tuple(r) for r in row["puzzle"])
         assert len(puzzle) == size and all(len(r) == size for r in puzzle)
-        assert sum(v == 0 for r in puzzle for v in r) == sd.EMPTY_CELLS[size]
-        assert sd.count_solutions(puzzle, limit=2) == 1
-        assert is_solution(puzzle, sd.solve(puzzle))
+        assert sum(v == 0 for r in puzzle for v in r) == solver.EMPTY_CELLS[size]
+        assert solver.count_solutions(puzzle, limit=2) == 1
+        assert is_solution(puzzle, solver.solve(puzzle))
         if i < 20:
-            assert sd.generate(row["seed"], size) == puzzle  # the seed reproduces the row
+            assert solver.generate(row["seed"], size) == puzzle  # the seed reproduces the row
 
 
 def test_data_source_is_deterministic_and_prefix_stable():

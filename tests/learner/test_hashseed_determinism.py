@@ -106,7 +106,7 @@ def test_training_in_processes_with_different_hash_seeds_is_identical(tiny_model
 def test_shared_prefix_gradient_is_bitwise_repeatable_with_two_threads(tiny_model_dir):
     """The isolated cause: one prompt, 24 candidates, two torch threads; the backward through
     the shared prompt's cache gives the same gradient bits every time."""
-    from masdsl.learner.update import shared_prefix_logprobs
+    from masdsl.learner.logprobs import shared_prefix_logprobs
     from masdsl.runtime.models import load_model
 
     model, tok = load_model(tiny_model_dir)
@@ -134,7 +134,7 @@ def test_cache_row_selection_matches_indexing(n_threads):
     the same gradient up to float rounding."""
     from transformers import DynamicCache
 
-    from masdsl.learner.update import select_cache_rows
+    from masdsl.learner.logprobs import select_cache_rows
 
     before = torch.get_num_threads()
     torch.set_num_threads(n_threads)

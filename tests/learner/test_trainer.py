@@ -144,7 +144,7 @@ def test_lora_adapters_train_only_on_their_own_roles(tiny_model_dir, tmp_path):
     from masdsl.learner.update import update_policy
     from masdsl.runtime.engine_factory import build_engines
     from masdsl.runtime.executor import rollout
-    from masdsl.runtime.session import prepare
+    from masdsl.runtime.inputs import prepare
 
     wf = toy("toy_digits_lora.mas")
     cfg = config(wf, tiny_model_dir, "train.samples=8", "train.batch=10", "train.lr=0.01")
@@ -185,7 +185,7 @@ def test_engine_samples_from_updated_weights(tiny_model_dir, tmp_path):
     """After an update, the engine's sampling log-probs are those of the updated model."""
     from masdsl.learner.policies import load_policies, sync
     from masdsl.runtime.engine_factory import build_engines
-    from masdsl.learner.update import sequence_logprobs
+    from masdsl.learner.logprobs import sequence_logprobs
     from masdsl.runtime.backends.base import GenRequest
 
     wf = toy()

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from masdsl.config import resolve_config
-from masdsl.learner.update import micro_batches, sequence_logprobs, shared_prefix_logprobs, update_policy
+from masdsl.learner.logprobs import sequence_logprobs, shared_prefix_logprobs
+from masdsl.learner.update import micro_batches, update_policy
 from masdsl.runtime.records import StepRecord
 
 

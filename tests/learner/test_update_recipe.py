@@ -15,7 +15,8 @@ from masdsl.config import resolve_config
 from masdsl.learner.advantages import compute_advantages, select_groups
 from masdsl.learner.grouping import group_records
 from masdsl.learner.losses import grpo_loss
-from masdsl.learner.update import sequence_logprobs, update_policy
+from masdsl.learner.logprobs import sequence_logprobs
+from masdsl.learner.update import update_policy
 from masdsl.runtime.records import StepRecord
 
 

@@ -37,7 +37,7 @@ def test_the_tool_demonstration_prints_a_shortest_path_and_the_planner_one_solve
 
 def test_demonstrations_render_each_role_prompt_at_turn_0(tiny_model_dir):
     from masdsl.runtime.models import load_model
-    from masdsl.runtime.session import make_env
+    from masdsl.runtime.inputs import make_env
 
     wf = masdsl.load(HELPER)
     cfg = resolve_config(wf.train, overrides=["tracking.enabled=false"])

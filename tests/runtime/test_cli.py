@@ -12,7 +12,7 @@ from masdsl.cli import main
 from masdsl.config import ConfigError, resolve_config
 from masdsl.runtime.records import read_records
 from masdsl.runtime.engine_factory import build_engines
-from masdsl.runtime.session import effective_policies, prepare
+from masdsl.runtime.inputs import effective_policies, prepare
 
 DATA = Path(__file__).parent / "data"
 MAS = str(DATA / "toy.mas")

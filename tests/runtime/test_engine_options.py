@@ -16,7 +16,7 @@ import masdsl
 from masdsl.config import ConfigError, resolve_config
 from masdsl.learner.plan import resolve_run
 from masdsl.learner.session import TrainSession
-from masdsl.runtime.backends import _build_vllm, engine_kwargs
+from masdsl.runtime.backends import _vllm, engine_kwargs
 from masdsl.runtime.backends.base import GenRequest, LocalEngine
 from masdsl.runtime.engine_factory import build_engines
 from masdsl.runtime.placement import plan_placement
@@ -48,7 +48,7 @@ def test_tensor_parallel_and_sleep_mode_reach_vllm(tiny_model_dir, monkeypatch):
     FakeLLM.built.clear()
     cfg = resolve_config(overrides=["runtime.device=cuda", "runtime.vllm_tensor_parallel_size=2",
                                     "runtime.vllm_sleep_mode=true", "runtime.vllm_gpu_memory_utilization=0.6"])
-    engine = _build_vllm(tiny_model_dir, engine_kwargs(cfg), "test")
+    engine = _vllm(tiny_model_dir, engine_kwargs(cfg), "test")
     (kw,) = FakeLLM.built
     assert kw["tensor_parallel_size"] == 2 and kw["distributed_executor_backend"] == "mp"
     assert kw["enable_sleep_mode"] is True
@@ -56,7 +56,7 @@ def test_tensor_parallel_and_sleep_mode_reach_vllm(tiny_model_dir, monkeypatch):
     engine.wake_up()
     assert engine.llm.calls == [("sleep", 1), ("wake_up",)]
     engine.close()
-    plain = _build_vllm(tiny_model_dir, engine_kwargs(resolve_config()), "test")
+    plain = _vllm(tiny_model_dir, engine_kwargs(resolve_config()), "test")
     assert not {"tensor_parallel_size", "distributed_executor_backend", "enable_sleep_mode"} & set(FakeLLM.built[-1])
     plain.sleep()  # built without sleep mode: nothing reaches vLLM
     assert plain.llm.calls == []

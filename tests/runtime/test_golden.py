@@ -13,7 +13,7 @@ from masdsl.config import resolve_config
 from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.executor import rollout
 from masdsl.envs.datasets import humaneval
-from masdsl.runtime.session import make_env
+from masdsl.runtime.inputs import make_env
 
 ROOT = Path(__file__).resolve().parents[2]
 

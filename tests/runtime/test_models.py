@@ -9,7 +9,7 @@ import masdsl
 from masdsl.config import resolve_config
 from masdsl.runtime.executor import rollout
 from masdsl.runtime.sampling import select
-from masdsl.runtime.session import prepare
+from masdsl.runtime.inputs import prepare
 
 DATA = Path(__file__).parent / "data"
 

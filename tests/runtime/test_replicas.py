@@ -27,13 +27,15 @@ def logged_factory(model_dir: str, log: str):
         # runs inside the actor (pickled by value: defined in a function)
         import os
 
+        from masdsl.runtime.backends.base import LocalEngine
+
         inner = engine_from_folder(kind, model_path, kwargs, threads_)
 
         def note(line: str) -> None:
             with open(log, "a") as f:
                 f.write(f"{os.getpid()} {line}\n")
 
-        class Logged:
+        class Logged(LocalEngine):  # an Engine: its sleep and wake_up are its own
             tokenizer = inner.tokenizer
 
             def generate(self, requests):

@@ -156,7 +156,7 @@ def test_masdsl_eval_rejects_an_unknown_role_with_a_hint(tmp_path, capsys):
 
 
 def test_every_sample_option_reaches_the_request(h, thinking_tok):
-    from masdsl.lang.check import SAMPLE_KEYS
+    from masdsl.lang.check_roles import SAMPLE_KEYS
 
     engine = RecordingEngine(thinking_tok)
     overrides = ["sample.a.temperature=0.7", "sample.a.top_p=0.9", "sample.a.top_k=5", "sample.a.min_p=0.05",

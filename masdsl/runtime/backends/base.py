@@ -9,6 +9,8 @@ Ray actors sample at the same time) and then takes each `EngineCall`'s `result()
 that run in this process derive from `LocalEngine`, whose `submit` runs `generate` at once and
 returns a finished call; `RemoteEngine` (`masdsl.runtime.actors`) returns a call still running.
 An object that only has `generate` (a test double) becomes an `Engine` through `as_engine`.
+Capabilities only some engines have (`takes_refs`, `model`, `base`, `sleep`, `wake_up`) are
+declared on `Engine` with defaults, so nothing probes an engine with `getattr`.
 
 >>> class Echo(LocalEngine):
 ...     tokenizer = None
@@ -91,21 +93,28 @@ class EngineCall:
 class Engine(Protocol):
     """What the runtime (executor, engine factory) and the learner call on an inference engine.
 
-    Optional, by kind of engine (looked up with `getattr`):
+    Every engine class derives from `Engine` (engines in this process through `LocalEngine`), so
+    the capabilities that only some kinds have are declared here with the value of an engine
+    that lacks them, and callers read them as plain attributes:
+    - `takes_refs`: `update_weights` takes a Ray object-store ref (engines in Ray actors, and
+      replicas of them), not only the weights themselves;
     - `model`: the model object an `hf` engine samples from; the learner does not sync weights
       into an engine that holds its own policy's model;
-    - `adapter(name, peft_config)`: a `vllm` engine built with `lora=` hands out one `Engine` per
-      LoRA adapter (`LoRAHost`);
-    - `base`: such an adapter engine's shared engine, closed once after its adapters;
+    - `base`: a LoRA adapter engine's shared vLLM engine, closed once after its adapters (such a
+      base hands out the adapters: `LoRAHost`);
     - `sleep(level=1)` / `wake_up()`: free the engine's GPU memory while the learner updates, and
       take it back before the new weights are loaded (vLLM's sleep mode, `runtime.vllm_sleep_mode`);
-      no-ops in `LocalEngine`, forwarded by `RemoteEngine` and `ReplicatedEngine`.
+      nothing for engines without one, forwarded by `RemoteEngine` and `ReplicatedEngine`.
     """
 
-    tokenizer: Any  # a Hugging Face tokenizer (None for replay)
+    tokenizer: Any = None  # a Hugging Face tokenizer (None for replay)
+    takes_refs: bool = False
+    model: Any = None
+    base: Engine | None = None
 
     def generate(self, requests: list[GenRequest]) -> Results:
         """One list of `request.n` candidates per request, in request order."""
+        raise NotImplementedError
 
     def submit(self, requests: list[GenRequest]) -> EngineCall:
         """Start `generate(requests)`; the returned call's `result()` gives its candidates.
@@ -113,12 +122,21 @@ class Engine(Protocol):
         The executor submits every engine's batch of a tick, in a fixed order, before it waits
         on any, so the order of engine calls (and the seeds they carry) never depends on timing.
         """
+        raise NotImplementedError
 
     def update_weights(self, state_dict: dict[str, Any]) -> None:
         """Load new weights (or a LoRA adapter's weights) so the next generate is on-policy."""
+        raise NotImplementedError
 
     def close(self) -> None:
         """Release the engine's model, processes and files; the engine is not used after."""
+        raise NotImplementedError
+
+    def sleep(self, level: int = 1) -> None:
+        """Free GPU memory until `wake_up` (only engines with a sleep mode do anything)."""
+
+    def wake_up(self) -> None:
+        """Take back what `sleep` freed."""
 
 
 class LoRAHost(Protocol):
@@ -128,26 +146,15 @@ class LoRAHost(Protocol):
         """An `Engine` that samples through adapter `name` (the base model until its first update)."""
 
 
-class LocalEngine:
+class LocalEngine(Engine):
     """Base of the engines that run in this process: `submit` runs `generate` at once.
 
     Subclasses define `tokenizer`, `generate`, `update_weights` and `close`.
     """
 
-    tokenizer: Any
-
-    def generate(self, requests: list[GenRequest]) -> Results:
-        raise NotImplementedError
-
     def submit(self, requests: list[GenRequest]) -> EngineCall:
         """A finished call: `generate` ran in this thread before `submit` returned."""
         return EngineCall.run(self.generate, requests)
-
-    def sleep(self, level: int = 1) -> None:
-        """Free GPU memory until `wake_up` (only engines with a sleep mode do anything)."""
-
-    def wake_up(self) -> None:
-        """Take back what `sleep` freed."""
 
 
 class _GenerateOnly(LocalEngine):
@@ -174,7 +181,8 @@ class _GenerateOnly(LocalEngine):
 
 
 def as_engine(obj: Any) -> Engine:
-    """`obj` itself when it has `submit`; else a `LocalEngine` over its `generate`.
+    """`obj` itself when it is an `Engine` (its class derives from it); else a `LocalEngine` over
+    its `generate`, with the defaults of every capability.
 
     >>> class Bare:
     ...     tokenizer = "tok"
@@ -184,7 +192,7 @@ def as_engine(obj: Any) -> Engine:
     >>> e.tokenizer, e.submit([GenRequest([1])]).result()[0][0].text, as_engine(e) is e
     ('tok', 'x', True)
     """
-    return obj if callable(getattr(obj, "submit", None)) else _GenerateOnly(obj)
+    return obj if Engine in type(obj).__mro__ else _GenerateOnly(obj)
 
 
 def as_engines(engines: Any) -> dict[str, Engine]:
