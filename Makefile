@@ -18,8 +18,11 @@ else
 	$(VENV)/bin/masdsl run $(WORKFLOW) policy.shared.model=$(WARM_START)
 endif
 
+# Two pytest workers (pytest-xdist): most slow tests wait on processes starting (Ray, vLLM,
+# subprocess runs), so two share this 2-core machine well; more starved Ray's raylets here.
+TEST_WORKERS ?= 2
 test: setup
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS)
 
 check: setup
 	$(VENV)/bin/masdsl check workflows/*.mas
