@@ -156,3 +156,23 @@ def test_no_getattr_probes_on_engines():
                     and node.args[1].value in CAPABILITIES and _engine_like(node.args[0])):
                 probes.append(f"{MODULES[module].relative_to(ROOT)}:{node.lineno}")
     assert not probes, f"getattr/hasattr probes of engine capabilities: {probes}"
+
+
+# Where `cfg.policy` / `cfg.sample` may be touched: the config layer that defines and resolves them
+# (`policy_override`, the name check), the plan's builder, and the two commands that write a
+# checkpoint's model into a configuration before it is planned. Everyone else reads the plan's
+# (or `effective_policies`') answer.
+OVERRIDE_OWNERS = {"masdsl.config", "masdsl.learner.plan", "masdsl.learner.evaluation", "masdsl.learner.export"}
+
+
+def test_only_the_plan_and_config_read_policy_and_sample_overrides():
+    readers = []
+    for module, (tree, _) in TREES.items():
+        if module in OVERRIDE_OWNERS:
+            continue
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr in ("policy", "sample")
+                    and isinstance(node.value, (ast.Name, ast.Attribute))
+                    and (node.value.id if isinstance(node.value, ast.Name) else node.value.attr) in ("cfg", "config")):
+                readers.append(f"{MODULES[module].relative_to(ROOT)}:{node.lineno}")
+    assert not readers, f"`cfg.policy`/`cfg.sample` read outside the plan's builder: {readers}"
