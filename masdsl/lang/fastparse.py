@@ -23,10 +23,11 @@ from __future__ import annotations
 
 from masdsl.lang import ast as A
 from masdsl.lang.fastexpr import Bail, Reader
-from masdsl.lang.lexer import KEYWORDS, number, tokens
+from masdsl.lang.lexer import number, tokens
+from masdsl.lang.vocabulary import KEYWORDS, STATEMENTS
 from masdsl.lang.workflow import Span
 
-_TOP = ("workflow", "env", "data", "policy", "role", "flow", "team", "alpha", "success", "train", "import")
+_TOP = STATEMENTS
 _ROLE_ITEMS = ("policy", "system", "prompt", "sample", "parse", "reward")
 _GROUPS = {A.WorkflowDecl: "workflows", A.EnvDecl: "envs", A.DataDecl: "data", A.PolicyDecl: "policies",
            A.RoleDecl: "roles", A.FlowDecl: "flows", A.TrainDecl: "trains", A.ImportDecl: "imports"}

@@ -20,8 +20,6 @@ _TOKEN = re.compile(
     r"|(?P<N>[A-Za-z_][A-Za-z0-9_]*)|(?P<D>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)"
     r"|(?P<P>->|==|!=|<=|>=|[<>{}()\[\],:;=.&+\-*/%])|(?P<E>\Z))"
 )
-KEYWORDS = frozenset("workflow env data policy role flow team alpha success train import system prompt file sample "
-                     "parse reward max_turns when or and not true false".split())
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "0": "\0"}
 _ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)")
 

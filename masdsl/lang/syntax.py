@@ -23,6 +23,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from masdsl.lang.errors import Diagnostic
 from masdsl.lang.grammar import parser
 from masdsl.lang.source import SourceFile, Span
+from masdsl.lang.vocabulary import STATEMENTS
 
 
 TERMINAL_NAMES = {
@@ -30,7 +31,7 @@ TERMINAL_NAMES = {
     "COMP_OP": "a comparison", "$END": "end of file", "_SEMI": "`;`",
 }
 MAX_SYNTAX_ERRORS = 100  # a file's syntax errors shown at most
-TOP_KEYWORDS = ("workflow", "env", "data", "policy", "role", "flow", "team", "alpha", "success", "train", "import")
+TOP_KEYWORDS = STATEMENTS
 
 # `match_examples`: a malformed snippet -> the mistake it shows (Lark's error-by-example).
 SYNTAX_EXAMPLES: dict[str, tuple[list[str], str, str]] = {

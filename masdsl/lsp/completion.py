@@ -23,10 +23,10 @@ from lsprotocol import types as T
 from masdsl.config import Config
 from masdsl.lang.check_roles import POLICY_KEYS, SAMPLE_KEYS
 from masdsl.lang.templates import BASE_VARIABLES
+from masdsl.lang.vocabulary import STATEMENTS
 from masdsl.lsp.hover import MEANINGS, signature
 from masdsl.lsp.state import DocState
 
-STATEMENTS = ("workflow", "env", "data", "policy", "role", "flow", "team", "alpha", "success", "train", "import")
 ROLE_ITEMS = ("policy", "system", "prompt", "sample", "parse", "reward")
 _WORD = re.compile(r"[A-Za-z_]\w*")
 CK = T.CompletionItemKind

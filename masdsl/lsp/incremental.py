@@ -31,7 +31,7 @@ from bisect import bisect_left, bisect_right
 from masdsl.lang import ast as A
 from masdsl.lang.errors import Diagnostic
 from masdsl.lang.fastparse import module_of, parse_flow_items, parse_statements
-from masdsl.lang.lexer import KEYWORDS
+from masdsl.lang.vocabulary import KEYWORDS
 from masdsl.lang.workflow import Span
 
 _GROUPS = tuple(f.name for f in dataclasses.fields(A.Module) if f.name not in ("file", "span"))

@@ -11,7 +11,8 @@ from __future__ import annotations
 from pygments.lexer import RegexLexer, bygroups, include, words
 from pygments.token import Comment, Keyword, Name, Number, Operator, Punctuation, String, Text, Whitespace
 
-STATEMENTS = ("workflow", "env", "data", "policy", "role", "flow", "team", "alpha", "success", "train", "import")
+from masdsl.lang.vocabulary import STATEMENTS
+
 ITEMS = ("system", "prompt", "file", "sample", "parse", "reward", "max_turns", "when")
 
 
