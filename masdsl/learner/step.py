@@ -24,7 +24,7 @@ from masdsl.config import Config
 from masdsl.lang.workflow import Workflow
 from masdsl.learner.advantages import compute_advantages, select_groups
 from masdsl.learner.checkpoint import TrainState
-from masdsl.learner.grouping import Group, group_records
+from masdsl.learner.grouping import Group, group_records, rollout_shape
 from masdsl.learner.metrics import step_metrics
 from masdsl.learner.policies import iter_trainable
 from masdsl.learner.session import TrainSession
@@ -88,7 +88,7 @@ def sample_batch(session: TrainSession, step: int, draw: Draw, cursor: int) -> t
         seen.update(_task_key(t) for t in tasks)
         rounds += 1
         label = f"step {step + 1}/{tc.steps}: rollout" + (f" ({rounds})" if rounds > 1 else "")
-        n_episodes = len(tasks) * (tc.samples if tc.grouping == "trajectory" else 1)
+        n_episodes = len(tasks) * rollout_shape(tc.grouping, tc.samples)[1]
         parts.append(collect(session.workflow, session.env, tasks, session.engines, session.cfg, step,
                              progress=show.counter(label, n_episodes), repeat=rounds - 1))
         roll = merge_rollouts(parts) if len(parts) > 1 else parts[0]
@@ -121,19 +121,9 @@ def kept_rows(kept: Sequence[Group], n: int) -> list[bool]:
 def collect(workflow: Workflow, env: Any, tasks: Sequence[dict], engines: Mapping[str, Engine], cfg: Config,
             step: int, on_records: Callable[[list], None] | None = None,
             progress: Callable[[int], None] | None = None, repeat: int = 0) -> Rollout:
-    """The training rollout. `trajectory` grouping (vanilla GRPO) needs K independent episodes
-    per task instead of tree sampling: K rollouts of one sample, with different seeds. `repeat`
+    """The training rollout, in the shape the grouping declares (`grouping.rollout_shape`): tree
+    sampling of K candidates, or K independent episodes of every task for `trajectory`. `repeat`
     numbers a step's extra rollouts (dynamic sampling), so that each draws fresh seeds."""
-    tc = cfg.train
-    seed = tc.seed + 7_919 * repeat
-    if tc.grouping != "trajectory":
-        return rollout(workflow, env, tasks, engines, mode="train", samples=tc.samples, step=step,
-                       seed=seed, cfg=cfg, on_records=on_records, progress=progress)
-    parts = []
-    for k in range(tc.samples):
-        part = rollout(workflow, env, tasks, engines, mode="train", samples=1, step=step,
-                       seed=seed + 1_000_003 * k, cfg=cfg, progress=progress)
-        if on_records is not None:
-            on_records(part.records)
-        parts.append(part)
-    return merge_rollouts(parts)  # K distinct episodes of each task
+    samples, repeats = rollout_shape(cfg.train.grouping, cfg.train.samples)
+    return rollout(workflow, env, tasks, engines, mode="train", samples=samples, repeats=repeats, step=step,
+                   seed=cfg.train.seed + 7_919 * repeat, cfg=cfg, on_records=on_records, progress=progress)
