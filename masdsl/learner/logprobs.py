@@ -9,6 +9,7 @@ sampled log-probs).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
@@ -127,3 +128,28 @@ def select_cache_rows(cache: Any, idx: Any) -> None:
         elif layer.keys is not None and layer.keys.numel() > 0:
             layer.keys = layer.keys.index_select(0, idx)
             layer.values = layer.values.index_select(0, idx)
+
+
+@dataclass(frozen=True)
+class FrozenModel:
+    """The KL reference of a full-weight policy: its starting weights, loaded apart and frozen
+    (a fresh load of the starting folder, so a resumed run keeps the same reference)."""
+
+    model: Any
+
+    def logprobs(self, policy_model: Any, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
+                 pad_id: int) -> Any:
+        return sequence_logprobs(self.model, prompts, responses, pad_id)[0]
+
+
+@dataclass(frozen=True)
+class AdapterOff:
+    """The KL reference of a LoRA policy: the shared base model with every adapter off (no copy)."""
+
+    def logprobs(self, policy_model: Any, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
+                 pad_id: int) -> Any:
+        with policy_model.disable_adapter():
+            return sequence_logprobs(policy_model, prompts, responses, pad_id)[0]
+
+
+KLReference = FrozenModel | AdapterOff  # what `train.kl_coef > 0` measures the policy's drift from

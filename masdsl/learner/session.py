@@ -17,6 +17,7 @@ from masdsl.lang.fingerprint import fingerprint
 from masdsl.lang.workflow import Workflow
 from masdsl.learner import checkpoint as ckpt
 from masdsl.learner.display import Progress, role_budgets
+from masdsl.learner.logprobs import KLReference
 from masdsl.learner.policies import Policy, iter_trainable, load_policies, sync
 from masdsl.learner.workers import LearnerGroup, build_optimizer, close_groups, open_groups, references
 from masdsl.runtime.backends.base import Engine
@@ -36,7 +37,7 @@ class TrainSession:
     policies: dict[str, Policy]
     engines: dict[str, Engine] = field(default_factory=dict)
     optimizers: dict[str, Any] = field(default_factory=dict)  # policy -> torch optimizer
-    references: dict[str, Any] = field(default_factory=dict)  # policy -> frozen model (or "base") for the KL term
+    references: dict[str, KLReference] = field(default_factory=dict)  # policy -> its KL reference (`train.kl_coef > 0`)
     groups: dict[str, LearnerGroup] = field(default_factory=dict)  # policy -> its learner workers (learner_workers > 0)
 
     def sync_all(self) -> None:

@@ -26,8 +26,11 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 
-from masdsl.learner.logprobs import sequence_logprobs, shared_prefix_logprobs
+from masdsl.config import TrainConfig
+from masdsl.learner.logprobs import KLReference, sequence_logprobs, shared_prefix_logprobs
 from masdsl.learner.losses import LOSS_FNS
+from masdsl.learner.parallel import Shard
+from masdsl.learner.policies import Policy
 from masdsl.runtime.records import StepRecord
 
 
@@ -122,14 +125,14 @@ def old_logprob_source(tc: Any, compute_dtype: str = "float32") -> str:
 
 
 def update_policy(
-    policy: Any,
-    optimizer: Any,
+    policy: Policy,
+    optimizer: torch.optim.Optimizer,
     records: Sequence[StepRecord],
     advantages: Sequence[float],
-    tc: Any,
-    reference: Any = None,
+    tc: TrainConfig,
+    reference: KLReference | None = None,
     keep: Sequence[bool] | None = None,
-    shard: Any = None,
+    shard: Shard | None = None,
 ) -> UpdateStats:
     """Train `policy` on its own roles' records: PPO as the paper's recipe runs it.
 
@@ -191,7 +194,7 @@ class _Batch:
     records: Sequence[StepRecord]
     advantages: Sequence[float]
     tc: Any
-    reference: Any  # None: no KL term
+    reference: KLReference | None  # None: no KL term
     pad_id: int
     compute_dtype: str
     shard: Any = None  # None: this process holds the whole batch
@@ -303,10 +306,7 @@ def _pad_like(rows: Sequence[Sequence[float]], like: Any) -> Any:
     return out
 
 
-def _reference_logprobs(reference: Any, policy: Any, prompts: Any, responses: Any, pad_id: int) -> Any:
-    """Log-probs under the frozen reference: a separate model, or the base with adapters off."""
+def _reference_logprobs(reference: KLReference, policy: Any, prompts: Any, responses: Any, pad_id: int) -> Any:
+    """Log-probs under the frozen reference (a separate model, or the base with adapters off)."""
     with torch.no_grad():
-        if reference == "base":  # LoRA: the reference is the shared base without any adapter
-            with policy.model.disable_adapter():
-                return sequence_logprobs(policy.model, prompts, responses, pad_id)[0]
-        return sequence_logprobs(reference, prompts, responses, pad_id)[0]
+        return reference.logprobs(policy.model, prompts, responses, pad_id)

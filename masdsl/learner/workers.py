@@ -45,6 +45,7 @@ import torch.distributed as dist
 
 from masdsl.config import Config, TrainConfig
 from masdsl.errors import StepFailed
+from masdsl.learner.logprobs import AdapterOff, FrozenModel, KLReference
 from masdsl.learner.parallel import FsdpShard, Shard
 from masdsl.learner.policies import Policy, compute_state, iter_trainable, master_dtype
 from masdsl.learner.update import UpdateStats, update_policy
@@ -65,16 +66,16 @@ def build_optimizer(params: Sequence[Any], tc: TrainConfig) -> Any:
     return torch.optim.AdamW(params, lr=tc.lr, weight_decay=tc.weight_decay, fused=fusable or None)
 
 
-def references(policies: Mapping[str, Policy], cfg: Config) -> dict[str, Any]:
-    """Frozen reference models for the KL term: a fresh load of the starting weights (so a
-    resumed run keeps the same reference), or for LoRA the shared base with adapters off."""
-    refs: dict[str, Any] = {}
+def references(policies: Mapping[str, Policy], cfg: Config) -> dict[str, KLReference]:
+    """The KL term's reference of every trainable policy: its starting weights loaded apart
+    (`FrozenModel`), or for LoRA the shared base with adapters off (`AdapterOff`)."""
+    refs: dict[str, KLReference] = {}
     for p in iter_trainable(policies):
         if p.adapter is not None:
-            refs[p.name] = "base"
+            refs[p.name] = AdapterOff()
             continue
         model, _ = load_model(p.model_path, dtype=cfg.runtime.dtype, device=cfg.runtime.device)
-        refs[p.name] = model.requires_grad_(False)
+        refs[p.name] = FrozenModel(model.requires_grad_(False))
     return refs
 
 
@@ -87,7 +88,7 @@ class LearnerWorker:
         self.rank, self.world = rank, world
         self.policy: Policy | None = None
         self.optimizer: Any = None
-        self.reference: Any = None
+        self.reference: KLReference | None = None
         self.cfg: Config | None = None
         self.shard: Shard = Shard(rank, world)
         # (updates finished since the last load, the whole AdamW state on the CPU after them, the

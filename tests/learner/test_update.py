@@ -109,3 +109,25 @@ def test_update_raises_logprob_of_positive_advantage_and_budget_is_irrelevant(ti
     assert total(new, 0) > total(old, 0) and total(new, 1) < total(old, 1)
     assert torch.allclose(results[0][0], results[1][0], atol=1e-5)
     assert results[0][1].grad_norm == pytest.approx(results[1][1].grad_norm, rel=1e-4)
+
+
+def test_kl_references_are_the_starting_weights_or_the_base_with_adapters_off(tiny):
+    """`FrozenModel` scores with its own frozen copy; `AdapterOff` with the policy's base, whatever
+    its adapter has learned (the reference is a type, not a marker string)."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    from masdsl.learner.logprobs import AdapterOff, FrozenModel
+
+    model, tok = tiny
+    prompts, responses = [[5, 6, 7], [8, 9]], [[10, 11, 12], [13]]
+    base, _ = sequence_logprobs(model, prompts, responses, tok.pad_token_id)
+    with torch.no_grad():
+        assert torch.equal(FrozenModel(model).logprobs(None, prompts, responses, tok.pad_token_id), base)
+        lora = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False)  # B != 0
+        adapted = get_peft_model(copy.deepcopy(model), lora)
+        moved, _ = sequence_logprobs(adapted, prompts, responses, tok.pad_token_id)
+        off = AdapterOff().logprobs(adapted, prompts, responses, tok.pad_token_id)
+    assert not torch.allclose(moved, base)  # the adapter changes the policy...
+    assert torch.allclose(off, base, atol=1e-6)  # ...and the reference is the base without it
