@@ -126,8 +126,9 @@ def multirun(args: argparse.Namespace) -> int:
     if alone:
         raise UserError(f"masdsl run --multirun trains a sweep and cannot take {alone[0]}: "
                         f"run `masdsl run FILE {alone[0]} ...` with one value per key")
-    return sweep.main(argparse.Namespace(file=args.file, overrides=args.overrides, config=args.config, seeds=None,
-                                         name=None, out=None, trial_cpus=None, trial_gpus=None, json=args.json))
+    given = {"config": args.config, "json": args.json}  # the run options a sweep shares; its own ones at their defaults
+    return sweep.main(argparse.Namespace(file=args.file, overrides=args.overrides,
+                                         **{name: given.get(name) for name in sweep.OPTIONS}))
 
 
 def main(args: argparse.Namespace) -> int:

@@ -33,6 +33,9 @@ def _options(p: argparse.ArgumentParser) -> None:
                    help="print the comparison (one object per arm) as JSON on stdout instead of the table")
 
 
+OPTIONS = ("seeds", "config", "name", "out", "trial_cpus", "trial_gpus", "json")  # the attributes `_options` sets
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="the .mas workflow")
     _options(p)
@@ -44,8 +47,7 @@ def main(args: argparse.Namespace) -> int:
     from masdsl.learner.sweep import parse_seeds  # start-up: the commands import what they use when they run
     from masdsl.learner.sweep_runner import run_sweep  # as above
 
-    names = ("seeds", "config", "name", "out", "trial_cpus", "trial_gpus", "json")
-    split_options(args, "masdsl sweep", _options, names)
+    split_options(args, "masdsl sweep", _options, OPTIONS)
     err = output.console(stderr=True, warnings_only=output.quiet())
     result = run_sweep(args.file, args.overrides, parse_seeds(args.seeds or "0"), configs=args.config or (),
                        name=args.name, out=args.out, trial_cpus=args.trial_cpus, trial_gpus=args.trial_gpus or 0.0,

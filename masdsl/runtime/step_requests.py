@@ -19,7 +19,7 @@ from masdsl.runtime.episodes import Episode, RoleStep, RunState
 from masdsl.runtime.sampling import derive_seed
 
 DEFAULT_MAX_TOKENS = 256
-REPEAT_SEED_STRIDE = 1_000_003  # repeat j of a task samples with run seed + j * stride (as the trainer's K rollouts)
+REPEAT_SEED_STRIDE = 1_000_003  # repeat j of a task samples with run seed + j * stride (eval@N, trajectory's K episodes)
 
 
 def role_sample(workflow: Workflow, cfg: Any, role: str) -> dict[str, Any]:

@@ -99,11 +99,6 @@ def test_factory(tiny_model_dir, monkeypatch, tmp_path, capsys):
     assert rep.generate([GenRequest([1], key=("t", "r", 0))])[0][0].text == "x"
 
 
-def test_every_engine_kind_has_its_own_builder():
-    assert set(backends.BUILDERS) == set(backends.KINDS)
-    assert len({id(b) for b in backends.BUILDERS.values()}) == len(backends.KINDS)
-
-
 def test_tiny_model_can_tie_its_embeddings(tiny_model_dir, tmp_path):
     from masdsl.runtime.backends.vllm import checkpoint_names
     from masdsl.testing import build_tiny_model

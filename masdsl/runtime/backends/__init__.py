@@ -12,7 +12,7 @@ Every engine module is import-safe; heavy imports happen when an engine is built
 >>> build_engine("tpu", "x")
 Traceback (most recent call last):
 ...
-masdsl.errors.UserError: unknown engine `tpu` (choose auto, hf, vllm or replay)
+masdsl.errors.UserError: unknown engine `tpu` (choose auto, vllm, hf or replay)
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import os
 import sys
 from typing import Any
 
+from masdsl.config_schema import ENGINES
 from masdsl.errors import UserError
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.backends.hf import HFEngine
@@ -30,7 +31,6 @@ from masdsl.runtime.backends.vllm import VLLMEngine
 from masdsl.runtime.backends.vllm.environment import LOGGING_DEFAULTS, vllm_environment
 from masdsl.runtime.models import load_model, resolve_model
 
-KINDS = ("auto", "hf", "vllm", "replay")
 _VLLM_ONLY = {"max_model_len", "enable_prefix_caching", "gpu_memory_utilization", "lora", "tensor_parallel_size",
               "enable_sleep_mode"}
 _HF_ONLY = {"max_batch_rows", "adapter", "device", "tokenizer"}
@@ -78,7 +78,7 @@ def build_engine(kind: str, model: Any, **kw: Any) -> Engine:
     already loaded (the learner's) is `hf_engine_on`.
     """
     if kind not in BUILDERS:
-        raise UserError(f"unknown engine `{kind}` (choose auto, hf, vllm or replay)")
+        raise UserError(f"unknown engine `{kind}` (choose {', '.join(ENGINES[:-1])} or {ENGINES[-1]})")
     return BUILDERS[kind](model, **kw)
 
 
@@ -136,7 +136,9 @@ def _vllm(model: Any, kw: dict[str, Any], why: str) -> VLLMEngine:
     return VLLMEngine(path, **kw)
 
 
-BUILDERS = {"auto": auto_engine, "hf": hf_engine, "vllm": vllm_engine, "replay": replay_engine}
+BUILDERS = {"auto": auto_engine, "vllm": vllm_engine, "hf": hf_engine, "replay": replay_engine}
+if tuple(BUILDERS) != ENGINES:  # `runtime.engine`'s allowed values are the kinds built here
+    raise ImportError(f"masdsl.config.ENGINES {ENGINES} != the engine kinds built {tuple(BUILDERS)}")
 
 
 def engine_kwargs(cfg: Any) -> dict[str, Any]:
