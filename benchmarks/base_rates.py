@@ -34,15 +34,17 @@ def measure(workflow: str, overrides: list[str], tasks: int, samples: int, show:
     from masdsl.runtime.engine_factory import build_engines, close_engines
     from masdsl.runtime.executor import rollout
     from masdsl.runtime.inputs import load_split, make_env
+    from masdsl.runtime.plan import resolve_rollout
 
     wf = workflow_of(workflow)
     cfg = config_of(wf, ["tracking.enabled=false", *overrides])
     rows = load_split(wf.data["train"])[:tasks]
-    env = make_env(wf, cfg)
-    engines = build_engines(wf, cfg)
+    env = make_env(wf, cfg.sandbox)
+    plan = resolve_rollout(wf, cfg)
+    engines = build_engines(wf, plan)
     t0 = time.perf_counter()
     try:
-        ro = rollout(wf, env, rows, engines, mode="train", samples=samples, step=0, seed=cfg.train.seed, cfg=cfg)
+        ro = rollout(wf, env, rows, engines, mode="train", samples=samples, step=0, seed=cfg.train.seed, plan=plan)
     finally:
         close_engines(engines)
     wall = time.perf_counter() - t0

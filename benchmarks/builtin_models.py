@@ -46,7 +46,7 @@ def _prompts(tok, boards: int) -> list[list[int]]:
     assert found == 1, "workflows/plan_path.mas: no `data eval plan_path(\"eval\", ...)` line"
     wf = masdsl.loads(text, name="builtin_models", base_dir=ROOT / "workflows")
     cfg = resolve_config(wf.train, overrides=["tracking.enabled=false"])
-    env, data = prepare(wf, cfg)
+    env, data = prepare(wf, cfg.sandbox)
     role = wf.roles["tool"]
     out = []
     for task in data["eval"][:boards]:

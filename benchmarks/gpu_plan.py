@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 import masdsl  # noqa: E402
 from masdsl.config import resolve_config  # noqa: E402
 from masdsl.runtime import gpu_plan as gp  # noqa: E402
+from masdsl.runtime.plan import resolve_run  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from perf_doc import replace_block, update  # noqa: E402
@@ -40,7 +41,7 @@ def recipes() -> dict[str, gp.Recipe]:
     for name, (config, workflow, hardware) in gp.RECIPES.items():
         wf = masdsl.load(ROOT / workflow)
         cfg = resolve_config(wf.train, ROOT / config)
-        out[name] = gp.recipe_from_config(name, cfg, wf, hardware)
+        out[name] = gp.recipe_from_plan(name, resolve_run(wf, cfg), wf, hardware)
     return out
 
 

@@ -39,7 +39,7 @@ def main() -> int:
     text = text.replace('plan_path("train", n=64)', f'plan_path("train", n={args.boards}, size={args.size})')
     wf = masdsl.loads(text, name="planner_format", base_dir=ROOT / "workflows")
     cfg = resolve_config(wf.train, overrides=["tracking.enabled=false"])
-    env, data = prepare(wf, cfg)
+    env, data = prepare(wf, cfg.sandbox)
     model, tok = load_model(str(resolve_model("smollm2-135m-instruct")))
     engine = hf_engine_on(model, tok, seed=0)
     role = wf.roles["planner"]

@@ -118,6 +118,7 @@ def soak(steps: int, batch: int, samples: int, use_ray: bool, folder: Path, log_
     from masdsl.runtime.engine_factory import build_engines
     from masdsl.runtime.records import write_records
     from masdsl.runtime.inputs import prepare
+    from masdsl.runtime.plan import resolve_run
     from masdsl.tracking import start_run
 
     mas, replay = write_inputs(folder / "inputs", n_tasks=steps * batch)
@@ -130,9 +131,10 @@ def soak(steps: int, batch: int, samples: int, use_ray: bool, folder: Path, log_
     ]
     workflow = masdsl.load(str(mas))
     cfg = resolve_config(workflow.train, None, overrides)
-    env, data = prepare(workflow, cfg)
+    env, data = prepare(workflow, cfg.sandbox)
     rows = data["train"]
-    engines = build_engines(workflow, cfg)
+    plan = resolve_run(workflow, cfg)
+    engines = build_engines(workflow, plan)
     tracker = start_run(workflow, cfg, kind="run", run_dir=run_dir)
     history: list[dict] = []  # what TrainState.history keeps (it goes into every checkpoint)
     samples_out: list[dict] = []
@@ -141,7 +143,7 @@ def soak(steps: int, batch: int, samples: int, use_ray: bool, folder: Path, log_
         for step in range(steps):
             t0 = time.perf_counter()
             idx, cursor = next_batch(len(rows), batch, cfg.train.seed, cursor)
-            roll = collect(workflow, env, [rows[i] for i in idx], engines, cfg, step)
+            roll = collect(workflow, env, [rows[i] for i in idx], engines, plan, step)
             t_roll = time.perf_counter() - t0
             records = roll.records
             write_records(run_dir / "records.jsonl", records)

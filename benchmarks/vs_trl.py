@@ -72,19 +72,21 @@ def run_ours(steps: int, engine: str = "hf") -> dict:
     from masdsl.runtime.engine_factory import build_engines
     from masdsl.learner.update import update_policy
     from masdsl.runtime.inputs import prepare
+    from masdsl.runtime.plan import resolve_run
 
     wf = masdsl.loads(WORKFLOW, name="vs_trl.mas", base_dir=HERE)
     cfg = resolve_config(wf.train, overrides=[f"runtime.engine={engine}", "tracking.enabled=false"])
     seed_everything(0)
-    policies = load_policies(wf, cfg)
-    engines = build_engines(wf, cfg, policies)
-    env, data = prepare(wf, cfg)
+    plan = resolve_run(wf, cfg)
+    policies = load_policies(wf, plan)
+    engines = build_engines(wf, plan, policies)
+    env, data = prepare(wf, cfg.sandbox)
     p = policies["shared"]
     opt = build_optimizer(p.parameters(), cfg.train)
     times, gen, upd, tokens = [], [], [], []
     for step in range(steps):
         t0 = time.perf_counter()
-        roll = collect(wf, env, data["train"][:8], engines, cfg, step)
+        roll = collect(wf, env, data["train"][:8], engines, plan, step)
         t1 = time.perf_counter()
         adv, _ = compute_advantages(group_records(roll.records, "at"), len(roll.records))
         update_policy(p, opt, roll.records, adv, cfg.train)

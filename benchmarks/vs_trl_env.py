@@ -38,6 +38,7 @@ def _length_score(text: str) -> float:
 
 @env("bench_prompts")
 class BenchPrompts:
+    limits = None  # the sandbox defaults for any code this env runs (masdsl.envs.base.Env)
     def __init__(self, **kwargs) -> None:
         pass
 

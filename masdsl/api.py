@@ -25,7 +25,7 @@ from masdsl.lang import load, loads
 from masdsl.lang.workflow import Workflow
 from masdsl.learner import checkpoint as ckpt
 from masdsl.learner.evaluation import EvalResult, eval_tasks, run_evaluation
-from masdsl.learner.plan import resolve_run
+from masdsl.runtime.plan import resolve_rollout, resolve_run
 from masdsl.learner.trainer import TrainResult
 from masdsl.learner.trainer import train as _train
 from masdsl.runtime.engine_factory import build_engines, close_engines
@@ -95,7 +95,7 @@ def evaluate(workflow: str | os.PathLike | Workflow, overrides: Sequence[str] = 
     trained policies instead of the models the workflow names. Writes its own run folder."""
     wf = workflow_of(workflow)
     cfg = config_of(wf, overrides, config)
-    return run_evaluation(wf, cfg, eval_tasks(wf, cfg, tasks), checkpoint=checkpoint)
+    return run_evaluation(wf, cfg, eval_tasks(wf, cfg.train, tasks), checkpoint=checkpoint)
 
 
 def rollout(workflow: str | os.PathLike | Workflow, overrides: Sequence[str] = (), split: str = "eval",
@@ -105,16 +105,16 @@ def rollout(workflow: str | os.PathLike | Workflow, overrides: Sequence[str] = (
     `train.eval_temperature`), nothing written: the records and episodes in memory.
     `tasks`: the first N tasks of `split`, or the task rows themselves (default: all of `split`)."""
     wf = workflow_of(workflow)
-    cfg = config_of(wf, overrides, config)
+    plan = resolve_rollout(wf, config_of(wf, overrides, config))
     if tasks is None or isinstance(tasks, int):
         if split not in wf.data:
             raise UserError(f"workflow `{wf.name}` has no `data {split} ...` line; splits: {', '.join(wf.data)}")
         rows = load_split(wf.data[split])
         tasks = rows[:tasks] if tasks else rows
-    env = make_env(wf, cfg)
-    engines = build_engines(wf, cfg)
+    env = make_env(wf, plan.sandbox)
+    engines = build_engines(wf, plan)
     try:
-        return _rollout(wf, env, list(tasks), engines, mode="eval", samples=1, step=-1, seed=cfg.train.seed,
-                        cfg=cfg, repeats=cfg.train.eval_samples)
+        return _rollout(wf, env, list(tasks), engines, mode="eval", samples=1, step=-1, seed=plan.train.seed,
+                        plan=plan, repeats=plan.train.eval_samples)
     finally:
         close_engines(engines)

@@ -24,7 +24,7 @@ from masdsl.config_overrides import apply, expand_sweep, merge, parse_override, 
 from masdsl.config_schema import (  # noqa: F401: the schema is masdsl.config's too
     ALL_POLICIES, ALL_ROLES, CHOICES, ENGINES, GROUPINGS, ISOLATIONS, LOSSES, MASTER_WEIGHTS, MINIMUMS,
     NAMED_SECTIONS, OLD_LOGPROBS, SAMPLE_RANGES, Config, PolicyOverride, RuntimeConfig, SampleOverride,
-    SandboxConfig, TrackingConfig, TrainConfig)
+    SandboxConfig, TrackingConfig, TrainConfig, train_problems)
 from masdsl.errors import ConfigError, did_you_mean  # noqa: F401 (ConfigError: masdsl.config.ConfigError as well)
 
 if TYPE_CHECKING:  # OmegaConf is imported where it is used: it costs `masdsl check` ~70 ms of start-up

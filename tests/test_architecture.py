@@ -160,9 +160,8 @@ def test_no_getattr_probes_on_engines():
 
 # Where `cfg.policy` / `cfg.sample` may be touched: the config layer that defines and resolves them
 # (`policy_override`, the name check), the plan's builder, and the two commands that write a
-# checkpoint's model into a configuration before it is planned. Everyone else reads the plan's
-# (or `effective_policies`') answer.
-OVERRIDE_OWNERS = {"masdsl.config", "masdsl.learner.plan", "masdsl.learner.evaluation", "masdsl.learner.export"}
+# checkpoint's model into a configuration before it is planned. Everyone else reads the plan's answer.
+OVERRIDE_OWNERS = {"masdsl.config", "masdsl.runtime.plan", "masdsl.learner.evaluation", "masdsl.learner.export"}
 
 
 def test_only_the_plan_and_config_read_policy_and_sample_overrides():
@@ -176,3 +175,33 @@ def test_only_the_plan_and_config_read_policy_and_sample_overrides():
                     and (node.value.id if isinstance(node.value, ast.Name) else node.value.attr) in ("cfg", "config")):
                 readers.append(f"{MODULES[module].relative_to(ROOT)}:{node.lineno}")
     assert not readers, f"`cfg.policy`/`cfg.sample` read outside the plan's builder: {readers}"
+
+
+# The consumers of a run's configuration: each takes the `RunPlan` (`masdsl.runtime.plan`), never a
+# `Config`, so what runs is what the plan says (module, function, the parameter that holds the plan).
+PLAN_CONSUMERS = [
+    ("masdsl.runtime.engine_factory", "build_engines", "plan"),
+    ("masdsl.runtime.executor", "rollout", "plan"),
+    ("masdsl.runtime.gpu_plan", "recipe_from_plan", "plan"),
+    ("masdsl.learner.session", "open_session", "plan"),
+    ("masdsl.learner.policies", "load_policies", "plan"),
+    ("masdsl.learner.step", "collect", "plan"),
+    ("masdsl.learner.evaluation", "evaluate", "plan"),
+    ("masdsl.learner.learners", "open_learners", "plan"),
+    ("masdsl.learner.display", "role_budgets", "plan"),
+]
+
+
+@pytest.mark.parametrize("module, function, parameter", PLAN_CONSUMERS)
+def test_the_consumers_take_the_run_plan(module, function, parameter):
+    tree, _ = TREES[module]
+    (fn,) = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function]
+    args = {a.arg: a.annotation for a in fn.args.args + fn.args.kwonlyargs}
+    assert parameter in args and ast.unparse(args[parameter]) == "RunPlan", (module, function, ast.unparse(fn.args))
+    assert not [a for a, ann in args.items() if ann is not None and ast.unparse(ann) == "Config"], (module, function)
+
+
+def test_only_the_plan_computes_the_effective_policies():
+    callers = sorted(m for m, (tree, _) in TREES.items() if m != "masdsl.runtime.plan" and any(
+        isinstance(n, ast.Name) and n.id in ("effective_policies", "role_sample") for n in ast.walk(tree)))
+    assert not callers, f"modules that re-derive the policies or sampling instead of reading the plan: {callers}"

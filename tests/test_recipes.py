@@ -17,26 +17,11 @@ import yaml
 import masdsl
 from masdsl import cli
 from masdsl.config import Config, ConfigError, check_names, policy_override, resolve_config
-from masdsl.runtime.placement import plan_placement
-from masdsl.runtime.inputs import effective_policies
-from masdsl.runtime.step_requests import chat_template_kwargs, role_sample
+from masdsl.runtime.plan import resolve_rollout, resolve_run
 
 ROOT = Path(__file__).parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 WORKFLOWS = sorted((ROOT / "workflows").glob("*.mas"))
-
-
-def checked_as_run_checks(wf, cfg) -> None:
-    """What `masdsl run` checks before any model loads: its run plan (`masdsl.learner.plan`), or
-    `masdsl.learner.config.validate` in a tree from before the plan."""
-    try:
-        from masdsl.learner.plan import resolve_run  # the run plan, where the tree has it
-    except ImportError:
-        from masdsl.learner.config import validate  # before the run plan
-
-        validate(wf, cfg)
-    else:
-        resolve_run(wf, cfg)
 
 
 @pytest.fixture(scope="module")
@@ -55,19 +40,18 @@ def test_every_recipe_fits_every_workflow(config, workflows):
     for name, wf in workflows.items():
         cfg = resolve_config(wf.train, config)
         check_names(cfg, wf)
-        checked_as_run_checks(wf, cfg)
-        placement = plan_placement(wf, cfg)
-        assert placement.lines(), name
-        specs = effective_policies(wf, cfg)
+        plan = resolve_run(wf, cfg)  # what `masdsl run` checks before any model loads
+        assert plan.placement.lines(), name
+        specs = plan.policies
         for policy in wf.policies:  # the recipe's model and chat-template variables reach every policy
             model = (given.get("policy") or {}).get("*", {}).get("model")
             if model:
                 assert specs[policy].model == model, (config.name, name, policy)
             kwargs = (given.get("policy") or {}).get("*", {}).get("chat_template_kwargs") or {}
-            assert kwargs.items() <= chat_template_kwargs(wf, cfg, policy).items(), (config.name, name)
+            assert kwargs.items() <= (specs[policy].chat_template_kwargs or {}).items(), (config.name, name)
         budget = ((given.get("sample") or {}).get("*") or {}).get("max_tokens")
         if budget:
-            assert all(role_sample(wf, cfg, role)["max_tokens"] == budget for role in wf.roles), (config.name, name)
+            assert all(plan.samples[role]["max_tokens"] == budget for role in wf.roles), (config.name, name)
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
@@ -79,7 +63,7 @@ def test_recipes_name_no_policy_or_role(config):
 def test_gpu_8_trains_the_one_shared_policy_of_plan_path(workflows):
     wf = workflows["plan_path.mas"]
     cfg = resolve_config(wf.train, ROOT / "configs" / "gpu_8.yaml")
-    (shared,) = plan_placement(wf, cfg).lines()[:1]
+    (shared,) = resolve_run(wf, cfg).placement.lines()[:1]
     assert shared.startswith("policy shared <- roles tool, planner (full weights, Qwen/Qwen3-1.7B)")
 
 
@@ -87,10 +71,10 @@ def test_a_policy_own_key_wins_over_every_policy_key(workflows):
     wf = workflows["plan_path_per_role.mas"]
     cfg = resolve_config(wf.train, ROOT / "configs" / "gpu_8.yaml",
                          ["policy.tool_p.model=/models/tool", "policy.planner_p.chat_template_kwargs.x=1"])
-    specs = effective_policies(wf, cfg)
+    specs = resolve_rollout(wf, cfg).policies  # the models are only names here (no folder to find)
     assert (specs["tool_p"].model, specs["planner_p"].model) == ("/models/tool", "Qwen/Qwen3-1.7B")
-    assert chat_template_kwargs(wf, cfg, "planner_p") == {"enable_thinking": False, "x": 1}
-    assert chat_template_kwargs(wf, cfg, "tool_p") == {"enable_thinking": False}
+    assert specs["planner_p"].chat_template_kwargs == {"enable_thinking": False, "x": 1}
+    assert specs["tool_p"].chat_template_kwargs == {"enable_thinking": False}
     assert policy_override(cfg, "tool_p").chat_template_kwargs == {"enable_thinking": False}
 
 

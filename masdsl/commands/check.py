@@ -3,7 +3,7 @@ with file:line:col, then what `masdsl run` would refuse.
 
 Prints one line per valid file (`ok  workflows/x.mas  roles=2 edges=4 max_turns=4`) and every
 diagnostic of the others (long rustc-style form, or `--format short`). A file without errors is
-then planned as `masdsl run` plans it (`masdsl.learner.plan.resolve_run`), with its `train { }`
+then planned as `masdsl run` plans it (`masdsl.runtime.plan.resolve_run`), with its `train { }`
 block, the `--config` files and the dotted overrides (a word with `=`, or `~key`): what the run
 would refuse is printed as `FILE: MESSAGE`, the message exactly as `masdsl run` gives it. Exit 0
 when every file is valid, 2 when any has errors. Warnings never change the exit status. A file
@@ -49,7 +49,7 @@ def is_override(word: str) -> bool:
 def run_refusal(workflow: Any, config: list[str] | None, overrides: list[str]) -> UserError | None:
     """What `masdsl run` would refuse for this workflow and configuration (None: it would start)."""
     from masdsl.config import resolve_config  # lazy: `masdsl --help` imports every command module
-    from masdsl.learner.plan import resolve_run  # lazy: as above
+    from masdsl.runtime.plan import resolve_run  # lazy: as above
 
     try:
         resolve_run(workflow, resolve_config(workflow.train, config, overrides))

@@ -138,19 +138,20 @@ def table(workflow: Any, m: dict[str, float], run_dir: Any) -> Any:
 
 def main(args: argparse.Namespace) -> int:
     import masdsl  # start-up: the commands import what they use when they run
-    from masdsl.config import check_names, resolve_config
+    from masdsl.config import resolve_config
     from masdsl.learner.display import cut_warnings, role_budgets
     from masdsl.learner.evaluation import eval_tasks, greedy_repeats_warning
+    from masdsl.runtime.plan import resolve_rollout
 
     err, out = output.console(stderr=True), output.console(stderr=False)
     split_options(args)  # vLLM's logging: as quiet as `masdsl run` (vllm/environment.py), --verbose shows it
     workflow = masdsl.load(args.file)
     cfg = resolve_config(workflow.train, args.config, [*args.overrides, *flag_overrides(args)])
-    check_names(cfg, workflow)  # sample.<role> / policy.<name> name the file's roles and policies
+    plan = resolve_rollout(workflow, cfg)  # names, ranges and engine options, before any model loads
     if args.tasks is not None and args.tasks < 0:
         raise UserError("--tasks must be 0 (all) or more")
-    tasks = eval_tasks(workflow, cfg, args.tasks)
-    warning = greedy_repeats_warning(cfg)
+    tasks = eval_tasks(workflow, plan.train, args.tasks)
+    warning = greedy_repeats_warning(plan.train)
     if warning:
         err.print(warning, highlight=False, markup=False, soft_wrap=True)
     summary = None if output.quiet() else _isolation_summary(cfg)
@@ -159,7 +160,7 @@ def main(args: argparse.Namespace) -> int:
     result = _evaluate(workflow, cfg, tasks, args.checkpoint, err)
     for message, count in result.errors.items():
         err.print(f"warning: {message} ({count}x, scored 0)", highlight=False, markup=False)
-    for line in cut_warnings(result.metrics, role_budgets(workflow, cfg), what="eval_cut"):
+    for line in cut_warnings(result.metrics, role_budgets(plan), what="eval_cut"):
         err.print(line, highlight=False, markup=False, soft_wrap=True)
     if args.json:
         print(json.dumps({"workflow": workflow.name, "run_dir": str(result.run_dir), "tasks": result.tasks,

@@ -4,7 +4,7 @@ placement of `masdsl run` with this configuration: per policy its engine (kind, 
 actors, replicas, GPUs, tensor parallelism, sleep mode) and its learner (`runtime.placement`).
 
 The configuration is resolved as `masdsl run` resolves it (defaults < `train { }` < `--config` <
-overrides) and planned by the run's own pre-flight (`masdsl.learner.plan.resolve_run`), so the
+overrides) and planned by the run's own pre-flight (`masdsl.runtime.plan.resolve_run`), so the
 policies table and the placement show the same models and a run's refusal is the same error
 here; nothing starts. svg and png go through Graphviz's `dot` program.
 """
@@ -48,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def text_sections(wf: Workflow, cfg: Config, samples: int | None) -> str:
     """The groups table and the placement section, as `masdsl graph` prints them under the graph."""
     from masdsl.lang import graph as G  # lazy: `masdsl --help` imports every command module
-    from masdsl.learner.plan import resolve_run  # lazy: as above
+    from masdsl.runtime.plan import resolve_run  # lazy: as above
 
     plan = resolve_run(wf, cfg)
     table = G.groups_table(wf, cfg.train.samples if samples is None else samples, plan.policies)

@@ -1,7 +1,7 @@
 """`masdsl run FILE [overrides...] [--config YAML] [--resume RUN_DIR] [--dry-run] [-m]`: train with AT-GRPO.
 
 Loads and checks the workflow, resolves the configuration (defaults < `train { }` <
-`--config` < overrides), plans the run (`masdsl.learner.plan.resolve_run`: every mistake of the
+`--config` < overrides), plans the run (`masdsl.runtime.plan.resolve_run`: every mistake of the
 configuration for this workflow, before any model loads; `--dry-run` prints the resolved
 configuration and the plan and stops there, exit 0), then runs
 `masdsl.learner.trainer.train` in a fresh run folder (`runs/<workflow>/<timestamp>/`) or, with
@@ -142,7 +142,7 @@ def main(args: argparse.Namespace) -> int:
     cfg, run_dir, ck = resolve(args, workflow)
     if args.print_config or args.cfg:
         return print_config(cfg, workflow)
-    from masdsl.learner.plan import resolve_run  # start-up: as above
+    from masdsl.runtime.plan import resolve_run  # start-up: as above
 
     plan = resolve_run(workflow, cfg)
     if args.dry_run:

@@ -10,9 +10,15 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Protocol, runtime_checkable
 
+from masdsl.sandbox import Limits
+
 
 @runtime_checkable
 class Env(Protocol):
+    # The sandbox limits of the env's own code runs; expressions that run code (`run_tests`, a
+    # tool call in a reward) get the same. None: the sandbox's defaults.
+    limits: Limits | None
+
     def reset(self, task: Mapping[str, Any]) -> Any:
         """The initial state of an episode for one task (a data row or a seeded puzzle)."""
 
@@ -39,3 +45,21 @@ class Demonstrates(Protocol):
     def demonstration(self, state: Any, field: str) -> str | None:
         """A reply that, parsed into the role's `field` (`code`, `moves`, ...), acts well from
         `state`; None when the env has none for that field."""
+
+
+ENV_MEMBERS = ("reset", "apply", "view", "success", "limits")
+
+
+def contract_problem(env: Any) -> str | None:
+    """What `env` lacks of the `Env` contract, as one sentence (None: nothing).
+
+    >>> class Half:
+    ...     def reset(self, task): return 0
+    >>> contract_problem(Half())
+    'env `Half` lacks apply, view, success, limits of the Env contract (masdsl.envs.base.Env; `limits = None`: the sandbox defaults)'
+    """
+    missing = [m for m in ENV_MEMBERS if not hasattr(env, m)]
+    if not missing:
+        return None
+    return (f"env `{type(env).__name__}` lacks {', '.join(missing)} of the Env contract "
+            "(masdsl.envs.base.Env; `limits = None`: the sandbox defaults)")

@@ -114,6 +114,7 @@ def ${name}_answer(output: str) -> str | None:
 @env("$name", fields=("last",))
 class $cls:
     """A stub: the state is the tuple of (role, answer) so far; `env.last` is the latest answer."""
+    limits = None  # the sandbox defaults for any code this env runs (masdsl.envs.base.Env)
 
     def __init__(self, **kwargs) -> None:
         pass

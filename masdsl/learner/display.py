@@ -18,7 +18,7 @@ from typing import Any, Iterator, Mapping
 from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from masdsl.runtime.step_requests import DEFAULT_MAX_TOKENS, role_sample
+from masdsl.runtime.plan import RunPlan
 
 _REWARD = re.compile(r"^reward/(?P<role>[^/]+)/turn(?P<turn>\d+)/mean$")
 CUT_WARN = 0.2  # a role with more than this share of its replies cut by max_tokens gets a warning
@@ -53,10 +53,9 @@ def role_shares(metrics: Mapping[str, float], what: str) -> dict[str, float]:
     return {k[len(head):]: v for k, v in metrics.items() if k.startswith(head) and "/" not in k[len(head):]}
 
 
-def role_budgets(workflow: Any, cfg: Any) -> dict[str, int]:
+def role_budgets(plan: RunPlan) -> dict[str, int]:
     """role -> its `max_tokens` after the config's `sample."*"` and `sample.<role>` overrides."""
-    return {name: int(role_sample(workflow, cfg, name).get("max_tokens", DEFAULT_MAX_TOKENS))
-            for name in workflow.roles}
+    return {name: plan.max_tokens(name) for name in plan.samples}
 
 
 def cut_warnings(metrics: Mapping[str, float], budgets: Mapping[str, int], warned: set[str] | None = None,

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from masdsl.config import Config, PolicyOverride
+from masdsl.config import Config, PolicyOverride, TrainConfig
 from masdsl.errors import UserError
 from masdsl.lang.workflow import Workflow
 from masdsl.learner import checkpoint as ckpt
@@ -34,6 +34,7 @@ from masdsl.runtime.executor import rollout
 from masdsl.runtime.records import StepRecord, write_records
 from masdsl.runtime.rundir import RunDir
 from masdsl.runtime.inputs import load_split, make_env
+from masdsl.runtime.plan import RunPlan, resolve_rollout
 from masdsl.tracking import start_run
 
 
@@ -50,11 +51,11 @@ class EvalResult:
     checkpoint: Path | None = None  # the checkpoint whose weights were evaluated
 
 
-def eval_tasks(workflow: Workflow, cfg: Config, n: int | None = None) -> list[dict]:
+def eval_tasks(workflow: Workflow, train: TrainConfig, n: int | None = None) -> list[dict]:
     """The first `n` tasks of the eval split (default `train.eval_tasks`; 0: all)."""
     if "eval" not in workflow.data:
         raise UserError(f"workflow `{workflow.name}` has no `data eval ...` line to evaluate on")
-    n = cfg.train.eval_tasks if n is None else n
+    n = train.eval_tasks if n is None else n
     if n < 0:
         raise UserError("the number of eval tasks must be 0 (all) or more")
     tasks = load_split(workflow.data["eval"])
@@ -65,15 +66,17 @@ def run_evaluation(workflow: Workflow, cfg: Config, tasks: Sequence[dict] | None
                    checkpoint: str | os.PathLike | None = None,
                    progress: Callable[[int], None] | None = None) -> EvalResult:
     """Evaluate `workflow` (its policies' models, or a checkpoint's trained weights) on `tasks`
-    (default: `eval_tasks`): `train.eval_samples` episodes per task at `train.eval_temperature`."""
-    tasks = eval_tasks(workflow, cfg) if tasks is None else list(tasks)
+    (default: `eval_tasks`): `train.eval_samples` episodes per task at `train.eval_temperature`.
+    `cfg` is planned first (`masdsl.runtime.plan.resolve_rollout`: names, ranges, engine options)."""
+    plan = resolve_rollout(workflow, cfg)  # every config mistake, before a checkpoint is exported
+    tasks = eval_tasks(workflow, plan.train) if tasks is None else list(tasks)
     if checkpoint is None:
-        return _evaluate_models(workflow, cfg, tasks, progress, None)
+        return _evaluate_models(workflow, plan, tasks, progress, None)
     path = ckpt.find(checkpoint)
     ckpt.read_state(path, workflow, settings=False)  # weights of a workflow that meant something else: refuse
     with tempfile.TemporaryDirectory(prefix="masdsl-eval-") as tmp:
         exported = export_checkpoint(workflow, path, Path(tmp), merge=True)
-        return _evaluate_models(workflow, with_models(cfg, exported), tasks, progress, path)
+        return _evaluate_models(workflow, resolve_rollout(workflow, with_models(cfg, exported)), tasks, progress, path)
 
 
 def with_models(cfg: Config, models: Mapping[str, str | os.PathLike]) -> Config:
@@ -85,24 +88,23 @@ def with_models(cfg: Config, models: Mapping[str, str | os.PathLike]) -> Config:
     return cfg
 
 
-def _evaluate_models(workflow: Workflow, cfg: Config, tasks: list[dict], progress: Callable[[int], None] | None,
+def _evaluate_models(workflow: Workflow, plan: RunPlan, tasks: list[dict], progress: Callable[[int], None] | None,
                      checkpoint: Path | None) -> EvalResult:
     """Engines up, the eval rollout, records and metrics saved, engines down."""
-    env = make_env(workflow, cfg)
-    engines = build_engines(workflow, cfg)
-    tracker = None
+    env = make_env(workflow, plan.sandbox)
+    engines = build_engines(workflow, plan)
+    tc, tracker = plan.train, None
     try:
-        run_dir = RunDir.create(workflow, cfg)
-        tracker = start_run(workflow, cfg, kind="eval", run_dir=run_dir.path)
+        run_dir = RunDir.create(workflow, plan.config)
+        tracker = start_run(workflow, plan.config, kind="eval", run_dir=run_dir.path)
         replies: dict[str, list[int]] = {}  # role -> replies, cut, parse failed: the records go to disk
 
         def stream(records: list[StepRecord]) -> None:
             run_dir.write_records(records)
             reply_counts(records, replies)
 
-        ro = rollout(workflow, env, tasks, engines, mode="eval", samples=1, step=-1, seed=cfg.train.seed,
-                     cfg=cfg, on_records=stream, progress=progress, keep_records=False,
-                     repeats=cfg.train.eval_samples)
+        ro = rollout(workflow, env, tasks, engines, mode="eval", samples=1, step=-1, seed=tc.seed,
+                     plan=plan, on_records=stream, progress=progress, keep_records=False, repeats=tc.eval_samples)
     except BaseException as exc:
         if tracker is not None:  # never leave the MLflow run marked RUNNING
             tracker.finish("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
@@ -111,7 +113,7 @@ def _evaluate_models(workflow: Workflow, cfg: Config, tasks: list[dict], progres
         close_engines(engines)
     m = eval_metrics(ro.records, ro.episodes, rollout=ro, replies=replies)
     run_dir.write_summary({"metrics": m, "errors": ro.errors, "workflow": workflow.name, "tasks": len(tasks),
-                           "samples_per_task": cfg.train.eval_samples, "temperature": cfg.train.eval_temperature,
+                           "samples_per_task": tc.eval_samples, "temperature": tc.eval_temperature,
                            "checkpoint": str(checkpoint) if checkpoint else None})
     tracker.log_metrics(m, step=0)
     tracker.log_artifact(run_dir.records_path, "records")
@@ -119,13 +121,13 @@ def _evaluate_models(workflow: Workflow, cfg: Config, tasks: list[dict], progres
     return EvalResult(workflow.name, m, run_dir.path, run_dir.records_path, len(tasks), dict(ro.errors), checkpoint)
 
 
-def evaluate(workflow: Workflow, env: Any, tasks: Sequence[dict], engines: Mapping[str, Engine], cfg: Config,
+def evaluate(workflow: Workflow, env: Any, tasks: Sequence[dict], engines: Mapping[str, Engine], plan: RunPlan,
              step: int, run_dir: Path, tracker: Any,
              progress: Callable[[int], None] | None = None) -> dict[str, float]:
     """Plain sampling (one candidate, `train.eval_temperature`) on the eval tasks, `train.eval_samples`
     independent episodes per task (mean@N and pass@k when N > 1)."""
-    roll = rollout(workflow, env, tasks, engines, mode="eval", samples=1, step=step, seed=cfg.train.seed, cfg=cfg,
-                   progress=progress, repeats=cfg.train.eval_samples)
+    roll = rollout(workflow, env, tasks, engines, mode="eval", samples=1, step=step, seed=plan.train.seed, plan=plan,
+                   progress=progress, repeats=plan.train.eval_samples)
     write_records(eval_dir(run_dir) / f"step_{step:06d}.jsonl", roll.records)
     result = {"step": step, **eval_metrics(roll.records, roll.episodes)}
     tracker.log_metrics({k: v for k, v in result.items() if k != "step"}, step=step)
@@ -133,15 +135,15 @@ def evaluate(workflow: Workflow, env: Any, tasks: Sequence[dict], engines: Mappi
     return result
 
 
-def greedy_repeats_warning(cfg: Config) -> str | None:
+def greedy_repeats_warning(train: TrainConfig) -> str | None:
     """The warning for N > 1 episodes per task at temperature 0 (they would all be the same).
 
     >>> from masdsl.config import resolve_config
-    >>> greedy_repeats_warning(resolve_config(overrides=["train.eval_samples=4"]))[:38]
+    >>> greedy_repeats_warning(resolve_config(overrides=["train.eval_samples=4"]).train)[:38]
     'warning: 4 samples per task at train.e'
-    >>> greedy_repeats_warning(resolve_config(overrides=["train.eval_samples=4", "train.eval_temperature=0.6"]))
+    >>> greedy_repeats_warning(resolve_config(overrides=["train.eval_samples=4", "train.eval_temperature=0.6"]).train)
     """
-    n, t = cfg.train.eval_samples, cfg.train.eval_temperature
+    n, t = train.eval_samples, train.eval_temperature
     if n > 1 and t <= 0:
         return (f"warning: {n} samples per task at train.eval_temperature=0 (greedy) are {n} identical episodes; "
                 "pass --temperature 0.6 (or set train.eval_temperature) for pass@k")

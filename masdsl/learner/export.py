@@ -32,6 +32,7 @@ from masdsl.config import ALL_POLICIES, Config, resolve_config
 from masdsl.errors import CheckpointError, UserError
 from masdsl.lang import loads
 from masdsl.lang.workflow import Workflow
+from masdsl.runtime.plan import resolve_rollout
 from masdsl.learner import checkpoint as ckpt
 from masdsl.learner.policies import Policy, load_policies
 from masdsl.runtime.models import load_model
@@ -90,7 +91,8 @@ def export_checkpoint(workflow: Workflow, path: Path, out: Path, *, merge: bool 
     if not names:
         raise CheckpointError(f"checkpoint `{path}` holds no trained policy of workflow `{workflow.name}`")
     cfg = checkpoint_config(path)
-    policies = load_policies(*_only(workflow, cfg, names))
+    only, narrowed = _only(workflow, cfg, names)
+    policies = load_policies(only, resolve_rollout(only, narrowed))
     done = {}
     for name in names:
         p = policies[name]

@@ -3,9 +3,13 @@
 `masdsl.learner.update.update_policy(..., shard=s)` calls, for each optimizer step:
 
     s.rows(run)                      this rank's rows of the mini-batch
-    s.micro_batches(n)               (`lockstep` only) how many micro-batches every rank runs: the most any has
+    s.micro_batch_plan(plan)         the micro-batches this rank runs (FSDP: as many as the rank with the most)
+    s.is_stand_in(k, real, rows)     whether micro-batch k only keeps the ranks in step (run at weight 0)
     s.reduce(params, totals)         after the last backward: gradients (DDP) and loss statistics summed
     s.clip(params, max_norm)         the grad-norm clip of the summed gradient; returns the norm
+
+`ONE_PROCESS` (`Shard(0, 1)`) is the driver training alone: all the rows, no collective, so the
+update reads as plain PPO whoever runs it; everything ranks must agree on lives here.
 
 and the learner worker (`masdsl.learner.workers`) uses `wrap`, `full_weights`, `full_optimizer_state`,
 `load_optimizer_state` and `load_weights`, which are collectives under FSDP (every rank calls them).
@@ -49,7 +53,7 @@ class Shard:
     rank: int
     world: int
     stand_ins: set[int] = field(default_factory=set)  # rows this rank runs at weight 0 (FSDP only)
-    lockstep = False  # every rank must make the same forward calls (FSDP's per-layer collectives)
+    two_calls = False  # the shared-prompt forward may skip its second call (`shared_prefix_logprobs`)
 
     def rows(self, run: Sequence[int]) -> list[int]:
         """This rank's contiguous slice of a mini-batch's rows (the K candidates mostly stay together)."""
@@ -59,9 +63,20 @@ class Shard:
     def wrap(self, model: Any) -> Any:
         return model
 
+    def micro_batch_plan(self, plan: list) -> tuple[list, int]:
+        """The micro-batches this rank runs in one pass over its rows, and how many of them are its
+        own (the rest are stand-ins): data parallel ranks run their own and no more."""
+        return plan, len(plan)
+
+    def is_stand_in(self, k: int, real: int, rows: Sequence[int]) -> bool:
+        """Whether micro-batch `k` (of rows `rows`) runs at weight 0, only to keep the ranks in step."""
+        return k >= real
+
     def reduce(self, params: Sequence[Any], totals: dict[str, float]) -> None:
         """Sum gradients and loss statistics over the ranks (in place). A parameter no rank has a
         gradient for stays without one, as in a single process (AdamW then skips it)."""
+        if self.world == 1:
+            return
         params = list(params)
         has = torch.tensor([float(p.grad is not None) for p in params] + [totals[k] for k in sorted(totals)],
                            dtype=torch.float64, device=params[0].device)
@@ -83,6 +98,8 @@ class Shard:
 
     def max(self, value: float) -> float:
         """The largest `value` over the ranks; nan where every rank had nan (nothing measured)."""
+        if self.world == 1:
+            return value
         t = torch.tensor([value if value == value else -1.0], dtype=torch.float64)
         if dist.get_backend() == "nccl":
             t = t.cuda()
@@ -104,11 +121,14 @@ class Shard:
         model.load_state_dict(weights)
 
 
+ONE_PROCESS = Shard(0, 1)  # the driver alone: every row, no collective
+
+
 @dataclass
 class FsdpShard(Shard):
     """One rank of an FSDP2 group (`runtime.learner_fsdp`); see the module docstring."""
 
-    lockstep = True
+    two_calls = True  # both calls always: every rank makes the same per-layer collectives
 
     def rows(self, run: Sequence[int]) -> list[int]:
         """This rank's slice, or when it is empty the mini-batch's first row as a stand-in at weight 0."""
@@ -128,9 +148,14 @@ class FsdpShard(Shard):
             unit.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
         return model
 
-    def micro_batches(self, n: int) -> int:
-        """How many micro-batches every rank runs in this pass: the most any rank has."""
-        return int(self.max(float(n)))
+    def micro_batch_plan(self, plan: list) -> tuple[list, int]:
+        """Every rank runs as many micro-batches as the rank with the most: the others repeat their
+        first row as stand-ins at weight 0."""
+        n = int(self.max(float(len(plan))))
+        return plan + [[[0]]] * (n - len(plan)), len(plan)
+
+    def is_stand_in(self, k: int, real: int, rows: Sequence[int]) -> bool:
+        return k >= real or rows[0] in self.stand_ins
 
     def reduce(self, params: Sequence[Any], totals: dict[str, float]) -> None:
         """The gradients were reduce-scattered by each backward; sum the loss statistics."""

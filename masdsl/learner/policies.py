@@ -7,24 +7,9 @@
   adapter has its own optimizer and is trained only on its own roles' samples.
 - `frozen: true` policies act but never train.
 
-`describe` needs no torch and is what the run's start-up lines print: per policy its roles and
-weights, where its engine runs and where it learns (`masdsl.runtime.placement`):
-
->>> from masdsl.lang.workflow import PolicySpec, RoleSpec, Workflow
->>> import networkx as nx
->>> wf = Workflow("w", "", "code", nx.DiGraph(),
-...     roles={"coder": RoleSpec("coder", "shared", ""), "tester": RoleSpec("tester", "shared", ""),
-...            "judge": RoleSpec("judge", "judge_p", "")},
-...     policies={"shared": PolicySpec("shared", "smollm2-135m-instruct"),
-...               "judge_p": PolicySpec("judge_p", "Qwen/Qwen3-8B", frozen=True)}, data={})
->>> from masdsl.config import resolve_config
->>> print("\\n".join(describe(wf, resolve_config())))
-policy shared <- roles coder, tester (full weights, smollm2-135m-instruct)
-  engine: auto in the driver, vllm when usable (its own engine, loading the learner's new weights after each update), else hf (sampling from the learner's own model object)
-  learner: the driver (cpu)
-policy judge_p <- role judge (frozen, Qwen/Qwen3-8B)
-  engine: auto in the driver, vllm when usable (its own engine, loading the learner's new weights after each update), else hf (sampling from the learner's own model object)
-  learner: none (frozen)
+Where each policy's engine runs and where it learns is the run plan's
+(`masdsl.runtime.plan.RunPlan.placement`); this module loads the weights it names
+(`load_policies(workflow, plan)`).
 """
 
 from __future__ import annotations
@@ -35,17 +20,11 @@ from typing import Any, Callable, Iterator, Mapping
 
 import torch
 
-from masdsl.config import Config
 from masdsl.lang.workflow import PolicySpec, Workflow
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.engine_factory import LoraSettings
 from masdsl.runtime.models import load_model, resolve_model
-from masdsl.runtime.placement import plan_placement
-from masdsl.runtime.inputs import effective_policies
-
-def describe(workflow: Workflow, cfg: Config) -> list[str]:
-    """Per policy: which roles train which weights, its engine and its learner (`plan_placement`)."""
-    return plan_placement(workflow, cfg).lines()
+from masdsl.runtime.plan import RunPlan
 
 
 @dataclass
@@ -121,10 +100,10 @@ def _lora_config(block: Mapping[str, Any]) -> Any:
                       target_modules=lora.target_modules, task_type="CAUSAL_LM")
 
 
-def load_policies(workflow: Workflow, cfg: Config) -> dict[str, Policy]:
-    """Load every policy's model once: full policies get their own copy, LoRA policies on the
+def load_policies(workflow: Workflow, plan: RunPlan) -> dict[str, Policy]:
+    """Load every policy of the plan once: full policies get their own copy, LoRA policies on the
     same base get adapters on one shared `PeftModel` (frozen base)."""
-    specs = effective_policies(workflow, cfg)
+    specs, rt = plan.policies, plan.runtime
     policies: dict[str, Policy] = {}
     peft_bases: dict[str, Any] = {}  # resolved base path -> PeftModel
     for name, spec in specs.items():
@@ -132,22 +111,21 @@ def load_policies(workflow: Workflow, cfg: Config) -> dict[str, Policy]:
         roles = workflow.roles_of_policy(name)
         if not spec.lora:
             trains = not spec.frozen and bool(roles)
-            model, tok = load_model(path, dtype=master_dtype(cfg) if trains else cfg.runtime.dtype,
-                                    device=cfg.runtime.device)
+            model, tok = load_model(path, dtype=master_dtype(plan) if trains else rt.dtype, device=rt.device)
             if spec.frozen:
                 model.requires_grad_(False)
-            policies[name] = Policy(name, spec, roles, model, tok, path, compute_dtype=cfg.runtime.dtype)
+            policies[name] = Policy(name, spec, roles, model, tok, path, compute_dtype=rt.dtype)
             continue
         if path not in peft_bases:
             from peft import get_peft_model  # heavy: peft only for LoRA policies
 
-            base, tok = load_model(path, dtype=cfg.runtime.dtype, device=cfg.runtime.device)
+            base, tok = load_model(path, dtype=rt.dtype, device=rt.device)
             peft_bases[path] = (get_peft_model(base, _lora_config(spec.lora), adapter_name=name), tok)
         else:
             peft_bases[path][0].add_adapter(name, _lora_config(spec.lora))
         model, tok = peft_bases[path]
         # peft keeps adapter weights in float32 over a half-precision base (autocast_adapter_dtype)
-        policies[name] = Policy(name, spec, roles, model, tok, path, adapter=name, compute_dtype=cfg.runtime.dtype)
+        policies[name] = Policy(name, spec, roles, model, tok, path, adapter=name, compute_dtype=rt.dtype)
     for model, _ in peft_bases.values():  # the shared base never trains; adapters train one at a time
         for n, p in model.named_parameters():
             p.requires_grad_("lora_" in n)
@@ -157,7 +135,7 @@ def load_policies(workflow: Workflow, cfg: Config) -> dict[str, Policy]:
     return policies
 
 
-def master_dtype(cfg: Config) -> str:
+def master_dtype(plan: RunPlan) -> str:
     """The dtype of a trainable full policy's weights and AdamW state.
 
     Mixed precision as GPUs train: float32 master weights, forward and backward in
@@ -165,13 +143,16 @@ def master_dtype(cfg: Config) -> str:
     are in `runtime.dtype`; in bfloat16 an AdamW step of lr 1e-6 then mostly rounds away
     (a weight of magnitude 0.02 has a bfloat16 spacing of 1.2e-4), see docs/concepts.md.
 
+    >>> import masdsl
     >>> from masdsl.config import resolve_config
-    >>> master_dtype(resolve_config(overrides=["runtime.dtype=bfloat16"]))
+    >>> from masdsl.runtime.plan import resolve_rollout
+    >>> wf = masdsl.load("workflows/coder_tester.mas")
+    >>> master_dtype(resolve_rollout(wf, resolve_config(overrides=["runtime.dtype=bfloat16"])))
     'float32'
-    >>> master_dtype(resolve_config(overrides=["runtime.dtype=bfloat16", "train.master_weights=compute"]))
+    >>> master_dtype(resolve_rollout(wf, resolve_config(overrides=["runtime.dtype=bfloat16", "train.master_weights=compute"])))
     'bfloat16'
     """
-    return "float32" if cfg.train.master_weights == "float32" else cfg.runtime.dtype
+    return "float32" if plan.train.master_weights == "float32" else plan.runtime.dtype
 
 
 def sync(policy: Policy, engine: Engine) -> None:

@@ -31,8 +31,8 @@ class Recovery:
         """Checkpoint the state from before the failed phase and say how to continue."""
         ckpt.set_rng_state(self.rng)
         state.extra[UNFINISHED] = self.updated
-        path = ckpt.save(session.run_dir, state, policies=session.policies, optimizers=session.optimizers,
-                         config_yaml=to_yaml(session.cfg))
+        path = ckpt.save(session.run_dir, state, policies=session.policies, optimizers=session.learners,
+                         config_yaml=to_yaml(session.plan.config))
         wf = session.workflow
         file = wf.path if wf.path is not None else f"{wf.name}.mas"
         raise StepFailed(f"{self.label} failed: {exc}. Saved checkpoint {path}; continue with: "

@@ -20,19 +20,18 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from masdsl.config import Config
 from masdsl.lang.workflow import Workflow
 from masdsl.learner.advantages import compute_advantages, select_groups
 from masdsl.learner.checkpoint import TrainState
 from masdsl.learner.grouping import Group, group_records, rollout_shape
 from masdsl.learner.metrics import step_metrics
-from masdsl.learner.policies import iter_trainable
+from masdsl.learner.learners import update_policies
 from masdsl.learner.session import TrainSession
-from masdsl.learner.update import UpdateStats, update_policy
-from masdsl.learner.workers import update_all
+from masdsl.learner.update import UpdateBatch
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.episodes import merge_rollouts
 from masdsl.runtime.executor import Rollout, rollout
+from masdsl.runtime.plan import RunPlan
 from masdsl.runtime.records import write_records
 from masdsl.runtime.rundir import RECORDS
 
@@ -41,7 +40,7 @@ Draw = Callable[[int], tuple[Sequence[dict], int]]  # cursor -> (tasks, cursor a
 
 def train_step(session: TrainSession, state: TrainState, draw: Draw) -> dict[str, float]:
     """Roll out the next tasks, update every trainable policy on its own roles' samples, record the step."""
-    tc, step, show = session.cfg.train, state.step, session.show
+    tc, step, show = session.plan.train, state.step, session.show
     t0 = time.perf_counter()
     roll, groups, cursor, rounds = sample_batch(session, step, draw, state.cursor)
     t_roll = time.perf_counter() - t0
@@ -54,15 +53,9 @@ def train_step(session: TrainSession, state: TrainState, draw: Draw) -> dict[str
     show.status(f"step {step + 1}/{tc.steps}: update")
     t0 = time.perf_counter()
     keep = kept_rows(kept, len(records))
-    updates: dict[str, UpdateStats] = {}
     session.sleep_engines()  # runtime.vllm_sleep_mode: the learner gets the engines' GPU memory
     try:
-        if session.groups:  # learner workers: every policy's group at once; the driver gets the new weights
-            updates = update_all(session.groups, session.policies, records, adv, keep, log=show.log)
-        else:
-            for p in iter_trainable(session.policies):
-                updates[p.name] = update_policy(p, session.optimizers[p.name], records, adv, tc,
-                                                session.references.get(p.name), keep=keep)
+        updates = update_policies(session.learners, session.policies, UpdateBatch(records, adv, keep), log=show.log)
     finally:
         session.wake_engines()
     metrics = step_metrics(records, roll.episodes, gstats, updates, kept_groups=len(kept),
@@ -78,7 +71,7 @@ def train_step(session: TrainSession, state: TrainState, draw: Draw) -> dict[str
 def sample_batch(session: TrainSession, step: int, draw: Draw, cursor: int) -> tuple[Rollout, list[Group], int, int]:
     """The step's rollout and its groups: one batch, or more under dynamic sampling; also the
     cursor after the tasks drawn and the number of rollouts."""
-    tc, show = session.cfg.train, session.show
+    tc, show = session.plan.train, session.show
     parts: list[Rollout] = []
     seen: set[Any] = set()
     rounds, groups = 0, []
@@ -89,7 +82,7 @@ def sample_batch(session: TrainSession, step: int, draw: Draw, cursor: int) -> t
         rounds += 1
         label = f"step {step + 1}/{tc.steps}: rollout" + (f" ({rounds})" if rounds > 1 else "")
         n_episodes = len(tasks) * rollout_shape(tc.grouping, tc.samples)[1]
-        parts.append(collect(session.workflow, session.env, tasks, session.engines, session.cfg, step,
+        parts.append(collect(session.workflow, session.env, tasks, session.engines, session.plan, step,
                              progress=show.counter(label, n_episodes), repeat=rounds - 1))
         roll = merge_rollouts(parts) if len(parts) > 1 else parts[0]
         groups = group_records(roll.records, tc.grouping)
@@ -118,12 +111,12 @@ def kept_rows(kept: Sequence[Group], n: int) -> list[bool]:
     return keep
 
 
-def collect(workflow: Workflow, env: Any, tasks: Sequence[dict], engines: Mapping[str, Engine], cfg: Config,
+def collect(workflow: Workflow, env: Any, tasks: Sequence[dict], engines: Mapping[str, Engine], plan: RunPlan,
             step: int, on_records: Callable[[list], None] | None = None,
             progress: Callable[[int], None] | None = None, repeat: int = 0) -> Rollout:
     """The training rollout, in the shape the grouping declares (`grouping.rollout_shape`): tree
     sampling of K candidates, or K independent episodes of every task for `trajectory`. `repeat`
     numbers a step's extra rollouts (dynamic sampling), so that each draws fresh seeds."""
-    samples, repeats = rollout_shape(cfg.train.grouping, cfg.train.samples)
+    samples, repeats = rollout_shape(plan.train.grouping, plan.train.samples)
     return rollout(workflow, env, tasks, engines, mode="train", samples=samples, repeats=repeats, step=step,
-                   seed=cfg.train.seed + 7_919 * repeat, cfg=cfg, on_records=on_records, progress=progress)
+                   seed=plan.train.seed + 7_919 * repeat, plan=plan, on_records=on_records, progress=progress)

@@ -93,7 +93,7 @@ def run_sweep(file: str, overrides: Sequence[str], seeds: Sequence[int], *, conf
     """Run every trial not finished yet, then compare; see the module docstring."""
     import masdsl  # start-up: `masdsl --help` imports this module; the workflow's modules only now
     from masdsl.config import resolve_config  # as above
-    from masdsl.learner.plan import resolve_run  # as above
+    from masdsl.runtime.plan import resolve_run  # as above
 
     common, grid = expand(overrides)
     todo = trials(grid, seeds, common)
@@ -175,7 +175,7 @@ def _run_on_ray(file: str, configs: list[str], remaining: list[Trial], folder: P
 
     from masdsl.runtime.actors import init_ray  # as above
 
-    init_ray(cfg)
+    init_ray(cfg.runtime)
     cpus = trial_cpus if trial_cpus is not None else ray.cluster_resources().get("CPU", 1.0)
     # max_calls=1: each trial in a fresh worker process, so one trial's models, engines and
     # allocator caches are gone before the next starts (a reused worker had 9.3 GB resident in its second trial)

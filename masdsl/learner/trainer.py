@@ -37,10 +37,10 @@ from masdsl.learner import checkpoint as ckpt
 from masdsl.learner.display import Progress, summary_table
 from masdsl.learner.evaluation import evaluate, greedy_repeats_warning
 from masdsl.learner.export import export_run
-from masdsl.learner.plan import resolve_run
 from masdsl.learner.recovery import Recovery, take_unfinished
 from masdsl.learner.session import TrainSession, open_session, start_state
 from masdsl.learner.step import train_step
+from masdsl.runtime.plan import resolve_run
 from masdsl.runtime.rundir import RECORDS
 from masdsl.tracking import start_run
 
@@ -87,23 +87,24 @@ def next_batch(n: int, batch: int, seed: int, cursor: int) -> tuple[list[int], i
 
 def train(workflow: Workflow, cfg: Config, *, run_dir: str | Path, resume: str | Path | None = None,
           console: Any = None, on_step: Callable[[int, dict], None] | None = None) -> TrainResult:
-    """Train `workflow` with AT-GRPO; write records, metrics and checkpoints under `run_dir`."""
+    """Train `workflow` with AT-GRPO; write records, metrics and checkpoints under `run_dir`.
+    `cfg` is planned first (`masdsl.runtime.plan.resolve_run`); from there on the run reads the plan."""
     t_start = time.perf_counter()
-    tc, run_dir = cfg.train, Path(run_dir)
+    run_dir = Path(run_dir)
     plan = resolve_run(workflow, cfg)  # 0. every config mistake, before anything heavy
-    seed_everything(tc.seed)
-    show = Progress(console, tc.steps)
-    for line in [*plan.placement.lines(), greedy_repeats_warning(cfg)]:
+    seed_everything(plan.train.seed)
+    show = Progress(console, plan.train.steps)
+    for line in [*plan.placement.lines(), greedy_repeats_warning(plan.train)]:
         if line:
             show.log(line)
-    session = open_session(workflow, cfg, run_dir, show)  # 1. data and env, models, engines, optimizers
+    session = open_session(workflow, plan, run_dir, show)  # 1. data and env, models, engines, optimizers
     tracker, status = None, "FAILED"
     try:
         state = start_state(session, resume)  # 2. fresh start, or the newest complete checkpoint
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(to_yaml(cfg))
+        (run_dir / "config.yaml").write_text(to_yaml(plan.config))
         _truncate_records(run_dir / RECORDS, state.step)
-        tracker = start_run(workflow, cfg, kind="run", run_dir=run_dir)
+        tracker = start_run(workflow, plan.config, kind="run", run_dir=run_dir)
         with show.live():
             saved = _loop(session, state, tracker, on_step)  # 3. evaluate, then step until train.steps
         if tracker.wants_models and saved:  # tracking.log_models / register: HF folders of the final policies
@@ -131,7 +132,7 @@ def _loop(session: TrainSession, state: ckpt.TrainState, tracker: Any,
     """The evaluation before training, then steps, evaluations and checkpoints; the checkpoints saved.
 
     A `StepFailed` anywhere saves what `Recovery` says and stops the run with how to continue."""
-    tc, show = session.cfg.train, session.show
+    tc, show = session.plan.train, session.show
     saved: list[Path] = []
     recovery = Recovery("evaluation before training")
     unfinished = take_unfinished(state)  # a failed run left this step's eval/checkpoint
@@ -157,7 +158,7 @@ def _loop(session: TrainSession, state: ckpt.TrainState, tracker: Any,
                 state.evals.append(_evaluate(session, state.step, tracker))
             if _due(state.step, tc.checkpoint_every, tc.steps):  # checkpoint every M (and at the end)
                 saved.append(ckpt.save(session.run_dir, state, policies=session.policies,
-                                       optimizers=session.optimizers, config_yaml=to_yaml(session.cfg)))
+                                       optimizers=session.learners, config_yaml=to_yaml(session.plan.config)))
             if on_step is not None:
                 on_step(state.step, _strip(state.history[-1]))
     except StepFailed as exc:  # an env or engine failed for good: save, say how to continue
@@ -167,14 +168,14 @@ def _loop(session: TrainSession, state: ckpt.TrainState, tracker: Any,
 
 def _draw(session: TrainSession, cursor: int) -> tuple[list[dict], int]:
     """The next batch of train tasks in the run's data order, and the cursor after it."""
-    tc = session.cfg.train
+    tc = session.plan.train
     idx, cursor = next_batch(len(session.train_rows), tc.batch, tc.seed, cursor)
     return [session.train_rows[i] for i in idx], cursor
 
 
 def _evaluate(session: TrainSession, step: int, tracker: Any) -> dict[str, float]:
-    n = len(session.eval_rows) * session.cfg.train.eval_samples
-    return evaluate(session.workflow, session.env, session.eval_rows, session.engines, session.cfg, step,
+    n = len(session.eval_rows) * session.plan.train.eval_samples
+    return evaluate(session.workflow, session.env, session.eval_rows, session.engines, session.plan, step,
                     session.run_dir, tracker, session.show.counter(f"evaluating (step {step})", n))
 
 

@@ -29,7 +29,7 @@ import torch
 from masdsl.config import TrainConfig
 from masdsl.learner.logprobs import KLReference, sequence_logprobs, shared_prefix_logprobs
 from masdsl.learner.losses import LOSS_FNS
-from masdsl.learner.parallel import Shard
+from masdsl.learner.parallel import ONE_PROCESS, Shard
 from masdsl.learner.policies import Policy
 from masdsl.runtime.records import StepRecord
 
@@ -124,6 +124,26 @@ def old_logprob_source(tc: Any, compute_dtype: str = "float32") -> str:
     return "engine" if compute_dtype == "float32" else "trainer"
 
 
+
+@dataclass
+class UpdateBatch:
+    """One step's update input, the same for every policy's learner: each trains on its own
+    roles' rows (`update_policy`)."""
+
+    records: Sequence[StepRecord]
+    advantages: Sequence[float]
+    keep: Sequence[bool] | None = None  # rows of the groups kept (None: all)
+    _ref: Any = None
+
+    def object_ref(self) -> Any:
+        """The records in Ray's object store, put there once for every learner group that asks."""
+        if self._ref is None:
+            import ray  # heavy: ray is optional (the train extra); only learner workers ask
+
+            self._ref = ray.put(list(self.records))
+        return self._ref
+
+
 def update_policy(
     policy: Policy,
     optimizer: torch.optim.Optimizer,
@@ -132,7 +152,7 @@ def update_policy(
     tc: TrainConfig,
     reference: KLReference | None = None,
     keep: Sequence[bool] | None = None,
-    shard: Shard | None = None,
+    shard: Shard = ONE_PROCESS,
 ) -> UpdateStats:
     """Train `policy` on its own roles' records: PPO as the paper's recipe runs it.
 
@@ -140,9 +160,10 @@ def update_policy(
     `tc.mini_batch_size` rows, one optimizer step each, repeated `tc.ppo_epochs` times. The old
     log-probs are fixed before the first step (`old_logprob_source`), so later mini-batches see
     ratios != 1 and the clip acts. Each step's loss is the token mean over its mini-batch.
-    `shard` (a rank of `masdsl.learner.workers`, see `masdsl.learner.parallel`): run only this
-    rank's rows of each mini-batch, with the whole mini-batch's token count, and sum gradients
-    and statistics over the ranks (data parallel, or FSDP2's reduce-scatter).
+    `shard` (default: the driver alone; a rank of `masdsl.learner.workers`, see
+    `masdsl.learner.parallel`): the rows of each mini-batch this process runs, with the whole
+    mini-batch's token count, and how gradients and statistics are summed over the ranks (data
+    parallel, or FSDP2's reduce-scatter, which keeps the ranks in lockstep).
     """
     t0 = time.perf_counter()
     mine = [i for i, r in enumerate(records)
@@ -160,9 +181,8 @@ def update_policy(
     # each optimizer step: its rows that run through the model, and its token count (the mean's denominator)
     steps = [([i for i in mb if i in runnable], sum(len(records[i].response_ids) for i in mb))
              for mb in mini_batch_rows(mine, tc.mini_batch_size)]
-    steps = [(run, n) for run, n in steps if run]
-    if shard is not None:  # every rank takes the same optimizer steps, each on its own rows
-        steps = [(shard.rows(run), n) for run, n in steps]
+    # every rank takes the same optimizer steps, each on its own rows
+    steps = [(shard.rows(run), n) for run, n in steps if run]
     with policy.lock:
         policy.activate()
         policy.model.train()
@@ -178,8 +198,7 @@ def update_policy(
             optimizer.zero_grad(set_to_none=True)
     if batch.first_gaps:
         stats.logprob_gap = max(batch.first_gaps)
-    if shard is not None:
-        stats.logprob_gap = shard.max(stats.logprob_gap)
+    stats.logprob_gap = shard.max(stats.logprob_gap)
     for k in ("loss", "clip_frac", "dual_clip_frac", "ratio_dev", "kl"):
         setattr(stats, k, sum(s[k] for s in stats.per_step) / len(stats.per_step))
     stats.seconds = time.perf_counter() - t0
@@ -197,7 +216,7 @@ class _Batch:
     reference: KLReference | None  # None: no KL term
     pad_id: int
     compute_dtype: str
-    shard: Any = None  # None: this process holds the whole batch
+    shard: Shard = field(default_factory=lambda: ONE_PROCESS)  # which rows this process runs, how ranks agree
     old: dict[int, Any] = field(default_factory=dict)  # row -> the trainer's log-probs before any step
     first_gaps: list[float] = field(default_factory=list)  # engine vs trainer, before any step
 
@@ -241,11 +260,8 @@ def _optimizer_step(batch: _Batch, optimizer: Any, run: Sequence[int], n_tokens:
         out.loss.backward()
         for k in totals:
             totals[k] += float(torch.as_tensor(getattr(out, k)).detach())
-    if shard is not None:  # the gradient (and sums) of the whole mini-batch, before the clip
-        shard.reduce(batch.policy.parameters(), totals)
-        norm = shard.clip(batch.policy.parameters(), tc.max_grad_norm)
-    else:
-        norm = torch.nn.utils.clip_grad_norm_(batch.policy.parameters(), tc.max_grad_norm)
+    shard.reduce(batch.policy.parameters(), totals)  # the gradient (and sums) of the whole mini-batch
+    norm = shard.clip(batch.policy.parameters(), tc.max_grad_norm)
     optimizer.step()
     stats.optimizer_steps += 1
     stats.grad_norm = float(norm)
@@ -253,23 +269,19 @@ def _optimizer_step(batch: _Batch, optimizer: Any, run: Sequence[int], n_tokens:
 
 
 def _forward(policy: Any, records: Sequence[StepRecord], rows: Sequence[int], tc: Any, pad_id: int,
-             compute_dtype: str, shard: Any = None) -> Iterator[tuple[list[int], Any, Any, bool]]:
+             compute_dtype: str, shard: Shard = ONE_PROCESS) -> Iterator[tuple[list[int], Any, Any, bool]]:
     """Log-probs of `rows` micro-batch by micro-batch: yields (row indices, log-probs [B, T], mask,
     whether it is a stand-in to run at weight 0).
 
-    Under FSDP (`shard.lockstep`) every rank runs as many micro-batches as the rank with the most
-    (the others repeat their first row as stand-ins) and the shared-prompt forward always makes
-    both its calls, so every rank makes the same per-layer gathers and reduce-scatters.
+    The shard decides which micro-batches run and which are stand-ins (`Shard.micro_batch_plan`,
+    `Shard.is_stand_in`): under FSDP every rank makes the same per-layer gathers and reduce-scatters.
 
     With a half-precision compute dtype the float32 master weights run under autocast, so the
     optimizer updates float32 weights (an lr 1e-6 step on bfloat16 weights mostly rounds away).
     """
     plan = micro_batches([tuple(records[i].prompt_ids) for i in rows], [len(records[i].prompt_ids) for i in rows],
                          [len(records[i].response_ids) for i in rows], tc.micro_batch_tokens)
-    lockstep = shard is not None and shard.lockstep
-    padded = len(plan)
-    if lockstep:
-        plan = plan + [[[0]]] * (shard.micro_batches(len(plan)) - len(plan))
+    plan, real = shard.micro_batch_plan(plan)
     device = next(policy.model.parameters()).device
     half = compute_dtype in ("bfloat16", "float16")
     autocast = (torch.autocast(device.type, dtype=getattr(torch, compute_dtype)) if half
@@ -284,8 +296,8 @@ def _forward(policy: Any, records: Sequence[StepRecord], rows: Sequence[int], tc
                 logp, mask = sequence_logprobs(policy.model, [records[i].prompt_ids for i in idx], responses, pad_id)
             else:
                 logp, mask = shared_prefix_logprobs(policy.model, prompts, group_of_row, responses, pad_id,
-                                                    two_calls=lockstep)
-        yield idx, logp.float(), mask, k >= padded or (lockstep and idx[0] in shard.stand_ins)
+                                                    two_calls=shard.two_calls)
+        yield idx, logp.float(), mask, shard.is_stand_in(k, real, idx)
 
 
 def _gap(records: Sequence[StepRecord], trainer_logp: Mapping[int, Any]) -> float:

@@ -27,6 +27,7 @@ from masdsl.config import Config
 from masdsl.envs.base import Demonstrates
 from masdsl.errors import UserError
 from masdsl.lang.workflow import Workflow
+from masdsl.runtime.plan import RunPlan, resolve_rollout
 
 DEFAULT_TASKS = 12  # enough for the 135M model to write the plan_path tool program (docs/performance.md)
 DEFAULT_LR = 1e-5
@@ -81,7 +82,7 @@ def pick_roles(env: Any, workflow: Workflow, roles: Sequence[str] | None, state:
     return chosen
 
 
-def demonstrations(env: Any, workflow: Workflow, cfg: Config, tokenizer: Any, tasks: Sequence[dict],
+def demonstrations(env: Any, workflow: Workflow, plan: RunPlan, tokenizer: Any, tasks: Sequence[dict],
                    roles: Sequence[str]) -> list[Demonstration]:
     """(prompt ids, reply ids) for each task and role, in that order (see the module docstring)."""
     from masdsl.runtime.prompts import encode, messages_for, prompt_variables, text_ids  # jinja2: only when used
@@ -94,7 +95,7 @@ def demonstrations(env: Any, workflow: Workflow, cfg: Config, tokenizer: Any, ta
             spec = workflow.roles[role]
             variables = prompt_variables(task, view, 0, role, {}, [])
             messages = messages_for(spec.prompt, spec.system, variables, f"{role} prompt")
-            ids = encode(tokenizer, messages, max_tokens=cfg.runtime.max_prompt_tokens)[0]
+            ids = encode(tokenizer, messages, max_tokens=plan.runtime.max_prompt_tokens)[0]
             reply = env.demonstration(state, demonstrated_field(env, workflow, role, state))
             out.append(Demonstration(role, str(task["id"]), ids, text_ids(tokenizer, reply) + [tokenizer.eos_token_id]))
     return out
@@ -137,8 +138,9 @@ def warm_start(workflow: Workflow, cfg: Config, out: str | Path, *, roles: Seque
     first batches draw from the front of the split) and save it to `out`; what was done."""
     from masdsl.learner.policies import master_dtype  # heavy: torch, as above
     from masdsl.runtime.models import load_model  # heavy: transformers
-    from masdsl.runtime.inputs import effective_policies, load_split, make_env  # the env registry: only when used
+    from masdsl.runtime.inputs import load_split, make_env  # the env registry: only when used
 
+    plan = resolve_rollout(workflow, cfg)  # names and ranges, before any data or model
     if tasks < 1 or epochs < 1 or not lr > 0:
         raise UserError(f"warm start: tasks and epochs must be >= 1 and lr > 0 (got {tasks}, {epochs}, {lr})")
     if "train" not in workflow.data:
@@ -146,17 +148,17 @@ def warm_start(workflow: Workflow, cfg: Config, out: str | Path, *, roles: Seque
     rows = load_split(workflow.data["train"])[-tasks:]
     if not rows:
         raise UserError("warm start: the train split is empty")
-    env = make_env(workflow, cfg)
+    env = make_env(workflow, plan.sandbox)
     chosen = pick_roles(env, workflow, roles, env.reset(rows[0]))  # before any model loads
     names = sorted({workflow.roles[r].policy for r in chosen})
     if len(names) > 1:
         raise UserError(f"warm start: the roles {', '.join(chosen)} use {len(names)} policies ({', '.join(names)}); "
                         "warm-start one policy at a time with --roles")
-    spec = effective_policies(workflow, cfg)[names[0]]
+    spec = plan.policies[names[0]]
     if spec.lora:
         raise UserError(f"warm start: policy `{spec.name}` is a LoRA policy; warm start trains full weights")
-    model, tokenizer = load_model(spec.model, dtype=master_dtype(cfg))
-    data = demonstrations(env, workflow, cfg, tokenizer, rows, chosen)
+    model, tokenizer = load_model(spec.model, dtype=master_dtype(plan))
+    data = demonstrations(env, workflow, plan, tokenizer, rows, chosen)
     t0 = time.perf_counter()
     losses = train_sft(model, data, epochs=epochs, lr=lr, seed=seed, on_step=on_step)
     folder = Path(out)

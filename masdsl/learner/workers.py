@@ -1,8 +1,12 @@
 """The learner on Ray worker groups: each trainable full policy trains on N actors (`runtime.learner_workers`).
 
-    groups = open_groups(policies, cfg, log)        # N actors per policy, torch.distributed inside
-    stats = update_all(groups, policies, records, advantages, keep)   # all groups at once
-    groups["shared"].state_dict()                   # the optimizer state, for a checkpoint
+    group = LearnerGroup(policy, plan, workers)     # N actors, torch.distributed inside
+    pending = group.start(batch)                    # submitted (every group before any is awaited)
+    result = group.finish(pending, batch, policy, log)   # restarts and redoes a failed update
+    stats = group.commit(result, policy)            # the driver's policy points at the new weights
+    group.state_dict()                              # the optimizer state, for a checkpoint
+
+A group is one of the two `masdsl.learner.learners.Learner`s (the other trains in the driver).
 
 Each group is one `torch.distributed` process group (gloo on CPU, nccl on cuda) of N actors.
 Every rank holds the policy's weights (loaded from the driver's, so a resumed run continues
@@ -18,7 +22,7 @@ the driver. The driver's `Policy` only points at them (`Policy.trained_elsewhere
 load the ref directly, the driver's model loads them when it needs them (a checkpoint, an engine
 in the driver).
 
-A group stands in for the policy's optimizer in `TrainSession.optimizers`: `state_dict()` fetches
+A group stands in for the policy's optimizer in a checkpoint: `state_dict()` fetches
 the whole AdamW state (for a checkpoint), `load_state_dict()` sends one to every rank (resume).
 Every rank keeps CPU copies of the whole AdamW state from before and after its last update,
 numbered by the updates it finished; the driver counts the updates it kept (every group's
@@ -43,14 +47,15 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 import torch.distributed as dist
 
-from masdsl.config import Config, TrainConfig
+from masdsl.config import TrainConfig
 from masdsl.errors import StepFailed
 from masdsl.learner.logprobs import AdapterOff, FrozenModel, KLReference
 from masdsl.learner.parallel import FsdpShard, Shard
 from masdsl.learner.policies import Policy, compute_state, iter_trainable, master_dtype
-from masdsl.learner.update import UpdateStats, update_policy
+from masdsl.learner.update import UpdateBatch, UpdateStats, update_policy
 from masdsl.runtime.actors import ACTOR_CPUS, LEARN_SLOT, init_ray, slot_resources
 from masdsl.runtime.models import load_model
+from masdsl.runtime.plan import RunPlan
 from masdsl.runtime.records import StepRecord
 
 START_TIMEOUT_S = 900.0  # actors start, load the model, join the process group
@@ -66,7 +71,7 @@ def build_optimizer(params: Sequence[Any], tc: TrainConfig) -> Any:
     return torch.optim.AdamW(params, lr=tc.lr, weight_decay=tc.weight_decay, fused=fusable or None)
 
 
-def references(policies: Mapping[str, Policy], cfg: Config) -> dict[str, KLReference]:
+def references(policies: Mapping[str, Policy], plan: RunPlan) -> dict[str, KLReference]:
     """The KL term's reference of every trainable policy: its starting weights loaded apart
     (`FrozenModel`), or for LoRA the shared base with adapters off (`AdapterOff`)."""
     refs: dict[str, KLReference] = {}
@@ -74,7 +79,7 @@ def references(policies: Mapping[str, Policy], cfg: Config) -> dict[str, KLRefer
         if p.adapter is not None:
             refs[p.name] = AdapterOff()
             continue
-        model, _ = load_model(p.model_path, dtype=cfg.runtime.dtype, device=cfg.runtime.device)
+        model, _ = load_model(p.model_path, dtype=plan.runtime.dtype, device=plan.runtime.device)
         refs[p.name] = FrozenModel(model.requires_grad_(False))
     return refs
 
@@ -89,7 +94,7 @@ class LearnerWorker:
         self.policy: Policy | None = None
         self.optimizer: Any = None
         self.reference: KLReference | None = None
-        self.cfg: Config | None = None
+        self.plan: RunPlan | None = None
         self.shard: Shard = Shard(rank, world)
         # (updates finished since the last load, the whole AdamW state on the CPU after them, the
         # same after one fewer): replaced in one assignment, so a concurrent `optimizer_state` sees
@@ -110,27 +115,27 @@ class LearnerWorker:
             s.bind(("", 0))
             return ray.util.get_node_ip_address(), s.getsockname()[1]
 
-    def setup(self, addr: str, port: int, shell: dict[str, Any], cfg: Config, weights: Mapping[str, Any]) -> None:
+    def setup(self, addr: str, port: int, shell: dict[str, Any], plan: RunPlan, weights: Mapping[str, Any]) -> None:
         """Join the process group; load the model, the driver's weights (then shard them under
         FSDP), an optimizer (and a reference)."""
-        cuda = cfg.runtime.device.startswith("cuda")
+        cuda = plan.runtime.device.startswith("cuda")
         if cuda:
             torch.cuda.set_device(0)  # Ray gives each actor its own GPU as cuda:0
         dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://{addr}:{port}", rank=self.rank,
                                 world_size=self.world, timeout=COLLECTIVE_TIMEOUT)
-        model, tok = load_model(shell["model_path"], dtype=master_dtype(cfg), device=cfg.runtime.device)
+        model, tok = load_model(shell["model_path"], dtype=master_dtype(plan), device=plan.runtime.device)
         model.load_state_dict(weights)
-        if cfg.train.gradient_checkpointing:
+        if plan.train.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        self.shard = (FsdpShard if cfg.runtime.learner_fsdp else Shard)(self.rank, self.world)
+        self.shard = (FsdpShard if plan.runtime.learner_fsdp else Shard)(self.rank, self.world)
         model = self.shard.wrap(model)
         self.policy = Policy(shell["name"], shell["spec"], shell["roles"], model, tok, shell["model_path"],
-                             compute_dtype=cfg.runtime.dtype)
-        self.optimizer = build_optimizer(self.policy.parameters(), cfg.train)
+                             compute_dtype=plan.runtime.dtype)
+        self.optimizer = build_optimizer(self.policy.parameters(), plan.train)
         self._states = (0, self.shard.full_optimizer_state(self.optimizer), None)  # empty: no collective
-        self.cfg = cfg
-        if cfg.train.kl_coef > 0:
-            self.reference = references({self.policy.name: self.policy}, cfg)[self.policy.name]
+        self.plan = plan
+        if plan.train.kl_coef > 0:
+            self.reference = references({self.policy.name: self.policy}, plan)[self.policy.name]
 
     def update(self, records: list[StepRecord], advantages: list[float], keep: list[bool] | None
                ) -> tuple[tuple[UpdateStats, float, float], dict[str, Any] | None, dict[str, Any] | None]:
@@ -139,7 +144,7 @@ class LearnerWorker:
         dtype when the engines hold another one (else None)."""
         start = time.time()
         self.shard.stand_ins.clear()
-        stats = update_policy(self.policy, self.optimizer, records, advantages, self.cfg.train, self.reference,
+        stats = update_policy(self.policy, self.optimizer, records, advantages, self.plan.train, self.reference,
                               keep=keep, shard=self.shard)
         # gathered now, while every rank is alive (FSDP), for the checkpoint or a restart
         done, after, _ = self._states
@@ -148,7 +153,7 @@ class LearnerWorker:
                    else None)
         if self.rank != 0:
             return (stats, start, time.time()), None, None
-        cast = None if master_dtype(self.cfg) == self.cfg.runtime.dtype else compute_state(weights, self.cfg.runtime.dtype)
+        cast = None if master_dtype(self.plan) == self.plan.runtime.dtype else compute_state(weights, self.plan.runtime.dtype)
         return (stats, start, time.time()), weights, cast
 
     def optimizer_state(self, updates: int) -> dict[str, Any] | None:
@@ -173,14 +178,14 @@ class LearnerWorker:
 class LearnerGroup:
     """One policy's N ranks; stands in for its optimizer (`state_dict`, `load_state_dict`)."""
 
-    def __init__(self, policy: Policy, cfg: Config, workers: int):
+    def __init__(self, policy: Policy, plan: RunPlan, workers: int):
         import ray  # heavy: ray is optional (the train extra); only learner workers need it
 
-        init_ray(cfg)
-        self._ray, self.name, self.world, self.cfg = ray, policy.name, workers, cfg
-        self.fsdp = bool(cfg.runtime.learner_fsdp)
-        self.restarts_left = int(cfg.runtime.learner_restarts)
-        self.cast = master_dtype(cfg) != cfg.runtime.dtype  # rank 0 also returns the weights in the compute dtype
+        init_ray(plan.runtime)
+        self._ray, self.name, self.world, self.plan = ray, policy.name, workers, plan
+        self.fsdp = bool(plan.runtime.learner_fsdp)
+        self.restarts_left = int(plan.runtime.learner_restarts)
+        self.cast = master_dtype(plan) != plan.runtime.dtype  # rank 0 also returns the weights in the compute dtype
         self.updates = 0  # updates the driver kept since the actors started or loaded an optimizer state
         self._held: dict[str, Any] | None = None  # during a restart: the AdamW state the new actors get
         self.interval = (0.0, 0.0)  # wall-clock start and end of the last update (rank 0)
@@ -189,8 +194,8 @@ class LearnerGroup:
 
     def _start(self, policy: Policy) -> None:
         """N fresh actors in a new process group, loaded with the driver's weights of `policy`."""
-        ray, cfg, workers = self._ray, self.cfg, self.world
-        cuda = cfg.runtime.device.startswith("cuda")
+        ray, plan, workers = self._ray, self.plan, self.world
+        cuda = plan.runtime.device.startswith("cuda")
         host = ray.remote(num_cpus=ACTOR_CPUS, num_gpus=1 if cuda else 0, max_restarts=0, max_concurrency=2,
                           resources=slot_resources(LEARN_SLOT, 1.0))(LearnerWorker)
         threads = max(1, torch.get_num_threads() // workers)
@@ -200,7 +205,7 @@ class LearnerGroup:
             (addr, port), = self._get([self.actors[0].address.remote()], START_TIMEOUT_S, "start")
             weights = ray.put(policy.state_dict())
             shell = {"name": policy.name, "spec": policy.spec, "roles": policy.roles, "model_path": policy.model_path}
-            self._get([a.setup.remote(addr, port, shell, cfg, weights) for a in self.actors], START_TIMEOUT_S, "start")
+            self._get([a.setup.remote(addr, port, shell, plan, weights) for a in self.actors], START_TIMEOUT_S, "start")
             self.placement = self._get([a.where.remote() for a in self.actors], START_TIMEOUT_S, "start")
         except BaseException:
             self.close()
@@ -233,6 +238,34 @@ class LearnerGroup:
                           f"{w['threads']} thread{'s' if w['threads'] != 1 else ''})" for w in self.placement)
         kind = " (FSDP)" if self.fsdp else ""
         return f"learner {self.name}: {self.world} worker{'s' if self.world != 1 else ''}{kind}: {ranks}"
+
+    def start(self, batch: UpdateBatch) -> list[Any]:
+        """Submit the update to every rank (returns at once)."""
+        return self.submit(batch.object_ref(), batch.advantages, batch.keep)
+
+    def finish(self, pending: list[Any], batch: UpdateBatch, policy: Policy,
+               log: Callable[[str], None] | None = None) -> tuple[UpdateStats, Any, Any]:
+        """Wait for the update; one that fails is redone on a restarted group while the group has
+        `restarts_left` (the driver's weights and AdamW state from before the step), then raises."""
+        while True:
+            try:
+                return self.collect(pending)
+            except StepFailed as exc:
+                if self.restarts_left < 1:
+                    raise
+                if log is not None:
+                    log(f"{exc}; restarting the group and redoing its update")
+                self.restart(policy, log)
+                pending = self.start(batch)
+
+    def commit(self, result: tuple[UpdateStats, Any, Any], policy: Policy) -> UpdateStats:
+        """Keep a finished update: the driver's `policy` points at the new weights (loaded into its
+        model only when it needs them) and the group counts the update as kept (`updates`)."""
+        stats, master, engine_ref = result
+        self.updates += 1
+        policy.trained_elsewhere(partial(self.fetch, master), engine_ref)
+        self.return_s = time.time() - self.interval[1]
+        return stats
 
     def submit(self, records_ref: Any, advantages: Sequence[float], keep: Sequence[bool] | None) -> list[Any]:
         adv, kp = list(advantages), None if keep is None else list(keep)
@@ -285,53 +318,3 @@ class LearnerGroup:
                 pass
             self._ray.kill(actor, no_restart=True)
 
-
-def open_groups(policies: Mapping[str, Policy], cfg: Config, log: Callable[[str], None]) -> dict[str, LearnerGroup]:
-    """One group of `runtime.learner_workers` ranks per trainable policy; prints the placement."""
-    groups: dict[str, LearnerGroup] = {}
-    try:
-        for p in iter_trainable(policies):
-            groups[p.name] = LearnerGroup(p, cfg, cfg.runtime.learner_workers)
-            log(groups[p.name].describe())
-    except BaseException:
-        close_groups(groups)
-        raise
-    return groups
-
-
-def update_all(groups: Mapping[str, LearnerGroup], policies: Mapping[str, Policy], records: Sequence[StepRecord],
-               advantages: Sequence[float], keep: Sequence[bool] | None,
-               log: Callable[[str], None] | None = None) -> dict[str, UpdateStats]:
-    """Every group's update at once (submitted together, then awaited). A group whose update
-    fails is restarted and its update redone while it has `restarts_left` (the other groups'
-    updates stand: each trains its own policy). Only when every group finished do the driver's
-    policies point at the new weights (`Policy.trained_elsewhere`: loaded into the driver's model
-    only when it needs them) and the groups count the update as kept (`LearnerGroup.updates`); a
-    failed step leaves both as before it (so each group's optimizer state is the pre-step one)."""
-    import ray  # heavy: ray is optional (the train extra); only learner workers need it
-
-    ref = ray.put(list(records))
-    pending = {name: g.submit(ref, advantages, keep) for name, g in groups.items()}
-    done: dict[str, tuple[UpdateStats, Any, Any]] = {}
-    for name, refs in pending.items():
-        group = groups[name]
-        while name not in done:
-            try:
-                done[name] = group.collect(refs)
-            except StepFailed as exc:
-                if group.restarts_left < 1:
-                    raise
-                if log is not None:
-                    log(f"{exc}; restarting the group and redoing its update")
-                group.restart(policies[name], log)
-                refs = group.submit(ref, advantages, keep)
-    for name, (_, master, engine_ref) in done.items():
-        groups[name].updates += 1
-        policies[name].trained_elsewhere(partial(groups[name].fetch, master), engine_ref)
-        groups[name].return_s = time.time() - groups[name].interval[1]
-    return {name: stats for name, (stats, _, _) in done.items()}
-
-
-def close_groups(groups: Mapping[str, LearnerGroup]) -> None:
-    for g in groups.values():
-        g.close()

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, Callable, Sequence
 
+from masdsl.config import RuntimeConfig, SandboxConfig
 from masdsl.errors import StepFailed
 from masdsl.lang.imports import _LOADED
 from masdsl.runtime.backends import build_engine
@@ -67,8 +68,8 @@ class LocalPool:
             self._threads.shutdown(wait=True)
 
 
-def init_ray(cfg: Any) -> None:
-    """Join `cfg.runtime.ray_address`, or start Ray locally sized to this machine (idempotent).
+def init_ray(rt: RuntimeConfig) -> None:
+    """Join `runtime.ray_address`, or start Ray locally sized to this machine (idempotent).
 
     `address="local"` starts a new instance even when another Ray instance runs on the machine
     (plain `ray.init()` would join it, and refuses `num_cpus` when it does)."""
@@ -76,7 +77,7 @@ def init_ray(cfg: Any) -> None:
 
     if ray.is_initialized():
         return
-    address = getattr(cfg.runtime, "ray_address", None)
+    address = rt.ray_address
     if address:
         ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
     else:
@@ -160,14 +161,14 @@ class RayPool:
         """The Ray instance outlives the pool (one per process)."""
 
 
-def make_pool(env: Any, cfg: Any, k: int = 1) -> LocalPool | RayPool:
-    """The pool `cfg.runtime` asks for: Ray tasks when `runtime.ray`, else local threads."""
-    retries = int(cfg.runtime.env_retries)
-    if cfg.runtime.ray:
-        init_ray(cfg)
-        timeout = 60.0 + 4.0 * float(cfg.sandbox.timeout_s) * max(1, k)
+def make_pool(env: Any, rt: RuntimeConfig, sandbox: SandboxConfig, k: int = 1) -> LocalPool | RayPool:
+    """The pool `runtime` asks for: Ray tasks when `runtime.ray`, else local threads."""
+    retries = int(rt.env_retries)
+    if rt.ray:
+        init_ray(rt)
+        timeout = 60.0 + 4.0 * float(sandbox.timeout_s) * max(1, k)
         return RayPool(env, retries=retries, timeout_s=timeout)
-    return LocalPool(env, workers=int(cfg.runtime.env_workers), retries=retries)
+    return LocalPool(env, workers=int(rt.env_workers), retries=retries)
 
 
 def engine_from_folder(kind: str, model_path: str, kwargs: dict[str, Any], threads: int | None = None) -> Any:

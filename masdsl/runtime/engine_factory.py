@@ -1,8 +1,8 @@
 """The one place that builds and closes inference engines, for `masdsl eval`, `masdsl run` and the
 evaluations inside a run.
 
-    engines = build_engines(workflow, cfg)             # evaluation: from the policies' model names
-    engines = build_engines(workflow, cfg, weights)    # training: sampling from the learner's live weights
+    engines = build_engines(workflow, plan)             # evaluation: from the policies' model names
+    engines = build_engines(workflow, plan, weights)    # training: sampling from the learner's live weights
     close_engines(engines)
 
 Evaluation (`weights=None`): one engine per distinct model (policies on the same model act with
@@ -24,15 +24,14 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Mapping, Protocol
 
-from masdsl.config import Config, ConfigError
+from masdsl.config import ConfigError
 from masdsl.lang.workflow import PolicySpec, Workflow
 from masdsl.runtime import actors
 from masdsl.runtime.backends import build_engine, engine_kwargs, hf_engine_on, vllm_available, vllm_engine
 from masdsl.runtime.backends.base import Engine
-from masdsl.runtime.placement import REPLAY_CANNOT_TRAIN, check_engine_options, engine_gpus
+from masdsl.runtime.placement import REPLAY_CANNOT_TRAIN, engine_gpus
+from masdsl.runtime.plan import RunPlan
 from masdsl.runtime.replicas import ReplicatedEngine
-from masdsl.runtime.inputs import effective_policies
-from masdsl.runtime.step_requests import max_model_len
 
 
 @dataclass(frozen=True)
@@ -68,9 +67,9 @@ class LiveWeights(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
 
-def engine_kind(cfg: Config, training: bool = False) -> str:
+def engine_kind(plan: RunPlan, training: bool = False) -> str:
     """`runtime.engine` with `auto` resolved: vllm when it imports and runs here, else hf."""
-    kind = cfg.runtime.engine
+    kind = plan.runtime.engine
     if kind == "auto":
         kind = "vllm" if vllm_available()[0] else "hf"
     if kind == "replay" and training:
@@ -78,49 +77,46 @@ def engine_kind(cfg: Config, training: bool = False) -> str:
     return kind
 
 
-def build_engines(workflow: Workflow, cfg: Config,
+def build_engines(workflow: Workflow, plan: RunPlan,
                   weights: Mapping[str, LiveWeights] | None = None) -> dict[str, Engine]:
-    """{policy: Engine}: from the policies' model names, or sampling from the learner's `weights`."""
-    check_engine_options(cfg)
+    """{policy: Engine}: from the plan's policies' model names, or sampling from the learner's `weights`."""
     if weights is not None:
-        return _training_engines(weights, cfg)
-    if cfg.runtime.engine == "replay":
+        return _training_engines(weights, plan)
+    rt = plan.runtime
+    if rt.engine == "replay":
         from masdsl.runtime.backends.replay import ReplayEngine  # only replay runs need it
 
-        if not cfg.runtime.replay_file:
-            raise ConfigError("`runtime.engine=replay` needs `runtime.replay_file=PATH`")
-        engine = ReplayEngine(cfg.runtime.replay_file)
+        engine = ReplayEngine(rt.replay_file)
         return {name: engine for name in workflow.policies}
-    specs = effective_policies(workflow, cfg)
-    context = max_model_len(workflow, cfg)  # `sample.<role>` overrides count
-    models = {s.model for s in specs.values()}
+    models = {s.model for s in plan.policies.values()}
     by_model: dict[str, Engine] = {}
-    for spec in specs.values():
+    for spec in plan.policies.values():
         if spec.model in by_model:
             continue
-        if cfg.runtime.ray:
-            actors.init_ray(cfg)
-            by_model[spec.model] = _replicas(cfg, len(models), lambda gpus: actors.RemoteEngine(
-                partial(_from_name, spec, cfg, context), num_gpus=gpus))
+        if rt.ray:
+            actors.init_ray(rt)
+            by_model[spec.model] = _replicas(plan, len(models), lambda gpus: actors.RemoteEngine(
+                partial(_from_name, spec, plan), num_gpus=gpus))
         else:
-            by_model[spec.model] = _from_name(spec, cfg, context)
-    return {name: by_model[spec.model] for name, spec in specs.items()}
+            by_model[spec.model] = _from_name(spec, plan)
+    return {name: by_model[spec.model] for name, spec in plan.policies.items()}
 
 
-def _from_name(spec: PolicySpec, cfg: Config, max_model_len: int) -> Engine:
+def _from_name(spec: PolicySpec, plan: RunPlan) -> Engine:
     """One engine for a policy's model through the backends' factory (`runtime.engine`)."""
-    return build_engine(cfg.runtime.engine, spec.model, **engine_kwargs(cfg), max_model_len=max_model_len)
+    return build_engine(plan.runtime.engine, spec.model, **engine_kwargs(plan.runtime, plan.train.seed),
+                        max_model_len=plan.max_model_len)
 
 
-def _training_engines(weights: Mapping[str, LiveWeights], cfg: Config) -> dict[str, Engine]:
-    kind = engine_kind(cfg, training=True)
-    kw = engine_kwargs(cfg)
+def _training_engines(weights: Mapping[str, LiveWeights], plan: RunPlan) -> dict[str, Engine]:
+    kind = engine_kind(plan, training=True)
+    kw = engine_kwargs(plan.runtime, plan.train.seed)
     engines: dict[str, Engine] = {}
     lora_bases: dict[str, Engine] = {}  # model path -> the vLLM engine with LoRA on
-    remote = [n for n, p in weights.items() if p.adapter is None] if cfg.runtime.ray else []
+    remote = [n for n, p in weights.items() if p.adapter is None] if plan.runtime.ray else []
     for name, p in weights.items():
         if name in remote:
-            engines[name] = _remote_engine(kind, p, kw, cfg, len(remote))
+            engines[name] = _remote_engine(kind, p, kw, plan, len(remote))
         elif kind == "hf":
             engines[name] = hf_engine_on(p.model, p.tokenizer, seed=kw["seed"], adapter=p.adapter)
         elif p.adapter is None:
@@ -136,23 +132,23 @@ def _training_engines(weights: Mapping[str, LiveWeights], cfg: Config) -> dict[s
     return engines
 
 
-def _remote_engine(kind: str, p: LiveWeights, kw: dict[str, Any], cfg: Config, n_remote: int) -> Engine:
+def _remote_engine(kind: str, p: LiveWeights, kw: dict[str, Any], plan: RunPlan, n_remote: int) -> Engine:
     """A full policy's engine in its own Ray actor, built there from the policy's model folder."""
     import torch  # heavy: only training engines need torch's thread count
 
-    actors.init_ray(cfg)
-    on_gpu = str(cfg.runtime.device).startswith("cuda")
+    actors.init_ray(plan.runtime)
+    on_gpu = str(plan.runtime.device).startswith("cuda")
     threads = None if on_gpu else torch.get_num_threads()  # sample as the driver would
-    return _replicas(cfg, n_remote, lambda gpus: actors.RemoteEngine(
+    return _replicas(plan, n_remote, lambda gpus: actors.RemoteEngine(
         partial(actors.engine_from_folder, kind, p.model_path, kw, threads), num_gpus=gpus))
 
 
-def _replicas(cfg: Config, n_models: int, start: Callable[[float], Engine]) -> Engine:
+def _replicas(plan: RunPlan, n_models: int, start: Callable[[float], Engine]) -> Engine:
     """`runtime.engine_replicas` engine actors from `start(num_gpus)`: the one engine, or a
     `ReplicatedEngine` over them (a failed start closes those already up)."""
-    gpus, made = engine_gpus(cfg, n_models), []
+    gpus, made = engine_gpus(plan.runtime, n_models), []
     try:
-        for _ in range(cfg.runtime.engine_replicas):
+        for _ in range(plan.runtime.engine_replicas):
             made.append(start(gpus))
     except BaseException:
         for e in made:

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 from masdsl.lang.workflow import RoleSpec, Workflow
 from masdsl.runtime.backends.base import Candidate, Engine, GenRequest
+from masdsl.runtime.plan import RunPlan
 from masdsl.runtime.records import StepRecord
 from masdsl.runtime.sampling import Outcome
 
@@ -113,7 +114,7 @@ class RunState:
     workflow: Workflow
     env: Any
     engines: Mapping[str, Engine]
-    cfg: Any
+    plan: RunPlan
     mode: str
     k: int
     step: int

@@ -34,27 +34,19 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Literal, Mapping
 
-from masdsl.config import check_names
+from masdsl.envs.base import contract_problem
 from masdsl.errors import UserError
 from masdsl.lang.workflow import Workflow
 from masdsl.runtime.actors import make_pool
 from masdsl.runtime.backends.base import as_engines
 from masdsl.runtime.batching import generate
 from masdsl.runtime.episodes import MAX_STEPS, Episode, EpisodeResult, Rollout, RunState
+from masdsl.runtime.plan import DEFAULT_MAX_TOKENS, RunPlan
 from masdsl.runtime.records import StepRecord
-from masdsl.runtime.step_requests import (
-    DEFAULT_MAX_TOKENS,
-    REPEAT_SEED_STRIDE,
-    chat_template_kwargs,
-    role_sample,
-    role_steps,
-)
+from masdsl.runtime.step_requests import REPEAT_SEED_STRIDE, role_steps
 from masdsl.runtime.walk import advance, finish, new_episode, score_steps
 
-__all__ = [
-    "DEFAULT_MAX_TOKENS", "MAX_STEPS", "REPEAT_SEED_STRIDE", "EpisodeResult", "Rollout",
-    "chat_template_kwargs", "role_sample", "rollout",
-]
+__all__ = ["DEFAULT_MAX_TOKENS", "MAX_STEPS", "REPEAT_SEED_STRIDE", "EpisodeResult", "Rollout", "rollout"]
 
 
 def rollout(
@@ -67,7 +59,7 @@ def rollout(
     samples: int,
     step: int,
     seed: int,
-    cfg: Any,
+    plan: RunPlan,
     on_records: Callable[[list[StepRecord]], None] | None = None,
     progress: Callable[[int], None] | None = None,
     keep_records: bool = True,
@@ -89,16 +81,15 @@ def rollout(
     `on_env_failure`: what an env call that still fails after `runtime.env_retries` retries
     does: `"fail"` raises `StepFailed`, `"score"` scores the step 0 (tallied in `Rollout.errors`).
     """
-    _check_arguments(workflow, engines, cfg, mode=mode, on_env_failure=on_env_failure)
+    _check_arguments(workflow, env, engines, mode=mode, on_env_failure=on_env_failure)
     t0 = time.perf_counter()
     if int(repeats) < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats!r}")
     k = max(1, int(samples)) if mode == "train" else 1
-    run = RunState(workflow, env, as_engines(engines), cfg, mode, k, step, seed, None,
-                   fail_on_env=on_env_failure == "fail",
-                   samples={name: role_sample(workflow, cfg, name) for name in workflow.roles},
-                   chat_kwargs={name: chat_template_kwargs(workflow, cfg, name) for name in workflow.policies})
-    run.pool = pool = make_pool(env, cfg, k)
+    run = RunState(workflow, env, as_engines(engines), plan, mode, k, step, seed, None,
+                   fail_on_env=on_env_failure == "fail", samples={name: dict(s) for name, s in plan.samples.items()},
+                   chat_kwargs={name: dict(p.chat_template_kwargs or {}) for name, p in plan.policies.items()})
+    run.pool = pool = make_pool(env, plan.runtime, plan.sandbox, k)
     n_tasks = len(tasks)
     results: list[EpisodeResult | None] = [None] * (n_tasks * int(repeats))
     records: list[StepRecord] = []
@@ -117,7 +108,7 @@ def rollout(
                    run.gen_s, run.env_s, run.truncated_prompts, dict(run.errors))
 
 
-def _check_arguments(workflow: Workflow, engines: Mapping[str, Any], cfg: Any, *, mode: str,
+def _check_arguments(workflow: Workflow, env: Any, engines: Mapping[str, Any], *, mode: str,
                      on_env_failure: str) -> None:
     if mode not in ("train", "eval"):
         raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
@@ -126,7 +117,9 @@ def _check_arguments(workflow: Workflow, engines: Mapping[str, Any], cfg: Any, *
     missing = sorted({r.policy for r in workflow.roles.values()} - set(engines))
     if missing:
         raise UserError(f"no inference engine for polic{'ies' if len(missing) > 1 else 'y'} {', '.join(f'`{m}`' for m in missing)}")
-    check_names(cfg, workflow)  # `sample.<role>` / `policy.<name>` naming nothing would be ignored
+    problem = contract_problem(env)
+    if problem is not None:
+        raise UserError(problem)
 
 
 def _tick(active: list[Episode], run: RunState) -> None:

@@ -41,6 +41,9 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from masdsl.lang.workflow import Workflow
+from masdsl.runtime.plan import RunPlan
+
 GIB = 2**30
 
 
@@ -119,7 +122,7 @@ class Hardware:
 
 @dataclass(frozen=True)
 class Recipe:
-    """The knobs of a run that decide memory and traffic (see `recipe_from_config`)."""
+    """The knobs of a run that decide memory and traffic (see `recipe_from_plan`)."""
 
     name: str
     hardware: Hardware = field(default_factory=Hardware)
@@ -318,20 +321,16 @@ def communication(m: ModelDims, r: Recipe) -> dict[str, float]:
     return out
 
 
-def recipe_from_config(name: str, cfg: Any, workflow: Any, hardware: Hardware) -> Recipe:
-    """A `Recipe` from a resolved `masdsl.config.Config` and the `Workflow` it runs."""
-    from masdsl.runtime.inputs import effective_policies  # runtime layer: the policies after overrides
-    from masdsl.runtime.step_requests import DEFAULT_MAX_TOKENS, role_sample
-
-    specs = effective_policies(workflow, cfg)
+def recipe_from_plan(name: str, plan: RunPlan, workflow: Workflow, hardware: Hardware) -> Recipe:
+    """A `Recipe` from a run plan (`masdsl.runtime.plan.resolve_run`) and the `Workflow` it runs."""
+    specs = plan.policies
     trained = [n for n, s in specs.items() if not s.frozen and workflow.roles_of_policy(n)]
     roles = {n: workflow.roles_of_policy(n) for n in trained}
     groups = [tuple(d.get("roles", ())) for _, d in workflow.graph.nodes(data=True)]
     parallel = max(max(sum(1 for x in g if x in rs) for g in groups) for rs in roles.values())
-    longest = max(int(role_sample(workflow, cfg, x).get("max_tokens", DEFAULT_MAX_TOKENS))
-                  for rs in roles.values() for x in rs)
+    longest = max(plan.max_tokens(x) for rs in roles.values() for x in rs)
     lora = [int((specs[n].lora or {}).get("r", 8)) for n in trained if specs[n].lora]
-    tc, rt = cfg.train, cfg.runtime
+    tc, rt = plan.train, plan.runtime
     return Recipe(
         name, hardware, policies=len(trained), roles_per_policy=max(len(rs) for rs in roles.values()),
         parallel_roles=parallel, turns=workflow.max_turns or 1, batch=tc.batch, samples=tc.samples,

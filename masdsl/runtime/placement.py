@@ -1,6 +1,7 @@
-"""Where each policy of a training run acts and learns: `plan_placement(workflow, cfg)`.
+"""Where each policy of a training run acts and learns: `plan_placement(workflow, policies, runtime)`.
 
-A pure function of the workflow and the configuration (nothing starts, nothing is probed):
+A pure function of the workflow, its policies and the `runtime` settings (nothing starts,
+nothing is probed); the run plan (`masdsl.runtime.plan.RunPlan.placement`) holds its answer:
 for every policy its engine (kind, in the driver or in Ray actors, replicas, GPUs per engine
 actor, tensor parallelism, sleep mode) and its learner (the driver, or N Ray workers with DDP or
 FSDP, and the device). `masdsl run` prints `Placement.lines()` at start-up and `masdsl graph`
@@ -15,7 +16,7 @@ shows them; `masdsl.runtime.engine_factory` builds the engines by the same rules
 ...            "judge": RoleSpec("judge", "judge_p", "")},
 ...     policies={"shared": PolicySpec("shared", "smollm2-135m-instruct"),
 ...               "judge_p": PolicySpec("judge_p", "Qwen/Qwen3-8B", frozen=True)}, data={})
->>> print(plan_placement(wf, resolve_config(overrides=["runtime.engine=hf"])).describe())
+>>> print(plan_placement(wf, wf.policies, resolve_config(overrides=["runtime.engine=hf"]).runtime).describe())
 policy shared <- roles coder, tester (full weights, smollm2-135m-instruct)
   engine: hf in the driver, sampling from the learner's own model object
   learner: the driver (cpu)
@@ -25,7 +26,7 @@ policy judge_p <- role judge (frozen, Qwen/Qwen3-8B)
 >>> cfg = resolve_config(overrides=["runtime.engine=vllm", "runtime.ray=true", "runtime.device=cuda",
 ...     "runtime.engine_replicas=2", "runtime.vllm_sleep_mode=true", "runtime.learner_workers=2",
 ...     "runtime.learner_fsdp=true"])
->>> print("\\n".join(plan_placement(wf, cfg).lines()[:3]))
+>>> print("\\n".join(plan_placement(wf, wf.policies, cfg.runtime).lines()[:3]))
 policy shared <- roles coder, tester (full weights, smollm2-135m-instruct)
   engine: vllm in 2 Ray actors (replicas, requests balanced across them), 0.5 GPU each, loads the learner's new weights after each update, sleeps during the update
   learner: 2 Ray workers (FSDP), 1 GPU per rank (cuda)
@@ -35,9 +36,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from masdsl.config import Config, ConfigError
+from typing import Mapping
+
+from masdsl.config import RuntimeConfig
 from masdsl.lang.workflow import PolicySpec, Workflow
-from masdsl.runtime.inputs import effective_policies
 
 
 REPLAY_CANNOT_TRAIN = "`runtime.engine=replay` replays fixed outputs and cannot train; use hf or vllm"
@@ -89,17 +91,17 @@ class Placement:
         return "\n".join(self.lines())
 
 
-def engine_problems(cfg: Config) -> list[str]:
+def engine_problems(rt: RuntimeConfig) -> list[str]:
     """What is wrong with the engine options `engine_replicas`, `vllm_tensor_parallel_size` and
-    `vllm_sleep_mode` for `cfg` (empty when nothing is).
+    `vllm_sleep_mode` (empty when nothing is).
 
     >>> from masdsl.config import resolve_config
-    >>> engine_problems(resolve_config(overrides=["runtime.engine_replicas=2"]))
+    >>> engine_problems(resolve_config(overrides=["runtime.engine_replicas=2"]).runtime)
     ['`runtime.engine_replicas=2` runs 2 engine actors per policy: it needs `runtime.ray=true` (in the driver one engine serves each policy)']
-    >>> [p.split(":")[0] for p in engine_problems(resolve_config(overrides=["runtime.vllm_sleep_mode=true"]))]
+    >>> [p.split(":")[0] for p in engine_problems(resolve_config(overrides=["runtime.vllm_sleep_mode=true"]).runtime)]
     ['`runtime.vllm_sleep_mode=true` needs a CUDA GPU']
     """
-    rt, out = cfg.runtime, []
+    out = []
     cuda = str(rt.device).startswith("cuda")
     if rt.engine_replicas > 1 and not rt.ray:
         out.append(f"`runtime.engine_replicas={rt.engine_replicas}` runs {rt.engine_replicas} engine actors per policy: "
@@ -120,14 +122,7 @@ def engine_problems(cfg: Config) -> list[str]:
     return out
 
 
-def check_engine_options(cfg: Config) -> None:
-    """Raise one `ConfigError` naming every problem `engine_problems` finds."""
-    errors = engine_problems(cfg)
-    if errors:
-        raise ConfigError("\n".join(errors) if len(errors) == 1 else "invalid configuration:\n  - " + "\n  - ".join(errors))
-
-
-def engine_gpus(cfg: Config, n_models: int) -> float:
+def engine_gpus(rt: RuntimeConfig, n_models: int) -> float:
     """Ray GPUs one engine actor asks for when `n_models` policies (or models) have engine actors.
 
     On CPU none. With tensor parallelism (`runtime.vllm_tensor_parallel_size=T > 1`) T whole GPUs.
@@ -135,17 +130,17 @@ def engine_gpus(cfg: Config, n_models: int) -> float:
     (`runtime.engine_replicas`) takes a share of its own: R replicas ask for R times the GPUs.
 
     >>> from masdsl.config import resolve_config
-    >>> engine_gpus(resolve_config(overrides=["runtime.device=cuda", "runtime.engine_replicas=4"]), 2)
+    >>> engine_gpus(resolve_config(overrides=["runtime.device=cuda", "runtime.engine_replicas=4"]).runtime, 2)
     0.5
-    >>> engine_gpus(resolve_config(overrides=["runtime.device=cuda", "runtime.vllm_tensor_parallel_size=2"]), 2)
+    >>> engine_gpus(resolve_config(overrides=["runtime.device=cuda", "runtime.vllm_tensor_parallel_size=2"]).runtime, 2)
     2.0
-    >>> engine_gpus(resolve_config(), 2)
+    >>> engine_gpus(resolve_config().runtime, 2)
     0.0
     """
-    if not str(cfg.runtime.device).startswith("cuda"):
+    if not str(rt.device).startswith("cuda"):
         return 0.0
-    if cfg.runtime.vllm_tensor_parallel_size > 1:
-        return float(cfg.runtime.vllm_tensor_parallel_size)
+    if rt.vllm_tensor_parallel_size > 1:
+        return float(rt.vllm_tensor_parallel_size)
     return 1.0 / max(1, n_models)
 
 
@@ -157,22 +152,20 @@ def weights_kind(spec: PolicySpec) -> str:
     return "full weights"
 
 
-def plan_placement(workflow: Workflow, cfg: Config, engine: str | None = None) -> Placement:
-    """Where every policy of `masdsl run` acts and learns (the rules of `engine_factory.build_engines`
-    with the learner's weights, and of `runtime.learner_workers`). `engine`: the resolved engine
-    kind, if known (default `runtime.engine`, where `auto` is vllm when usable, else hf)."""
-    check_engine_options(cfg)
-    kind = engine or cfg.runtime.engine
-    if kind == "replay":
-        raise ConfigError(REPLAY_CANNOT_TRAIN)
-    rt, specs = cfg.runtime, effective_policies(workflow, cfg)
-    in_ray = [n for n, s in specs.items() if not s.lora] if rt.ray else []
-    gpus = engine_gpus(cfg, len(in_ray))
+def plan_placement(workflow: Workflow, specs: Mapping[str, PolicySpec], rt: RuntimeConfig) -> Placement:
+    """Where every policy (`specs`: after the overrides) acts and learns: the rules of
+    `engine_factory.build_engines` with the learner's weights, and of `runtime.learner_workers`
+    (`runtime.engine=auto` is vllm when usable, else hf; replay engines replay a file)."""
+    kind = rt.engine
+    in_ray = [n for n, s in specs.items() if not s.lora] if rt.ray and kind != "replay" else []
+    gpus = engine_gpus(rt, len(in_ray))
     out = []
     for name, spec in specs.items():
         roles = tuple(workflow.roles_of_policy(name))
         sleep = rt.vllm_sleep_mode and kind != "hf"
-        if name in in_ray:
+        if kind == "replay":
+            eng = EnginePlan(kind, False, note=f"replays {rt.replay_file or '`runtime.replay_file`'}")
+        elif name in in_ray:
             eng = EnginePlan(kind, True, rt.engine_replicas, gpus, rt.vllm_tensor_parallel_size, sleep,
                              "loads the learner's new weights after each update")
         elif kind == "auto" and not spec.lora:
@@ -189,16 +182,16 @@ def plan_placement(workflow: Workflow, cfg: Config, engine: str | None = None) -
         else:
             eng = EnginePlan(kind, False, tensor_parallel=rt.vllm_tensor_parallel_size, sleep=sleep,
                              note="its own engine, loading the learner's new weights after each update")
-        out.append(PolicyPlacement(name, roles, weights_kind(spec), spec.model, eng, _learner(spec, roles, cfg)))
+        out.append(PolicyPlacement(name, roles, weights_kind(spec), spec.model, eng, _learner(spec, roles, rt)))
     return Placement(tuple(out))
 
 
-def _learner(spec: PolicySpec, roles: tuple[str, ...], cfg: Config) -> LearnerPlan:
-    device = str(cfg.runtime.device)
+def _learner(spec: PolicySpec, roles: tuple[str, ...], rt: RuntimeConfig) -> LearnerPlan:
+    device = str(rt.device)
     if spec.frozen or not roles:
         return LearnerPlan("none", device=device, why_none="frozen" if spec.frozen else "no role")
-    if cfg.runtime.learner_workers > 0 and not spec.lora:
-        return LearnerPlan("workers", cfg.runtime.learner_workers, cfg.runtime.learner_fsdp, device)
+    if rt.learner_workers > 0 and not spec.lora:
+        return LearnerPlan("workers", rt.learner_workers, rt.learner_fsdp, device)
     return LearnerPlan("driver", device=device)
 
 

@@ -146,7 +146,7 @@ def run_env_job(env: Any, job: EnvJob) -> list[Outcome]:
         state = env.apply(job.state, job.role, cand)
         fields = {**job.fields, job.role: cand}
         ctx = EvalContext(task=job.task, state=state, env_view=env.view(state), fields=fields, turn=job.turn, role=job.role,
-                          limits=getattr(env, "limits", None))
+                          limits=env.limits)
         errors: list[str] = []
         local = evaluate_number(job.reward, ctx, f"reward of `{job.role}`", errors) or 0.0
         team = evaluate_number(job.team, ctx, "team reward", errors)

@@ -1,79 +1,21 @@
 """A role's turn as an engine request: its prompt rendered and tokenised, its sampling options.
 
 Every `sample { }` option (`masdsl.lang.check_roles.SAMPLE_KEYS`) reaches the request, with the config's
-`sample."*".*` and `sample.<role>.*` overrides applied (`role_sample`); the policy's
-`chat_template_kwargs` reach its chat template (`chat_template_kwargs`). Seeds are derived per
+`sample."*".*` and `sample.<role>.*` overrides applied (the run plan's `samples`); the policy's
+`chat_template_kwargs` reach its chat template. Seeds are derived per
 (run seed, step, task, role, turn), so a request samples the same whatever else is in its batch.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
-
-from masdsl.config import ALL_ROLES, policy_override
 from masdsl.lang.workflow import RoleSpec, Workflow
 from masdsl.runtime import prompts
 from masdsl.runtime.backends.base import GenRequest
 from masdsl.runtime.episodes import Episode, RoleStep, RunState
+from masdsl.runtime.plan import DEFAULT_MAX_TOKENS
 from masdsl.runtime.sampling import derive_seed
 
-DEFAULT_MAX_TOKENS = 256
 REPEAT_SEED_STRIDE = 1_000_003  # repeat j of a task samples with run seed + j * stride (eval@N, trajectory's K episodes)
-
-
-def role_sample(workflow: Workflow, cfg: Any, role: str) -> dict[str, Any]:
-    """The role's `sample { }` block with the config's overrides applied: `sample."*".*` (every
-    role), then `sample.<role>.*` (a role's own key wins over the every-role one).
-
-    >>> from types import SimpleNamespace
-    >>> from masdsl.config import resolve_config
-    >>> wf = SimpleNamespace(roles={"coder": RoleSpec("coder", "p", "", sample={"max_tokens": 64, "top_p": 0.9})})
-    >>> role_sample(wf, resolve_config(overrides=["sample.coder.max_tokens=8"]), "coder")
-    {'max_tokens': 8, 'top_p': 0.9}
-    >>> role_sample(wf, resolve_config(overrides=["sample.*.max_tokens=4096", "sample.*.top_p=0.5"]), "coder")
-    {'max_tokens': 4096, 'top_p': 0.5}
-    """
-    out = dict(workflow.roles[role].sample or {})
-    overrides = getattr(cfg, "sample", None) or {}
-    for override in (overrides.get(ALL_ROLES), overrides.get(role)):
-        if override is not None:
-            items = dataclasses.asdict(override) if dataclasses.is_dataclass(override) else dict(override)
-            out.update({k: v for k, v in items.items() if v is not None})
-    return out
-
-
-def max_model_len(workflow: Workflow, cfg: Any) -> int:
-    """Tokens an evaluation engine's context holds: `runtime.max_prompt_tokens` plus the longest
-    reply budget of any role (its `max_tokens` after the `sample.*` overrides).
-
-    >>> from types import SimpleNamespace
-    >>> from masdsl.config import resolve_config
-    >>> wf = SimpleNamespace(roles={"a": RoleSpec("a", "p", "", sample={"max_tokens": 64}), "b": RoleSpec("b", "p", "")})
-    >>> max_model_len(wf, resolve_config(overrides=["runtime.max_prompt_tokens=1000"]))
-    1256
-    """
-    longest = max((int(role_sample(workflow, cfg, name).get("max_tokens", DEFAULT_MAX_TOKENS))
-                   for name in workflow.roles), default=DEFAULT_MAX_TOKENS)
-    return int(cfg.runtime.max_prompt_tokens) + longest
-
-
-def chat_template_kwargs(workflow: Workflow, cfg: Any, policy: str) -> dict[str, Any]:
-    """The policy's `chat_template_kwargs`: the `.mas` block's, then `policy."*"`'s and
-    `policy.<name>.chat_template_kwargs`.
-
-    >>> from types import SimpleNamespace
-    >>> from masdsl.config import resolve_config
-    >>> from masdsl.lang.workflow import PolicySpec
-    >>> wf = SimpleNamespace(policies={"p": PolicySpec("p", "m", chat_template_kwargs={"enable_thinking": True, "x": 1})})
-    >>> chat_template_kwargs(wf, resolve_config(overrides=["policy.p.chat_template_kwargs.enable_thinking=false"]), "p")
-    {'enable_thinking': False, 'x': 1}
-    """
-    spec = workflow.policies.get(policy)
-    out = dict(getattr(spec, "chat_template_kwargs", None) or {})
-    override = policy_override(cfg, policy) if getattr(cfg, "policy", None) else None
-    out.update(getattr(override, "chat_template_kwargs", None) or {})
-    return out
 
 
 def roles_of(workflow: Workflow, node: str) -> tuple[str, ...]:
@@ -90,7 +32,7 @@ def request_for(ep: Episode, role: RoleSpec, turn: int, ids: list[int], run: Run
     sample = run.samples.get(role.name)
     if sample is None:
         sample = dict(role.sample or {})
-    temperature = sample.get("temperature", 1.0) if run.mode == "train" else run.cfg.train.eval_temperature
+    temperature = sample.get("temperature", 1.0) if run.mode == "train" else run.plan.train.eval_temperature
     base = run.seed + REPEAT_SEED_STRIDE * ep.repeat
     if sample.get("seed") is not None:
         base = derive_seed(base, int(sample["seed"]), "", "sample.seed", 0)
@@ -121,8 +63,8 @@ def role_steps(ep: Episode, run: RunState) -> list[RoleStep]:
         messages = prompts.messages_for(role.prompt, role.system, variables, where)
         tokenizer = run.engines[role.policy].tokenizer
         ids, text, cut = prompts.encode(
-            tokenizer, messages, max_tokens=run.cfg.runtime.max_prompt_tokens,
-            truncate=run.cfg.runtime.truncate_prompts, where=where, chat_kwargs=run.chat_kwargs.get(role.policy),
+            tokenizer, messages, max_tokens=run.plan.runtime.max_prompt_tokens,
+            truncate=run.plan.runtime.truncate_prompts, where=where, chat_kwargs=run.chat_kwargs.get(role.policy),
         )
         run.truncated_prompts += cut
         steps.append(RoleStep(ep, role, ep.node, turn, request_for(ep, role, turn, ids, run), text, cut))

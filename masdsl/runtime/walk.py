@@ -55,7 +55,7 @@ def follow(ep: Episode, run: RunState) -> None:
             if ctx is None:
                 view = run.env.view(ep.state)
                 ctx = EvalContext(task=ep.task, state=ep.state, env_view=view, fields=ep.fields, turn=ep.last_turn,
-                                  limits=getattr(run.env, "limits", None))
+                                  limits=run.env.limits)
             try:
                 holds = bool(guard.evaluate(ctx))
             except Exception as exc:  # noqa: BLE001 - a failing guard is a guard that does not hold
@@ -95,10 +95,10 @@ def score_steps(steps: Sequence[RoleStep], run: RunState) -> None:
         if not ok and run.fail_on_env:
             raise StepFailed(
                 f"env step of `{s.role.name}` on task `{s.episode.task_id}` (turn {s.turn}) failed after "
-                f"{run.cfg.runtime.env_retries} retries: {value}",
+                f"{run.plan.runtime.env_retries} retries: {value}",
                 role=s.role.name, task_id=s.episode.task_id, turn=s.turn, error=str(value))
         if not ok:
-            run.error(f"env step of `{s.role.name}` failed after {run.cfg.runtime.env_retries} retries (scored 0): {value}")
+            run.error(f"env step of `{s.role.name}` failed after {run.plan.runtime.env_retries} retries (scored 0): {value}")
         s.outcomes = value if ok else failed_outcomes(job)
         for o in s.outcomes:
             for e in o.errors:
@@ -161,7 +161,7 @@ def apply_group_winners(groups: Sequence[Sequence[RoleStep]], run: RunState) -> 
         elif run.fail_on_env:
             raise StepFailed(
                 f"applying the winners of `{first.node}` on task `{first.episode.task_id}` (turn {first.turn}) "
-                f"failed after {run.cfg.runtime.env_retries} retries: {value}",
+                f"failed after {run.plan.runtime.env_retries} retries: {value}",
                 role=first.role.name, task_id=first.episode.task_id, turn=first.turn, error=str(value))
         else:
             run.error(f"applying the winners of `{first.node}` failed (state kept after `{first.role.name}`): {value}")
@@ -172,7 +172,7 @@ def finish(ep: Episode, run: RunState) -> EpisodeResult:
     """Score the ended episode (success, final reward) and fill its records."""
     wf, errors = run.workflow, []
     ctx = EvalContext(task=ep.task, state=ep.state, env_view=run.env.view(ep.state), fields=ep.fields, turn=ep.last_turn,
-                      limits=getattr(run.env, "limits", None))
+                      limits=run.env.limits)
     if wf.success is not None:
         success = evaluate_number(wf.success, ctx, "success", errors) or 0.0
     else:

@@ -22,6 +22,7 @@ from masdsl.envs import plan_path as pp
 from masdsl.envs import sokoban as sk
 from masdsl.envs import sudoku as sd
 from masdsl.envs.registry import REGISTRY, load_builtins
+from masdsl.runtime.plan import resolve_rollout
 
 load_builtins()
 
@@ -529,8 +530,8 @@ def test_the_shipped_plan_path_workflow_pays_the_table_through_its_reward_expres
     path = tmp_path / "replay.jsonl"
     path.write_text("".join(json.dumps({"task_id": "open", "role": r, "turn": t, "outputs": o}) + "\n"
                             for (r, t), o in rows.items()))
-    ro = rollout(wf, make_env(wf, cfg), [task], {"shared": ReplayEngine(path)}, mode="train", samples=2,
-                 step=0, seed=0, cfg=cfg)
+    ro = rollout(wf, make_env(wf, cfg.sandbox), [task], {"shared": ReplayEngine(path)}, mode="train", samples=2,
+                 step=0, seed=0, plan=resolve_rollout(wf, cfg))
     got = [(r.role, r.candidate, r.selected, round(r.reward, 6)) for r in ro.records]
     assert got == [("tool", 0, False, -2.0), ("tool", 1, True, 6.55),
                    ("planner", 0, True, 6.55), ("planner", 1, False, -2.0)]

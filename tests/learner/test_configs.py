@@ -7,10 +7,9 @@ import pytest
 
 import masdsl
 from masdsl.config import GROUPINGS, LOSSES, ConfigError, policy_override, resolve_config
-from masdsl.learner.plan import resolve_run
+from masdsl.runtime.plan import resolve_run
 from masdsl.learner.grouping import GROUP_FNS
 from masdsl.learner.losses import LOSS_FNS
-from masdsl.learner.policies import describe
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = Path(__file__).parent / "toy"
@@ -28,8 +27,7 @@ def test_paper_overlay_applies_to_shipped_workflows(name):
     t = cfg.train
     assert (t.samples, t.batch, t.steps, t.lr, t.grouping) == (4, 32, 200, 1e-6, "at")
     assert cfg.runtime.engine == "vllm" and policy_override(cfg, "shared").model == "Qwen/Qwen3-1.7B"
-    resolve_run(wf, cfg)
-    assert describe(wf, cfg) == ["policy shared <- roles " + ", ".join(wf.roles) + " (full weights, Qwen/Qwen3-1.7B)",
+    assert resolve_run(wf, cfg).placement.lines() == ["policy shared <- roles " + ", ".join(wf.roles) + " (full weights, Qwen/Qwen3-1.7B)",
                                  "  engine: vllm in the driver, its own engine, loading the learner's new weights after each update",
                                  "  learner: the driver (cuda)"]
 
@@ -52,11 +50,11 @@ def test_validate_collects_problems_before_models_load():
 def test_describe_lora_and_frozen():
     wf = masdsl.load(TOY / "toy_digits_lora.mas")
     cfg = resolve_config(wf.train, overrides=["policy.copier_p.frozen=true"])
-    assert [line for line in describe(wf, cfg) if line.startswith("policy")] == [
+    assert [line for line in resolve_run(wf, cfg).placement.lines() if line.startswith("policy")] == [
         "policy namer_p <- role namer (LoRA r=4 adapter on a shared base, smollm2-135m-instruct)",
         "policy copier_p <- role copier (frozen, smollm2-135m-instruct)",
     ]
-    assert [line for line in describe(wf, cfg) if line.startswith("  learner")] == [
+    assert [line for line in resolve_run(wf, cfg).placement.lines() if line.startswith("  learner")] == [
         "  learner: the driver (cpu)", "  learner: none (frozen)"]
 
 

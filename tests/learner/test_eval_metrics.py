@@ -17,6 +17,7 @@ import pytest
 import masdsl
 from masdsl.config import ConfigError, resolve_config
 from masdsl.learner.metrics import eval_metrics, pass_at_k, pass_ks
+from masdsl.runtime.plan import resolve_rollout
 
 TOY = Path(__file__).parent / "toy"
 
@@ -66,9 +67,9 @@ def _rollout(tiny_model_dir, hf_engine, *extra, repeats=1, n_tasks=3):
     wf = masdsl.loads(toy_text(), "toy_digits.mas", base_dir=TOY)
     cfg = resolve_config(wf.train, overrides=[f"policy.shared.model={tiny_model_dir}", "runtime.engine=hf",
                                               "tracking.enabled=false", *extra])
-    env, data = prepare(wf, cfg)
+    env, data = prepare(wf, cfg.sandbox)
     return rollout(wf, env, data["eval"][:n_tasks], {"shared": hf_engine}, mode="eval", samples=1, step=-1,
-                   seed=cfg.train.seed, cfg=cfg, repeats=repeats)
+                   seed=cfg.train.seed, plan=resolve_rollout(wf, cfg), repeats=repeats)
 
 
 def test_repeats_are_independent_episodes_with_distinct_seeds(tiny_model_dir, hf_engine):

@@ -22,6 +22,7 @@ from masdsl.learner.export import checkpoint_config, export_run
 from masdsl.learner.policies import load_policies
 from masdsl.runtime.records import read_records
 from masdsl.testing import build_tiny_model
+from masdsl.runtime.plan import resolve_rollout
 
 TOY = Path(__file__).parent / "toy"
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
@@ -79,7 +80,7 @@ def logprobs(model, ids: torch.Tensor) -> torch.Tensor:
 def _checkpoint_policy(mas: Path, run_dir: Path, name: str):
     """The policy as the trainer builds it, with the checkpoint's weights."""
     wf, ck = masdsl.load(mas), checkpoint.latest(run_dir)
-    p = load_policies(wf, checkpoint_config(ck))[name]
+    p = load_policies(wf, resolve_rollout(wf, checkpoint_config(ck)))[name]
     p.load_state_dict(checkpoint.policy_weights(ck, name))
     p.activate()
     return p

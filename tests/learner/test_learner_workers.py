@@ -23,7 +23,7 @@ import torch
 import masdsl
 from masdsl.config import ConfigError, resolve_config
 from masdsl.learner import workers
-from masdsl.learner.plan import resolve_run
+from masdsl.runtime.plan import resolve_run
 from masdsl.learner.trainer import train
 from masdsl.runtime.records import read_records
 
@@ -125,7 +125,8 @@ def test_a_rank_answers_the_optimizer_state_after_the_updates_the_driver_kept(mo
 
     monkeypatch.setattr(workers, "update_policy", one_adamw_step)
     w = workers.LearnerWorker(0, 1, 0)
-    w.policy, w.cfg = types.SimpleNamespace(model=torch.nn.Linear(2, 1, bias=False)), resolve_config()
+    wf = shared_toy()
+    w.policy, w.plan = types.SimpleNamespace(model=torch.nn.Linear(2, 1, bias=False)), resolve_run(wf, resolve_config(wf.train))
     w.optimizer = torch.optim.AdamW(w.policy.model.parameters())
     w.load_optimizer_state(w.optimizer.state_dict())  # as a (re)started group: 0 updates
 

@@ -21,7 +21,7 @@ from masdsl.learner.display import Progress, cut_warnings, role_budgets, step_li
 from masdsl.learner.metrics import eval_metrics, reply_counts, reply_shares, step_metrics
 from masdsl.learner.trainer import train
 from masdsl.runtime.records import StepRecord, read_records
-from masdsl.runtime.step_requests import role_sample
+from masdsl.runtime.plan import resolve_rollout, role_sample
 from masdsl.tracking.lineage import params_of, route
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,12 +101,12 @@ def test_a_run_warns_once_per_role():
 
 def test_every_role_budget_and_a_role_key_wins():
     wf = masdsl.load(CODER_TESTER)
-    assert role_budgets(wf, resolve_config(wf.train)) == {"coder": 192, "tester": 192}  # the file's
-    assert role_budgets(wf, resolve_config(wf.train, overrides=["sample.*.max_tokens=4096"])) == {"coder": 4096, "tester": 4096}
+    assert role_budgets(resolve_rollout(wf, resolve_config(wf.train))) == {"coder": 192, "tester": 192}  # the file's
+    assert role_budgets(resolve_rollout(wf, resolve_config(wf.train, overrides=["sample.*.max_tokens=4096"]))) == {"coder": 4096, "tester": 4096}
     for order in (["sample.*.max_tokens=4096", "sample.coder.max_tokens=8"],
                   ["sample.coder.max_tokens=8", "sample.*.max_tokens=4096"]):
         cfg = resolve_config(wf.train, overrides=order)
-        assert role_budgets(wf, cfg) == {"coder": 8, "tester": 4096}, order
+        assert role_budgets(resolve_rollout(wf, cfg)) == {"coder": 8, "tester": 4096}, order
         assert role_sample(wf, cfg, "tester")["temperature"] == 1.0  # keys not overridden keep the file's value
 
 
@@ -116,7 +116,7 @@ def test_every_role_key_in_a_yaml_file(tmp_path):
     good.write_text('sample:\n  "*": { max_tokens: 4096, top_p: 0.95 }\n  tester: { max_tokens: 100 }\n')
     cfg = resolve_config(wf.train, good)
     check_names(cfg, wf)  # `*` is no role, and is no error
-    assert role_budgets(wf, cfg) == {"coder": 4096, "tester": 100}
+    assert role_budgets(resolve_rollout(wf, cfg)) == {"coder": 4096, "tester": 100}
     assert role_sample(wf, cfg, "tester")["top_p"] == 0.95
     bad = tmp_path / "bad.yaml"
     bad.write_text("sample:\n  *: { max_tokens: 4096 }\n")  # YAML reads `*x` as an alias
@@ -139,10 +139,10 @@ def test_recipes_raise_every_role_to_the_papers_4k(config, workflows):
             continue
         checked += 1
         check_names(cfg, wf)
-        assert role_budgets(wf, cfg) == {role: 4096 for role in wf.roles}, name
+        assert role_budgets(resolve_rollout(wf, cfg)) == {role: 4096 for role in wf.roles}, name
         first = next(iter(wf.roles))
         lowered = resolve_config(wf.train, ROOT / config, [f"sample.{first}.max_tokens=64"])
-        assert role_budgets(wf, lowered)[first] == 64
+        assert role_budgets(resolve_rollout(wf, lowered))[first] == 64
     assert checked >= len(workflows) // 2
 
 

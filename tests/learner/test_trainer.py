@@ -16,6 +16,7 @@ from masdsl.errors import CheckpointError
 from masdsl.learner import checkpoint
 from masdsl.learner.trainer import train
 from masdsl.runtime.records import read_records
+from masdsl.runtime.plan import resolve_rollout
 
 TOY = Path(__file__).parent / "toy"
 
@@ -148,12 +149,12 @@ def test_lora_adapters_train_only_on_their_own_roles(tiny_model_dir, tmp_path):
 
     wf = toy("toy_digits_lora.mas")
     cfg = config(wf, tiny_model_dir, "train.samples=8", "train.batch=10", "train.lr=0.01")
-    policies = load_policies(wf, cfg)
+    policies = load_policies(wf, resolve_rollout(wf, cfg))
     assert policies["namer_p"].model is policies["copier_p"].model  # one base in memory
     base = {n: p.detach().clone() for n, p in policies["namer_p"].model.named_parameters() if "lora_" not in n}
-    env, data = prepare(wf, cfg)
-    engines = build_engines(wf, cfg, policies)
-    roll = rollout(wf, env, data["train"][:10], engines, mode="train", samples=8, step=0, seed=3, cfg=cfg)
+    env, data = prepare(wf, cfg.sandbox)
+    engines = build_engines(wf, resolve_rollout(wf, cfg), policies)
+    roll = rollout(wf, env, data["train"][:10], engines, mode="train", samples=8, step=0, seed=3, plan=resolve_rollout(wf, cfg))
     # the namer's samples get advantages (alternating signs within each group: a random tiny
     # model rarely earns a real reward), the copier's none: the copier's adapter must not move
     namer_only = [(1.0 if r.candidate % 2 else -1.0) if r.role == "namer" else 0.0 for r in roll.records]
@@ -190,9 +191,9 @@ def test_engine_samples_from_updated_weights(tiny_model_dir, tmp_path):
 
     wf = toy()
     cfg = config(wf, tiny_model_dir)
-    policies = load_policies(wf, cfg)
+    policies = load_policies(wf, resolve_rollout(wf, cfg))
     p = policies["shared"]
-    engine = build_engines(wf, cfg, policies)["shared"]
+    engine = build_engines(wf, resolve_rollout(wf, cfg), policies)["shared"]
     prompt = p.tokenizer.apply_chat_template([{"role": "user", "content": "target:7:7:7"}], add_generation_prompt=True)
     prompt = list(getattr(prompt, "input_ids", prompt))
     req = GenRequest(prompt_ids=prompt, n=1, temperature=1.0, max_tokens=4, seed=11)

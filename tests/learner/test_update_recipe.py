@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import threading
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -18,6 +19,9 @@ from masdsl.learner.losses import grpo_loss
 from masdsl.learner.logprobs import sequence_logprobs
 from masdsl.learner.update import update_policy
 from masdsl.runtime.records import StepRecord
+
+
+TOY_DIR = Path(__file__).parent / "toy"
 
 
 def make_policy(model, tok, compute_dtype="float32"):
@@ -149,12 +153,16 @@ def test_dropped_groups_leave_the_update(fresh):
 
 def _changed_fraction(tiny_model_dir, master):
     from masdsl.learner.policies import master_dtype
+    from masdsl.runtime.plan import resolve_rollout  # the plan names the master dtype
+
+    import masdsl  # as above
     from masdsl.runtime.models import load_model
 
     cfg = resolve_config(overrides=["runtime.dtype=bfloat16", f"train.master_weights={master}", "train.lr=1e-6",
                                     "train.mini_batch_size=0"])
     torch.manual_seed(0)
-    model, tok = load_model(tiny_model_dir, dtype=master_dtype(cfg))
+    toy = masdsl.load(Path(__file__).parent / "toy" / "toy_digits.mas")
+    model, tok = load_model(tiny_model_dir, dtype=master_dtype(resolve_rollout(toy, cfg)))
     recs = rollout_rows(model, tok, n_prompts=4)
     adv, _ = compute_advantages(group_records(recs, "at"), len(recs))
     before = [p.detach().clone() for p in model.parameters()]

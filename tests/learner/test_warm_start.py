@@ -42,7 +42,7 @@ def test_demonstrations_render_each_role_prompt_at_turn_0(tiny_model_dir):
     wf = masdsl.load(HELPER)
     cfg = resolve_config(wf.train, overrides=["tracking.enabled=false"])
     _, tok = load_model(tiny_model_dir)
-    env = make_env(wf, cfg)
+    env = make_env(wf, cfg.sandbox)
     tasks = plan_path("train", n=3, size=5)
     data = ws.demonstrations(env, wf, cfg, tok, tasks, ["tool", "planner"])
     assert [(d.role, d.task_id) for d in data] == [(r, t["id"]) for t in tasks for r in ("tool", "planner")]

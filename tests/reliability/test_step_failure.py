@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from masdsl.runtime.plan import resolve_rollout
+
 TIMING = ("gen_s", "env_s")  # wall-clock fields of a record: the only ones allowed to differ
 
 ENV_FILE = '''
@@ -35,6 +37,7 @@ def sf_int(output):
 @env("sf_counter", fields=("total",))
 class FaultyCounter:
     """Adds the parsed numbers; raises on every task listed in the file `faults` (if it exists)."""
+    limits = None  # the sandbox defaults for any code this env runs (masdsl.envs.base.Env)
 
     def __init__(self, faults=""):
         self.faults = faults
@@ -136,7 +139,7 @@ def test_malformed_output_scores_its_penalty_and_an_env_failure_raises(wf_dir, t
                                     "outputs": ["no number at all", "{{}} ]]", "7"]}) + "\n")
     engines = {"shared": ReplayEngine(replay)}
     _faults(wf_dir, None)
-    ro = rollout(wf, _env(wf, cfg), tasks, engines, mode="train", samples=3, step=0, seed=0, cfg=cfg)
+    ro = rollout(wf, _env(wf, cfg), tasks, engines, mode="train", samples=3, step=0, seed=0, plan=resolve_rollout(wf, cfg))
     bad = [r for r in ro.records if r.candidate in (0, 1)]
     assert len(ro.episodes) == 2 and bad and not any(r.parse_ok for r in bad)
     assert {r.fields["n"] for r in bad} == {-1}
@@ -146,9 +149,9 @@ def test_malformed_output_scores_its_penalty_and_an_env_failure_raises(wf_dir, t
     _faults(wf_dir, ["train1"])
     try:
         with pytest.raises(StepFailed) as info:  # the default: a step that cannot be completed stops
-            rollout(wf, _env(wf, cfg), tasks, engines, mode="train", samples=3, step=0, seed=0, cfg=cfg)
+            rollout(wf, _env(wf, cfg), tasks, engines, mode="train", samples=3, step=0, seed=0, plan=resolve_rollout(wf, cfg))
         # asked for, a failed step scores 0 instead
-        ro = rollout(wf, _env(wf, cfg), tasks, engines, mode="train", samples=3, step=0, seed=0, cfg=cfg,
+        ro = rollout(wf, _env(wf, cfg), tasks, engines, mode="train", samples=3, step=0, seed=0, plan=resolve_rollout(wf, cfg),
                      on_env_failure="score")
     finally:
         _faults(wf_dir, None)
@@ -163,7 +166,7 @@ def test_malformed_output_scores_its_penalty_and_an_env_failure_raises(wf_dir, t
 def _env(wf, cfg):
     from masdsl.runtime.inputs import make_env
 
-    return make_env(wf, cfg)
+    return make_env(wf, cfg.sandbox)
 
 
 def _cli(wf_dir: Path, cwd: Path, *args: str, command: str = "run", file: str = "wf.mas") -> subprocess.Popen:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from masdsl.testing.cluster import kill_first_logged
+from masdsl.runtime.plan import resolve_rollout
 
 DATA = Path(__file__).parent / "data"
 WORKFLOW = DATA / "coder.mas"
@@ -28,7 +29,7 @@ def _setup(cluster, *overrides):
     wf = masdsl.load(str(WORKFLOW))
     cfg = resolve_config(wf.train, None, ["runtime.ray=true", f"runtime.ray_address={cluster.address}",
                                           "tracking.enabled=false", *overrides])
-    return wf, cfg, make_env(wf, cfg), load_split(wf.data["train"])
+    return wf, cfg, make_env(wf, cfg.sandbox), load_split(wf.data["train"])
 
 
 def _log(path: Path) -> list[dict]:
@@ -46,13 +47,13 @@ def test_env_tasks_and_inference_actor_on_different_nodes(two_node_cluster, tiny
 
     wf, cfg, env, tasks = _setup(two_node_cluster, "runtime.engine=hf", f"policy.shared.model={tiny_model_dir}")
     log = tmp_path / "where.jsonl"
-    engines = build_engines(wf, cfg)
+    engines = build_engines(wf, resolve_rollout(wf, cfg))
     try:
         engine = engines["shared"]
         assert isinstance(engine, RemoteEngine)
         actor_at = ray.get(engine.actor.__ray_call__.remote(lambda self: where()), timeout=120)
         ro = rollout(wf, WhereEnv(env, str(log)), tasks[:4], engines, mode="train", samples=2, step=0,
-                     seed=0, cfg=cfg)
+                     seed=0, plan=resolve_rollout(wf, cfg))
     finally:
         close_engines(engines)
     head, worker = two_node_cluster.node_ids
@@ -91,7 +92,7 @@ def test_env_worker_killed_mid_rollout_is_retried(two_node_cluster, tmp_path):
     log = tmp_path / "where.jsonl"
     thread, killed = kill_first_logged(log, delay_s=0.5)  # 0.5 s: inside the sandbox run of the reward
     ro = rollout(wf, WhereEnv(env, str(log)), tasks, {"shared": ReplayEngine(replay)}, mode="train",
-                 samples=2, step=0, seed=0, cfg=cfg)
+                 samples=2, step=0, seed=0, plan=resolve_rollout(wf, cfg))
     thread.join(timeout=5)
     assert killed, "no env step was seen to kill"
     rows = _log(log)

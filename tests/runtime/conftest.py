@@ -60,6 +60,7 @@ def total() -> PyExpr:
 
 @dataclass
 class CounterEnv:
+    limits = None  # the sandbox defaults for any code this env runs (masdsl.envs.base.Env)
     fail_apply: bool = False
     applied: Counter = field(default_factory=Counter)
 

@@ -12,7 +12,8 @@ from masdsl.cli import main
 from masdsl.config import ConfigError, resolve_config
 from masdsl.runtime.records import read_records
 from masdsl.runtime.engine_factory import build_engines
-from masdsl.runtime.inputs import effective_policies, prepare
+from masdsl.runtime.inputs import prepare
+from masdsl.runtime.plan import effective_policies, resolve_rollout
 
 DATA = Path(__file__).parent / "data"
 MAS = str(DATA / "toy.mas")
@@ -68,13 +69,13 @@ def test_eval_user_errors_exit_2(tmp_path, capsys):
 def test_prepare_env_splits_and_policy_overrides(tmp_path):
     wf = masdsl.load(MAS)
     cfg = resolve_config(wf.train, overrides=["policy.shared.model=/models/x"])
-    env, splits = prepare(wf, cfg)
+    env, splits = prepare(wf, cfg.sandbox)
     assert type(env).__name__ == "Toy" and env.target == 10
     assert {k: [t["id"] for t in v] for k, v in splits.items()} == {"train": ["train0", "train1", "train2"],
                                                                     "eval": ["eval0", "eval1"]}
     assert effective_policies(wf, cfg)["shared"].model == "/models/x"
     with pytest.raises(ConfigError, match="did you mean `policy.shared`"):
         effective_policies(wf, resolve_config(overrides=["policy.sharde.model=x"]))
-    engines = build_engines(wf, resolve_config(overrides=["runtime.engine=replay",
-                                                          f"runtime.replay_file={DATA / 'toy_replay.jsonl'}"]))
+    engines = build_engines(wf, resolve_rollout(wf, resolve_config(overrides=["runtime.engine=replay",
+                                                          f"runtime.replay_file={DATA / 'toy_replay.jsonl'}"])))
     assert list(engines) == ["shared"]

@@ -14,12 +14,11 @@ import torch
 
 import masdsl
 from masdsl.config import ConfigError, resolve_config
-from masdsl.learner.plan import resolve_run
+from masdsl.runtime.plan import resolve_rollout, resolve_run
 from masdsl.learner.session import TrainSession
 from masdsl.runtime.backends import _vllm, engine_kwargs
 from masdsl.runtime.backends.base import GenRequest, LocalEngine
 from masdsl.runtime.engine_factory import build_engines
-from masdsl.runtime.placement import plan_placement
 
 ROOT = Path(__file__).parents[2]
 DATA = Path(__file__).parents[1] / "reliability" / "data"
@@ -48,7 +47,7 @@ def test_tensor_parallel_and_sleep_mode_reach_vllm(tiny_model_dir, monkeypatch):
     FakeLLM.built.clear()
     cfg = resolve_config(overrides=["runtime.device=cuda", "runtime.vllm_tensor_parallel_size=2",
                                     "runtime.vllm_sleep_mode=true", "runtime.vllm_gpu_memory_utilization=0.6"])
-    engine = _vllm(tiny_model_dir, engine_kwargs(cfg), "test")
+    engine = _vllm(tiny_model_dir, engine_kwargs(cfg.runtime, 0), "test")
     (kw,) = FakeLLM.built
     assert kw["tensor_parallel_size"] == 2 and kw["distributed_executor_backend"] == "mp"
     assert kw["enable_sleep_mode"] is True
@@ -56,7 +55,7 @@ def test_tensor_parallel_and_sleep_mode_reach_vllm(tiny_model_dir, monkeypatch):
     engine.wake_up()
     assert engine.llm.calls == [("sleep", 1), ("wake_up",)]
     engine.close()
-    plain = _vllm(tiny_model_dir, engine_kwargs(resolve_config()), "test")
+    plain = _vllm(tiny_model_dir, engine_kwargs(resolve_config().runtime, 0), "test")
     assert not {"tensor_parallel_size", "distributed_executor_backend", "enable_sleep_mode"} & set(FakeLLM.built[-1])
     plain.sleep()  # built without sleep mode: nothing reaches vLLM
     assert plain.llm.calls == []
@@ -72,7 +71,8 @@ def test_tensor_parallel_and_sleep_mode_reach_vllm(tiny_model_dir, monkeypatch):
 def test_engine_options_refused_with_a_hint(overrides, message):
     wf = masdsl.load(CODER)
     cfg = resolve_config(wf.train, None, overrides)
-    for check in (lambda: resolve_run(wf, cfg), lambda: build_engines(wf, cfg), lambda: plan_placement(wf, cfg)):
+    # the run's plan and a rollout's plan (what `build_engines` is given) refuse them alike
+    for check in (lambda: resolve_run(wf, cfg), lambda: resolve_rollout(wf, cfg)):
         with pytest.raises(ConfigError, match=message):
             check()
 
@@ -107,8 +107,8 @@ def test_session_sleeps_each_engine_once_only_in_sleep_mode(tmp_path):
     full = Recorder(calls)
     engines = {"a": adapter, "b": adapter, "c": base, "d": full}
     for on in (False, True):
-        cfg = resolve_config(overrides=[f"runtime.vllm_sleep_mode={str(on).lower()}"])
-        s = TrainSession(None, cfg, tmp_path, None, None, [], [], {}, engines=engines)
+        cfg = resolve_config(overrides=[f"runtime.vllm_sleep_mode={str(on).lower()}", "runtime.device=cuda"])
+        s = TrainSession(None, resolve_rollout(masdsl.load(CODER), cfg), tmp_path, None, None, [], [], {}, engines=engines)
         s.sleep_engines()
         s.wake_engines()
     assert calls == [("sleep", id(base), 1), ("sleep", id(full), 1), ("wake", id(base)), ("wake", id(full))]
@@ -118,7 +118,7 @@ def test_placement_of_replicas_tensor_parallel_and_lora():
     over = ["runtime.ray=true", "runtime.engine=vllm", "runtime.device=cuda", "runtime.engine_replicas=3",
             "runtime.vllm_tensor_parallel_size=2", "runtime.learner_workers=2", "runtime.learner_fsdp=true"]
     wf = masdsl.load(CODER)
-    (p,) = plan_placement(wf, resolve_config(wf.train, None, over)).policies
+    (p,) = resolve_run(wf, resolve_config(wf.train, None, over)).placement.policies
     # a full policy: 3 replicas in Ray actors, 2 whole GPUs each (tensor parallel), FSDP learner workers
     assert (p.engine.in_ray, p.engine.replicas, p.engine.gpus_each, p.engine.tensor_parallel) == (True, 3, 2.0, 2)
     assert p.lines()[1:] == [
@@ -126,7 +126,7 @@ def test_placement_of_replicas_tensor_parallel_and_lora():
         "learner's new weights after each update, tensor parallel over 2 GPUs",
         "  learner: 2 Ray workers (FSDP), 1 GPU per rank (cuda)"]
     lora = masdsl.load(ROOT / "tests" / "learner" / "toy" / "toy_digits_lora.mas")
-    plan = plan_placement(lora, resolve_config(lora.train, None, over[:5]))
+    plan = resolve_run(lora, resolve_config(lora.train, None, over[:5])).placement
     for p in plan.policies:  # LoRA adapters stay beside their shared base model in the driver, not replicated
         assert not p.engine.in_ray and p.engine.replicas == 1 and p.learner.where == "driver"
         assert "one engine with LoRA for namer_p, copier_p" in p.lines()[1]

@@ -18,6 +18,7 @@ from masdsl.runtime.backends.hf import HFEngine
 from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.backends.vllm import VLLMAdapterEngine, VLLMEngine
 from masdsl.runtime.executor import rollout
+from masdsl.runtime.plan import resolve_rollout
 
 
 class Log(LocalEngine):
@@ -91,7 +92,7 @@ def test_executor_submits_every_engine_before_waiting_on_any(h, tmp_path):
     log = []
     engines = {"p": Deferred("remote", log), "q": Log("local", log)}
     ro = rollout(wf, h.CounterEnv(), [{"id": "t1"}, {"id": "t2"}], engines, mode="train", samples=2,
-                 step=0, seed=0, cfg=h.config())
+                 step=0, seed=0, plan=resolve_rollout(wf, h.config()))
     assert log == [
         ("submit", "remote", [("t1", "a", 0), ("t2", "a", 0)]),
         ("generate", "local", [("t1", "b", 0), ("t2", "b", 0)]),

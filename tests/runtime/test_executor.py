@@ -9,6 +9,7 @@ import pytest
 from masdsl.errors import UserError
 from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.executor import rollout
+from masdsl.runtime.plan import resolve_rollout
 
 
 class SpyEngine(ReplayEngine):
@@ -28,7 +29,7 @@ def run(h, tmp_path, wf, rows, tasks, *, mode="train", samples=3, cfg=None, engi
     env = env if env is not None else h.CounterEnv()
     cfg = cfg or h.config()
     ro = rollout(wf, env, [{"id": t} for t in tasks], {p: engine for p in wf.policies}, mode=mode, samples=samples,
-                 step=0, seed=0, cfg=cfg, **kw)
+                 step=0, seed=0, plan=resolve_rollout(wf, cfg), **kw)
     return ro, engine, env
 
 
@@ -168,14 +169,14 @@ def test_policies_on_one_engine_share_a_call_and_separate_engines_do_not(h, tmp_
     path = h.replay_file(tmp_path / "r.jsonl", {("t", "a", 0): ["1"], ("t", "b", 0): ["2"]})
     shared = SpyEngine(path)
     rollout(wf, h.CounterEnv(), [{"id": "t"}], {"p": shared, "q": shared}, mode="eval", samples=1, step=-1, seed=0,
-            cfg=h.config())
+            plan=resolve_rollout(wf, h.config()))
     assert len(shared.batches) == 1 and len(shared.batches[0]) == 2
     e1, e2 = SpyEngine(path), SpyEngine(path)
     rollout(wf, h.CounterEnv(), [{"id": "t"}], {"p": e1, "q": e2}, mode="eval", samples=1, step=-1, seed=0,
-            cfg=h.config())
+            plan=resolve_rollout(wf, h.config()))
     assert [len(e.batches) for e in (e1, e2)] == [1, 1]
     with pytest.raises(UserError, match="no inference engine for policy `q`"):
-        rollout(wf, h.CounterEnv(), [{"id": "t"}], {"p": e1}, mode="eval", samples=1, step=-1, seed=0, cfg=h.config())
+        rollout(wf, h.CounterEnv(), [{"id": "t"}], {"p": e1}, mode="eval", samples=1, step=-1, seed=0, plan=resolve_rollout(wf, h.config()))
 
 
 def test_prompt_sees_fields_history_and_system(h, tmp_path):
@@ -219,3 +220,32 @@ def test_keep_records_false_streams_only(h, tmp_path):
     ro, _, _ = run(h, tmp_path, wf, {("t", "a", 0): ["1", "2"]}, ["t"], samples=2, on_records=batches.append,
                    keep_records=False)
     assert ro.records == [] and [len(b) for b in batches] == [2] and ro.episodes[0].rewards_by_role_turn == {("a", 0): 2.0}
+
+
+def test_an_env_without_the_whole_contract_is_refused_by_name(h, tmp_path):
+    """`limits` is part of `Env` (masdsl.envs.base): an env without it is named, not probed around."""
+    wf = h.workflow([h.role("a", policy="p")], [("start", "a"), ("a", "end")])
+    engine = SpyEngine(h.replay_file(tmp_path / "r.jsonl", {("t", "a", 0): ["1"]}))
+
+    class NoLimits:  # CounterEnv's moves, without `limits`
+        def __init__(self):
+            self.inner = h.CounterEnv()
+
+        def reset(self, task):
+            return self.inner.reset(task)
+
+        def apply(self, state, role, fields):
+            return self.inner.apply(state, role, fields)
+
+        def view(self, state):
+            return self.inner.view(state)
+
+        def success(self, state):
+            return self.inner.success(state)
+
+    with pytest.raises(UserError, match=r"env `NoLimits` lacks limits of the Env contract"):
+        rollout(wf, NoLimits(), [{"id": "t"}], {"p": engine}, mode="eval", samples=1, step=-1, seed=0,
+                plan=resolve_rollout(wf, h.config()))
+    ro = rollout(wf, h.CounterEnv(), [{"id": "t"}], {"p": engine}, mode="eval", samples=1, step=-1, seed=0,
+                 plan=resolve_rollout(wf, h.config()))
+    assert len(ro.episodes) == 1

@@ -14,6 +14,7 @@ from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.executor import rollout
 from masdsl.envs.datasets import humaneval
 from masdsl.runtime.inputs import make_env
+from masdsl.runtime.plan import resolve_rollout
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +25,7 @@ def setup():
     cfg = resolve_config(wf.train, overrides=["tracking.enabled=false"])
     # HumanEval/1 (a 15-line solution) is outside the shipped short-solution splits: take it from all of HumanEval
     task = next(t for t in humaneval("all") if t["id"] == "HumanEval/1")
-    return wf, cfg, make_env(wf, cfg), task
+    return wf, cfg, make_env(wf, cfg.sandbox), task
 
 
 def _block(code: str) -> str:
@@ -46,7 +47,7 @@ def test_tree_sampling_on_coder_tester(setup, tmp_path):
     rows = {("coder", 0): [_block(wrong), _block(task["solution"])],
             ("tester", 0): [_block(good_tests), _block("assert separate_paren_groups('()') == []")]}
     ro = rollout(wf, env, [task], {"shared": _replay(tmp_path, task, rows)}, mode="train", samples=2, step=0,
-                 seed=0, cfg=cfg)
+                 seed=0, plan=resolve_rollout(wf, cfg))
     got = [(r.role, r.turn, r.candidate, r.selected, r.reward_team, r.reward_local, r.reward) for r in ro.records]
     assert got == [
         ("coder", 0, 0, False, 0.0, 0.0, 0.0),
@@ -67,7 +68,7 @@ def test_failed_round_feeds_back_then_max_turns(setup, tmp_path):
     rows = {("coder", t): ["no code block at all" if t == 0 else _block(wrong)] for t in range(3)}
     rows |= {("tester", t): [tests] for t in range(3)}
     ro = rollout(wf, env, [task], {"shared": _replay(tmp_path, task, rows)}, mode="eval", samples=4, step=-1,
-                 seed=0, cfg=cfg)
+                 seed=0, plan=resolve_rollout(wf, cfg))
     assert [(r.role, r.turn) for r in ro.records] == [(r, t) for t in range(3) for r in ("coder", "tester")]
     coder0, coder1 = ro.records[0], ro.records[2]
     assert not coder0.parse_ok and coder0.fields["code"] == "" and coder0.reward == 0.0

@@ -19,7 +19,7 @@ import torch
 
 import masdsl
 from masdsl.config import check_names, policy_override, resolve_config
-from masdsl.learner.plan import resolve_run
+from masdsl.runtime.plan import resolve_run
 from masdsl.runtime import gpu_plan as gp
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,7 +109,7 @@ def recipe(name: str):
     config, workflow, hardware = gp.RECIPES[name]
     wf = masdsl.load(ROOT / workflow)
     cfg = resolve_config(wf.train, ROOT / config)
-    return wf, cfg, gp.recipe_from_config(name, cfg, wf, hardware)
+    return wf, cfg, gp.recipe_from_plan(name, resolve_run(wf, cfg), wf, hardware)
 
 
 @pytest.mark.parametrize("name", list(gp.RECIPES))

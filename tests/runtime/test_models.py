@@ -10,6 +10,7 @@ from masdsl.config import resolve_config
 from masdsl.runtime.executor import rollout
 from masdsl.runtime.sampling import select
 from masdsl.runtime.inputs import prepare
+from masdsl.runtime.plan import resolve_rollout
 
 DATA = Path(__file__).parent / "data"
 
@@ -22,8 +23,8 @@ def _workflow():
 
 def _run(engine, wf, mode="train", samples=3):
     cfg = resolve_config(wf.train)
-    env, splits = prepare(wf, cfg)
-    return rollout(wf, env, splits["train"][:2], {"shared": engine}, mode=mode, samples=samples, step=2, seed=7, cfg=cfg)
+    env, splits = prepare(wf, cfg.sandbox)
+    return rollout(wf, env, splits["train"][:2], {"shared": engine}, mode=mode, samples=samples, step=2, seed=7, plan=resolve_rollout(wf, cfg))
 
 
 def test_tree_sampling_on_tiny_model(hf_engine):

@@ -9,11 +9,13 @@ from pathlib import Path
 from masdsl.runtime.actors import RayPool, RemoteEngine
 from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.executor import rollout
+from masdsl.runtime.plan import resolve_rollout
 
 
 class FlakyEnv:
     """Fails the first apply of each (role, state) it sees, tracked in marker files (shared
     across Ray workers), so one retry of a job is enough."""
+    limits = None  # the sandbox defaults for any code this env runs (masdsl.envs.base.Env)
 
     def __init__(self, folder: str, always: bool = False):
         self.folder, self.always = folder, always
@@ -55,11 +57,11 @@ def test_ray_env_pool_and_engine_actor_match_local(h, tmp_path, ray_session):
     tasks = [{"id": "t1"}, {"id": "t2"}]
     wf = _wf(h)
     local = rollout(wf, h.CounterEnv(), tasks, {"p": ReplayEngine(path)}, mode="train", samples=2, step=1, seed=0,
-                    cfg=h.config())
+                    plan=resolve_rollout(wf, h.config()))
     remote_engine = RemoteEngine(lambda: ReplayEngine(path))
     try:
         remote = rollout(wf, FlakyEnv(str(tmp_path)), tasks, {"p": remote_engine}, mode="train", samples=2, step=1,
-                         seed=0, cfg=h.config("runtime.ray=true", "runtime.env_retries=1"))
+                         seed=0, plan=resolve_rollout(wf, h.config("runtime.ray=true", "runtime.env_retries=1")))
     finally:
         remote_engine.close()
     assert _summary(remote) == _summary(local)
@@ -76,7 +78,7 @@ def test_ray_env_failure_after_retries_is_scored_zero(h, tmp_path, ray_session):
     path = h.replay_file(tmp_path / "r.jsonl", {("t", "a", 0): ["3", "4"]})
     wf = h.workflow([h.role("a")], [("start", "a"), ("a", "end")])
     ro = rollout(wf, FlakyEnv(str(tmp_path), always=True), [{"id": "t"}], {"p": ReplayEngine(path)}, mode="train",
-                 samples=2, step=0, seed=0, cfg=h.config("runtime.ray=true", "runtime.env_retries=1"),
+                 samples=2, step=0, seed=0, plan=resolve_rollout(wf, h.config("runtime.ray=true", "runtime.env_retries=1")),
                  on_env_failure="score")
     assert [r.reward for r in ro.records] == [0.0, 0.0]
     assert list(ro.errors.values()) == [1] and "flaky a" in next(iter(ro.errors))

@@ -14,7 +14,8 @@ from masdsl.config import ConfigError, resolve_config
 from masdsl.lang.workflow import PolicySpec
 from masdsl.runtime import prompts
 from masdsl.runtime.backends.base import GenRequest
-from masdsl.runtime.executor import role_sample, rollout
+from masdsl.runtime.executor import rollout
+from masdsl.runtime.plan import resolve_rollout, role_sample
 from masdsl.testing.tiny import THINKING_CHAT_TEMPLATE
 
 DATA = Path(__file__).parent / "data"
@@ -57,7 +58,7 @@ def _wf(h, *, chat=None, sample=None):
 
 def _roll(h, wf, engine, cfg, *, mode="eval", samples=1, tasks=("t0", "t1")):
     return rollout(wf, h.CounterEnv(), [{"id": t} for t in tasks], {"p": engine}, mode=mode, samples=samples,
-                   step=0, seed=0, cfg=cfg)
+                   step=0, seed=0, plan=resolve_rollout(wf, cfg))
 
 
 # -- chat_template_kwargs ------------------------------------------------------------------------

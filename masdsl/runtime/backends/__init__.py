@@ -22,7 +22,7 @@ import os
 import sys
 from typing import Any
 
-from masdsl.config_schema import ENGINES
+from masdsl.config_schema import ENGINES, RuntimeConfig
 from masdsl.errors import UserError
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.backends.hf import HFEngine
@@ -141,19 +141,19 @@ if tuple(BUILDERS) != ENGINES:  # `runtime.engine`'s allowed values are the kind
     raise ImportError(f"masdsl.config.ENGINES {ENGINES} != the engine kinds built {tuple(BUILDERS)}")
 
 
-def engine_kwargs(cfg: Any) -> dict[str, Any]:
-    """Engine keyword arguments from a resolved `masdsl.config.Config` (vLLM's tensor parallelism
-    and sleep mode only when asked for; the hf engine drops them).
+def engine_kwargs(rt: RuntimeConfig, seed: int) -> dict[str, Any]:
+    """Engine keyword arguments from the `runtime` settings and the run's seed (vLLM's tensor
+    parallelism and sleep mode only when asked for; the hf engine drops them).
 
     >>> from masdsl.config import resolve_config
-    >>> kw = engine_kwargs(resolve_config(overrides=["runtime.device=cuda", "runtime.vllm_tensor_parallel_size=2",
-    ...                                              "runtime.vllm_sleep_mode=true"]))
-    >>> kw["tensor_parallel_size"], kw["enable_sleep_mode"], "tensor_parallel_size" in engine_kwargs(resolve_config())
+    >>> rt = resolve_config(overrides=["runtime.device=cuda", "runtime.vllm_tensor_parallel_size=2",
+    ...                                "runtime.vllm_sleep_mode=true"]).runtime
+    >>> kw = engine_kwargs(rt, 0)
+    >>> kw["tensor_parallel_size"], kw["enable_sleep_mode"], "tensor_parallel_size" in engine_kwargs(resolve_config().runtime, 0)
     (2, True, False)
     """
-    rt = cfg.runtime
     kw = {
-        "seed": int(cfg.train.seed),
+        "seed": int(seed),
         "dtype": str(rt.dtype),
         "device": str(rt.device),
         "gpu_memory_utilization": float(rt.vllm_gpu_memory_utilization),

@@ -46,6 +46,7 @@ def same(a: str, b: str) -> bool:
 @env("toy_digits", fields=("said",))
 class ToyDigits:
     """State: the tuple of (role, digit) said so far (immutable, so candidates share it)."""
+    limits = None  # the sandbox defaults for any code this env runs (masdsl.envs.base.Env)
 
     def __init__(self, **kwargs) -> None:
         pass

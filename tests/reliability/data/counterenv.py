@@ -19,6 +19,7 @@ def rel_bonus(n, total):
 
 @env("rel_counter", fields=("total",))
 class Counter:
+    limits = None  # the sandbox defaults for any code this env runs (masdsl.envs.base.Env)
     def __init__(self, target=10):
         self.target = target
 

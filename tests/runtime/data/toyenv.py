@@ -10,6 +10,7 @@ def toy_int(output):
 
 @env("toy", fields=("total", "log"))
 class Toy:
+    limits = None  # the sandbox defaults for any code this env runs (masdsl.envs.base.Env)
     def __init__(self, target=10):
         self.target = target
     def reset(self, task):

@@ -1,0 +1,226 @@
+"""A run resolved once: `resolve_run(workflow, cfg) -> RunPlan`, or one `RunPlanError`.
+
+The one arrow from the configuration to the runtime and the learner. A `RunPlan` holds what a
+run will run: the policies after `policy.<name>.*`, each role's sampling after `sample.*`, the
+engines' context length, where each policy acts and learns, and the configuration's sections
+it accepted (`train`, `runtime`, `sandbox`, `tracking`). The engine factory, the rollout, the
+learner session, the placement, the GPU plan and `masdsl.api` take the plan; only this module
+(and the config layer that resolves them) reads `policy.*` and `sample.*` overrides.
+
+`resolve_run` is the pre-flight of `masdsl run`: `masdsl run` (also with `--dry-run`),
+`masdsl check FILE [overrides]`, `masdsl graph`, `masdsl.train` and the trainer call it, so each
+refuses exactly what a run refuses, with the same message. `resolve_rollout` plans a rollout or
+an evaluation (`masdsl eval`, `masdsl.rollout`): the same names, ranges and engine options, none
+of the training checks. Neither reads data, loads a model or starts an engine, Ray or MLflow:
+model names are only looked up (`masdsl.runtime.models.model_problem`). What needs the data
+(`train.batch` larger than the train split) is checked once the data loads.
+
+>>> import masdsl
+>>> from masdsl.config import resolve_config
+>>> wf = masdsl.load("workflows/coder_tester.mas")
+>>> plan = resolve_run(wf, resolve_config(wf.train, overrides=["runtime.engine=hf", "sample.coder.max_tokens=64"]))
+>>> plan.samples["coder"]["max_tokens"], plan.max_model_len, plan.placement.lines()[0]
+(64, 2240, 'policy shared <- roles coder, tester (full weights, smollm2-135m-instruct)')
+>>> resolve_run(wf, resolve_config(wf.train, overrides=["train.clip_eps=5", "runtime.engine=replay"]))
+Traceback (most recent call last):
+...
+masdsl.runtime.plan.RunPlanError: invalid configuration:
+  - `train.clip_eps` must be in (0, 1); got 5.0
+  - `runtime.engine=replay` replays fixed outputs and cannot train; use hf or vllm
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from masdsl.config import (ALL_ROLES, Config, ConfigError, RuntimeConfig, SandboxConfig, TrackingConfig, TrainConfig,
+                           check_names, policy_override, train_problems)
+from masdsl.errors import UserError
+from masdsl.lang.workflow import PolicySpec, Workflow
+from masdsl.runtime.models import model_problem
+from masdsl.runtime.placement import REPLAY_CANNOT_TRAIN, Placement, engine_problems, plan_placement
+from masdsl.tracking import validate as check_tracking
+
+DEFAULT_MAX_TOKENS = 256  # a role's reply budget when neither its `sample { }` nor an override sets one
+LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
+
+
+class RunPlanError(ConfigError):
+    """Everything wrong with a run's configuration, as one message; `problems`: one line each."""
+
+    def __init__(self, problems: Sequence[str]):
+        self.problems = tuple(problems)
+        one = len(self.problems) == 1
+        super().__init__(self.problems[0] if one else "invalid configuration:\n  - " + "\n  - ".join(self.problems))
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run will run, decided before anything starts."""
+
+    config: Config  # what the plan was resolved from: the run folder and MLflow record it
+    policies: Mapping[str, PolicySpec]  # the file's policies with `policy.<name>.*` applied
+    samples: Mapping[str, Mapping[str, Any]]  # role -> its `sample { }` settings after `sample.*` overrides
+    max_model_len: int  # an evaluation engine's context: runtime.max_prompt_tokens + the longest max_tokens
+    placement: Placement  # per policy: its engine and its learner
+
+    @property
+    def train(self) -> TrainConfig:
+        return self.config.train
+
+    @property
+    def runtime(self) -> RuntimeConfig:
+        return self.config.runtime
+
+    @property
+    def sandbox(self) -> SandboxConfig:
+        return self.config.sandbox
+
+    @property
+    def tracking(self) -> TrackingConfig:
+        return self.config.tracking
+
+    def max_tokens(self, role: str) -> int:
+        """The reply budget of `role`."""
+        return int(self.samples[role].get("max_tokens", DEFAULT_MAX_TOKENS))
+
+    def lines(self) -> list[str]:
+        """The plan as `masdsl run --dry-run` prints it: placement, sampling per role, context."""
+        out = ["placement (engines and learners per policy):", *("  " + line for line in self.placement.lines()),
+               "sampling per role (the file's sample { } with the overrides):"]
+        out += [f"  {role}: {json.dumps(dict(s), sort_keys=True)}" for role, s in self.samples.items()]
+        out.append(f"engine context: max_model_len {self.max_model_len} (runtime.max_prompt_tokens + the longest max_tokens)")
+        return out
+
+
+def resolve_run(workflow: Workflow, cfg: Config) -> RunPlan:
+    """The plan of `masdsl run` for `workflow` under `cfg`; raises one `RunPlanError` listing every
+    problem (a `ConfigError` for an unknown `policy.<name>` / `sample.<role>` name first)."""
+    specs = effective_policies(workflow, cfg)  # raises on unknown role/policy names and lora keys
+    found = run_problems(workflow, cfg, specs)
+    if found:
+        raise RunPlanError(found)
+    return _plan(workflow, cfg, specs)
+
+
+def resolve_rollout(workflow: Workflow, cfg: Config) -> RunPlan:
+    """The plan of a rollout or an evaluation: names, lora keys and engine options checked, none
+    of the training checks (a frozen policy, one split, `runtime.engine=replay` are fine).
+
+    >>> import masdsl
+    >>> from masdsl.config import resolve_config
+    >>> wf = masdsl.load("workflows/coder_tester.mas")
+    >>> plan = resolve_rollout(wf, resolve_config(overrides=["runtime.engine=replay", "runtime.replay_file=r.jsonl",
+    ...                                                      "sample.*.max_tokens=8"]))
+    >>> plan.samples["tester"]["max_tokens"], plan.placement.lines()[1]
+    (8, '  engine: replay in the driver, replays r.jsonl')
+    >>> resolve_rollout(wf, resolve_config(overrides=["runtime.engine=replay"]))
+    Traceback (most recent call last):
+    ...
+    masdsl.runtime.plan.RunPlanError: `runtime.engine=replay` needs `runtime.replay_file=PATH`
+    """
+    specs = effective_policies(workflow, cfg)
+    found = engine_problems(cfg.runtime)
+    if cfg.runtime.engine == "replay" and not cfg.runtime.replay_file:
+        found.append("`runtime.engine=replay` needs `runtime.replay_file=PATH`")
+    if found:
+        raise RunPlanError(found)
+    return _plan(workflow, cfg, specs)
+
+
+def _plan(workflow: Workflow, cfg: Config, specs: dict[str, PolicySpec]) -> RunPlan:
+    samples = {role: role_sample(workflow, cfg, role) for role in workflow.roles}
+    longest = max((int(s.get("max_tokens", DEFAULT_MAX_TOKENS)) for s in samples.values()), default=DEFAULT_MAX_TOKENS)
+    return RunPlan(config=cfg, policies=specs, samples=samples, max_model_len=int(cfg.runtime.max_prompt_tokens) + longest,
+                   placement=plan_placement(workflow, specs, cfg.runtime))
+
+
+def run_problems(workflow: Workflow, cfg: Config, specs: Mapping[str, PolicySpec]) -> list[str]:
+    """Every reason `masdsl run` would refuse to start (empty when there is none)."""
+    rt = cfg.runtime
+    errors = train_problems(cfg.train) + engine_problems(rt)
+    if rt.engine == "replay":
+        errors.append(REPLAY_CANNOT_TRAIN)
+    if rt.learner_workers < 0:
+        errors.append(f"`runtime.learner_workers` must be >= 0 (0: train in the driver); got {rt.learner_workers}")
+    if rt.learner_fsdp and rt.learner_workers < 1:
+        errors.append("`runtime.learner_fsdp=true` shards the learner over its workers: set `runtime.learner_workers` >= 1")
+    lora = [n for n, s in specs.items() if s.lora and not s.frozen and workflow.roles_of_policy(n)]
+    if rt.learner_workers > 0 and lora:
+        errors.append(f"`runtime.learner_workers` trains full policies only; LoRA polic{'ies' if len(lora) > 1 else 'y'} "
+                      f"{', '.join(lora)} would need the driver: set `runtime.learner_workers=0`")
+    if all(s.frozen or not workflow.roles_of_policy(n) for n, s in specs.items()):
+        errors.append("every policy is frozen (or has no role): `masdsl run` would train nothing; use `masdsl eval`")
+    for name in ("train", "eval"):
+        if name not in workflow.data:
+            errors.append(f"workflow `{workflow.name}` has no `data {name} ...` line; training needs both splits")
+    for name, spec in specs.items():  # every policy's model loads, frozen ones too
+        problem = model_problem(spec.model)
+        if problem is not None:
+            errors.append(f"policy `{name}`: {problem}")
+    try:
+        check_tracking(cfg)
+    except UserError as exc:  # a malformed tracking.uri: refused now, not after the models load
+        errors.append(str(exc))
+    return errors
+
+
+def effective_policies(workflow: Workflow, cfg: Config) -> dict[str, PolicySpec]:
+    """The workflow's policies with the config's `policy.<name>.*` overrides applied (over
+    `policy."*".*`, every policy's): `model`, `lora` and `frozen` replace the file's;
+    `chat_template_kwargs` merge over the file's (these keys win). Unknown policy names and lora
+    keys are errors.
+
+    >>> import networkx as nx
+    >>> from masdsl.config import resolve_config
+    >>> from masdsl.lang.workflow import RoleSpec
+    >>> wf = Workflow("w", "", "code", nx.DiGraph(), roles={"a": RoleSpec("a", "p", "")},
+    ...               policies={"p": PolicySpec("p", "m1", chat_template_kwargs={"enable_thinking": True, "x": 1})}, data={})
+    >>> effective_policies(wf, resolve_config(overrides=["policy.p.model=m2", "policy.p.lora={r: 8}"]))["p"].lora
+    {'r': 8}
+    >>> effective_policies(wf, resolve_config(overrides=["policy.p.chat_template_kwargs={enable_thinking: false}"]))["p"].chat_template_kwargs
+    {'enable_thinking': False, 'x': 1}
+    >>> effective_policies(wf, resolve_config(overrides=["policy.q.model=m2"]))
+    Traceback (most recent call last):
+    ...
+    masdsl.errors.ConfigError: `policy.q`: the workflow has no policy `q`; policies: p
+    """
+    check_names(cfg, workflow)
+    specs = dict(workflow.policies)
+    for name in workflow.policies:
+        ov = policy_override(cfg, name)
+        if ov is None:
+            continue
+        changes = {k: getattr(ov, k) for k in ("model", "lora", "frozen") if getattr(ov, k) is not None}
+        if ov.chat_template_kwargs:
+            changes["chat_template_kwargs"] = {**(specs[name].chat_template_kwargs or {}), **ov.chat_template_kwargs}
+        specs[name] = dataclasses.replace(specs[name], **changes)
+    for spec in specs.values():
+        unknown = set(spec.lora or {}) - set(LORA_KEYS)
+        if unknown:
+            raise ConfigError(f"policy `{spec.name}`: unknown lora key(s) {sorted(unknown)}; known: {sorted(LORA_KEYS)}")
+    return specs
+
+
+def role_sample(workflow: Workflow, cfg: Config, role: str) -> dict[str, Any]:
+    """The role's `sample { }` block with the config's overrides applied: `sample."*".*` (every
+    role), then `sample.<role>.*` (a role's own key wins over the every-role one).
+
+    >>> from types import SimpleNamespace
+    >>> from masdsl.config import resolve_config
+    >>> from masdsl.lang.workflow import RoleSpec
+    >>> wf = SimpleNamespace(roles={"coder": RoleSpec("coder", "p", "", sample={"max_tokens": 64, "top_p": 0.9})})
+    >>> role_sample(wf, resolve_config(overrides=["sample.coder.max_tokens=8"]), "coder")
+    {'max_tokens': 8, 'top_p': 0.9}
+    >>> role_sample(wf, resolve_config(overrides=["sample.*.max_tokens=4096", "sample.*.top_p=0.5"]), "coder")
+    {'max_tokens': 4096, 'top_p': 0.5}
+    """
+    out = dict(workflow.roles[role].sample or {})
+    overrides = cfg.sample or {}
+    for override in (overrides.get(ALL_ROLES), overrides.get(role)):
+        if override is not None:
+            out.update({k: v for k, v in dataclasses.asdict(override).items() if v is not None})
+    return out
