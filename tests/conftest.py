@@ -3,6 +3,8 @@
 - `tiny_model_dir`: a tiny random Llama + locally trained tokenizer (built once per session).
 - `hf_engine`: an `HFEngine` over that model (seed 0), shared by the session: tests that change
   its weights must restore them.
+- `vllm_engine_session`: a LoRA-enabled `VLLMEngine` over that model, shared by the session.
+- `local_ray` (module scope): this process's one local Ray instance, kept between modules.
 """
 
 from __future__ import annotations
@@ -42,22 +44,57 @@ def vllm_engine_session(tiny_model_dir):
     engine.close()
 
 
+class _RayInstance:
+    """This process's one plain local Ray instance, started on first use and kept for the
+    session (starting one takes 10-15 s here), shut down at the session's end."""
+
+    def __init__(self) -> None:
+        self.started = False
+
+    def join_or_start(self):
+        import ray
+
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        if not ray.is_initialized():  # first use, or `two_node_cluster` disconnected this driver
+            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+            self.started = True
+        return ray
+
+    def release(self, ray) -> None:
+        """After a module: an instance with actors still alive (a failed test's) is shut down,
+        so the next module starts a clean one; a clean one is kept."""
+        if not ray.is_initialized():
+            return
+        try:
+            alive = [a for a in ray._private.state.actors().values() if a.get("State") != "DEAD"]
+        except Exception:  # noqa: BLE001 - no actor table to read: do not reuse what we cannot check
+            alive = [None]
+        if alive and self.started:
+            ray.shutdown()
+
+    def close(self) -> None:
+        import ray
+
+        if self.started and ray.is_initialized():
+            ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def _ray_instance():
+    instance = _RayInstance()
+    yield instance
+    instance.close()
+
+
 @pytest.fixture(scope="module")
-def local_ray():
-    """A plain local Ray instance for one test module (joined if one already runs; then it is
-    left running). Token auth off, like `local_cluster`."""
+def local_ray(_ray_instance):
+    """A plain local Ray instance for one test module (token auth off, like `local_cluster`):
+    one per test process, shared by the modules that ask for it (joined if one already runs).
+    A module must leave no actor alive; one that does gets the instance shut down after it."""
     pytest.importorskip("ray")
-    import os
-
-    import ray
-
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray = _ray_instance.join_or_start()
     yield ray
-    if started:
-        ray.shutdown()
+    _ray_instance.release(ray)
 
 
 @pytest.fixture(autouse=True)

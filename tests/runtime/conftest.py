@@ -122,14 +122,8 @@ def h():
     return sys.modules[__name__]
 
 
-@pytest.fixture(scope="session")
-def ray_session():
-    """One local Ray instance for the whole test session."""
-    import os
-
-    import ray
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    if not ray.is_initialized():
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
+@pytest.fixture(scope="module")
+def ray_session(local_ray):
+    """The test process's one local Ray instance (tests/conftest.py `local_ray`: started once,
+    kept for the session)."""
+    return local_ray
