@@ -109,7 +109,7 @@ def rollout(workflow: str | os.PathLike | Workflow, overrides: Sequence[str] = (
     if tasks is None or isinstance(tasks, int):
         if split not in wf.data:
             raise UserError(f"workflow `{wf.name}` has no `data {split} ...` line; splits: {', '.join(wf.data)}")
-        rows = load_split(wf.data[split])
+        rows = load_split(wf, split)
         tasks = rows[:tasks] if tasks else rows
     env = make_env(wf, plan.sandbox)
     engines = build_engines(wf, plan)

@@ -205,3 +205,14 @@ def test_only_the_plan_computes_the_effective_policies():
     callers = sorted(m for m, (tree, _) in TREES.items() if m != "masdsl.runtime.plan" and any(
         isinstance(n, ast.Name) and n.id in ("effective_policies", "role_sample") for n in ast.walk(tree)))
     assert not callers, f"modules that re-derive the policies or sampling instead of reading the plan: {callers}"
+
+
+def test_the_runtime_and_learner_call_the_registry_the_workflow_carries():
+    """The checker's registry reaches the run through the compiled workflow (`Workflow.registry`,
+    the specs bound into each `CompiledExpr`, `ParseSpec.empty`): below the front end, no module
+    reads the process-wide `REGISTRY`."""
+    readers = sorted(f"{MODULES[m].relative_to(ROOT)}:{n.lineno}" for m, (tree, _) in TREES.items()
+                     if m.startswith(("masdsl.runtime", "masdsl.learner")) for n in ast.walk(tree)
+                     if isinstance(n, (ast.Name, ast.Attribute, ast.alias))
+                     and "REGISTRY" in (getattr(n, "id", None), getattr(n, "attr", None), getattr(n, "name", None)))
+    assert not readers, f"runtime/learner modules reading the global registry: {readers}"

@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Iterable, Literal
 
 ValueType = Literal["bool", "number", "str", "list", "any"]
 
@@ -89,6 +89,20 @@ class Registry:
 
     def parsers(self) -> dict[str, FunctionSpec]:
         return {n: s for n, s in self.functions.items() if s.kind == "parser"}
+
+    def part(self, envs: Iterable[str] = (), data_sources: Iterable[str] = (),
+             functions: Iterable[str] = ()) -> Registry:
+        """A new registry holding only these names (those this one lacks are left out): what a
+        compiled workflow keeps of the registry its checker read.
+
+        >>> reg = Registry(functions={"f": FunctionSpec("f", len, 1, 1), "g": FunctionSpec("g", len, 1, 1)})
+        >>> sorted(reg.part(functions=["g", "h"]).functions)
+        ['g']
+        """
+        def pick(table, names):
+            return {n: table[n] for n in names if n in table}
+
+        return Registry(pick(self.envs, envs), pick(self.data_sources, data_sources), pick(self.functions, functions))
 
 
 REGISTRY = Registry()

@@ -6,9 +6,11 @@ Spans are copied onto graph nodes and edges so run-time failures can point at `.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import inspect
 from pathlib import Path
+from typing import Any
 
 import networkx as nx
 
@@ -16,7 +18,7 @@ from masdsl.lang import ast as A
 from masdsl.lang.check import template_of
 from masdsl.lang.check_flow import flow_edges
 from masdsl.lang.context import Ctx
-from masdsl.lang.exprs import CompiledExpr, literal, source_of
+from masdsl.lang.exprs import CompiledExpr, called_names, literal, source_of
 from masdsl.lang.workflow import DataSpec, ParseSpec, PolicySpec, RoleSpec, Workflow
 
 
@@ -53,13 +55,19 @@ def _role(c: Ctx, r: A.RoleDecl, expr) -> RoleSpec:
     system = r.of(A.RoleSystem)
     sample = r.of(A.RoleSample)
     rewards = r.of(A.RoleReward)
-    parses = tuple(ParseSpec(p.name.name, expr(p.expr, name), p.span) for p in r.of(A.RoleParse))
+    parses = tuple(ParseSpec(p.name.name, expr(p.expr, name), p.span, _empty(c, p.expr)) for p in r.of(A.RoleParse))
     return RoleSpec(
         name=name, policy=r.of(A.RolePolicy)[0].name.name, prompt=prompt,
         system=template_of(system[0].text, c.text).text if system else None,
         sample=A.to_python(sample[0].block) if sample else {}, parses=parses,
         reward=expr(rewards[0].expr, name) if rewards else None, span=r.span, prompt_span=prompt_item.text.span,
     )
+
+
+def _empty(c: Ctx, node: A.Expr) -> Any:
+    """The registered `empty` value of the parser a `parse` expression calls (else None)."""
+    spec = c.registry.functions.get(node.func.name) if isinstance(node, A.Call) else None
+    return copy.deepcopy(spec.empty) if spec is not None else None
 
 
 def _policy(p: A.PolicyDecl) -> PolicySpec:
@@ -84,8 +92,13 @@ def build_workflow(c: Ctx, name: str, path: Path | None = None) -> Workflow:
     m = c.module
     imports = tuple(str(c.resolve(i.path.value)) for i in m.imports)
 
+    functions: set[str] = set()
+
     def expr(node, role=None):
-        return CompiledExpr(node, source_of(node, c.text), role, imports)
+        names = [n for n in called_names(node) if n in c.registry.functions]
+        functions.update(names)
+        return CompiledExpr(node, source_of(node, c.text), role, imports,
+                            {n: c.registry.functions[n] for n in names})
 
     flow = m.flows[0]
     turns = [i for i in flow.items if isinstance(i, A.MaxTurns)]
@@ -96,22 +109,28 @@ def build_workflow(c: Ctx, name: str, path: Path | None = None) -> Workflow:
         bound = inspect.signature(spec.factory).bind_partial(*[literal(a) for a in env.call.args])
         env_args = {**bound.arguments, **env_args}
     wf_decl = m.workflows[0] if m.workflows else None
+    graph, roles = _graph(flow, expr), {r.name.name: _role(c, r, expr) for r in m.roles}
+    team = expr(m.teams[0].expr) if m.teams else None
+    success = expr(m.successes[0].expr) if m.successes else None
+    data = {d.split.name: _data(c, d) for d in m.data}
     return Workflow(
         name=wf_decl.name.name if wf_decl else name,
         description=wf_decl.description.value.strip() if wf_decl and wf_decl.description else "",
         env=env.name.name,
-        graph=_graph(flow, expr),
-        roles={r.name.name: _role(c, r, expr) for r in m.roles},
+        graph=graph,
+        roles=roles,
         policies={p.name.name: _policy(p) for p in m.policies},
-        data={d.split.name: _data(c, d) for d in m.data},
+        data=data,
         env_args=env_args,
         max_turns=literal(turns[0].expr) if turns else None,
-        team=expr(m.teams[0].expr) if m.teams else None,
+        team=team,
         alpha=float(literal(m.alphas[0].expr)) if m.alphas else 1.0,
-        success=expr(m.successes[0].expr) if m.successes else None,
+        success=success,
         train=A.to_python(m.trains[0].block) if m.trains else {},
         imports=tuple(Path(i) for i in imports),
         path=path,
         source=c.text,
         file_hash=hashlib.sha256(c.text.encode("utf-8")).hexdigest(),
+        registry=c.registry.part(envs=[env.name.name], data_sources=[d.source for d in data.values() if d.source],
+                                 functions=functions),
     )

@@ -2,8 +2,8 @@
 
 No Python `eval`/`exec`: an expression is its AST plus a `Span`, and `evaluate(ctx)` walks the
 tree. Names mean (see `masdsl.lang.workflow.EvalContext`): `task.x`, `env.x`, `ROLE.FIELD`, a
-bare `FIELD` of the expression's own role, `output`, `turn`; calls go to functions registered
-in `masdsl.envs.registry.REGISTRY` (env-bound ones receive `ctx.state` first).
+bare `FIELD` of the expression's own role, `output`, `turn`; calls go to the functions the
+compiler bound from the checker's registry (env-bound ones receive `ctx.state` first).
 
 >>> from masdsl.lang.parse import parse_text
 >>> from masdsl.lang.workflow import EvalContext
@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import inspect
 import operator
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from masdsl.envs import registry
+from masdsl.envs.registry import FunctionSpec
 from masdsl.errors import UserError
 from masdsl.lang import ast as A
 from masdsl.lang.imports import import_file
@@ -94,18 +95,44 @@ def resolve_function(name: str, imports: tuple[str, ...] = ()):
     return spec
 
 
+def called_names(node: A.Expr) -> list[str]:
+    """The names of the functions an expression calls, outermost first.
+
+    >>> from masdsl.lang.parse import parse_text
+    >>> called_names(parse_text("team f(g(1), 2 * h(task.x)) > 0", "w")[0].teams[0].expr)
+    ['f', 'g', 'h']
+    """
+    out: list[str] = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, A.Call):
+            out.append(n.func.name)
+            stack.extend(reversed([*n.args, *(k.value for k in n.kwargs)]))
+        elif isinstance(n, A.BinOp):
+            stack.extend((n.right, n.left))
+        elif isinstance(n, A.Unary):
+            stack.append(n.operand)
+        elif isinstance(n, A.ListExpr):
+            stack.extend(reversed(n.items))
+    return out
+
+
 class CompiledExpr:
     """A checked expression (`masdsl.lang.workflow.Expr`): AST + span + source text.
 
     `role` is the role whose `reward`/`parse` holds the expression (bare field names read its
-    fields); `imports` are the workflow's `import` files, re-imported on demand in a worker
-    process whose registry lacks a user function. Picklable (functions are resolved by name).
+    fields). `functions` are the specs the compiler bound from the checker's registry: they are
+    what `evaluate` calls. Pickled, an expression keeps the names only (a user file's function
+    may not pickle); the receiving process binds them again from the built-ins and the
+    workflow's `imports`, the sources the checker read.
     """
 
-    def __init__(self, node: A.Expr, source: str, role: str | None = None, imports: tuple[str, ...] = ()):
+    def __init__(self, node: A.Expr, source: str, role: str | None = None, imports: tuple[str, ...] = (),
+                 functions: Mapping[str, FunctionSpec] | None = None):
         self.node, self.source, self.role, self.imports = node, source, role, tuple(imports)
         self.span: Span = node.span
-        self._fns: dict[str, Any] = {}
+        self._fns: dict[str, tuple[Callable[..., Any], bool, bool]] = {n: _callable(s) for n, s in (functions or {}).items()}
 
     def __repr__(self) -> str:
         return f"CompiledExpr({self.source!r} at {self.span})"
@@ -173,12 +200,11 @@ class CompiledExpr:
     def _call(self, node: A.Call, ctx: EvalContext) -> Any:
         name = node.func.name
         fn = self._fns.get(name)
-        spec = None
-        if fn is None:
+        if fn is None:  # unpickled in another process: bind the name from the checker's sources
             spec = resolve_function(name, self.imports)
             if spec is None:
                 raise EvalError(f"function `{name}` is not registered", node.func.span)
-            self._fns[name] = fn = (spec.fn, spec.env is not None, _takes_limits(spec.fn))
+            self._fns[name] = fn = _callable(spec)
         args = [self._eval(a, ctx) for a in node.args]
         kwargs = {k.name.name: self._eval(k.value, ctx) for k in node.kwargs}
         if fn[1]:
@@ -209,6 +235,11 @@ class CompiledExpr:
         except TypeError:
             kinds = " and ".join(type(v).__name__ for v in values)
             raise EvalError(f"`{op}` cannot be applied to {kinds}", getattr(node, "op_span", node.span)) from None
+
+
+def _callable(spec: FunctionSpec) -> tuple[Callable[..., Any], bool, bool]:
+    """(the function, whether it takes the state first, whether it takes `limits=`)."""
+    return spec.fn, spec.env is not None, _takes_limits(spec.fn)
 
 
 def _takes_limits(fn: Callable[..., Any]) -> bool:

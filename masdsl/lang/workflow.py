@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol
 if TYPE_CHECKING:  # the graph's type only: importing networkx costs `masdsl check` ~150 ms
     import networkx as nx
 
+    from masdsl.envs.registry import Registry
+
 
 @dataclass(frozen=True, slots=True)
 class Span:
@@ -86,6 +88,7 @@ class ParseSpec:
     name: str
     expr: Expr  # a call of a registered parser
     span: Span | None = None
+    empty: Any = None  # the field's value when the parser fails: the parser's registered `empty`
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,10 @@ class Workflow:
     path: Path | None = None
     source: str = ""
     file_hash: str = ""  # sha256 of the source text
+    # The part of the checker's registry this workflow names (its env, data sources and
+    # functions): what the runtime instantiates and calls, so a workflow checked against a
+    # registry runs against that same registry. None: built by hand (the built-ins serve).
+    registry: Registry | None = None
 
     def roles_of_policy(self, policy: str) -> list[str]:
         return [r.name for r in self.roles.values() if r.policy == policy]

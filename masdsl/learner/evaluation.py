@@ -58,7 +58,7 @@ def eval_tasks(workflow: Workflow, train: TrainConfig, n: int | None = None) -> 
     n = train.eval_tasks if n is None else n
     if n < 0:
         raise UserError("the number of eval tasks must be 0 (all) or more")
-    tasks = load_split(workflow.data["eval"])
+    tasks = load_split(workflow, "eval")
     return tasks[:n] if n else tasks
 
 

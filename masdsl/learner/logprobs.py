@@ -15,6 +15,15 @@ from typing import Any, Sequence
 import torch
 
 
+def at_least_float32(t: Any) -> Any:
+    """`t` upcast from half precision; float32 and float64 unchanged (a float64 run stays float64).
+
+    >>> at_least_float32(torch.zeros(1, dtype=torch.bfloat16)).dtype, at_least_float32(torch.zeros(1, dtype=torch.float64)).dtype
+    (torch.float32, torch.float64)
+    """
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
 def pad_rows(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int) -> tuple[Any, Any, Any, Any]:
     """Left-pad prompts and right-pad responses so every response starts at the same column.
 
@@ -50,7 +59,7 @@ def sequence_logprobs(model: Any, prompts: Sequence[Sequence[int]], responses: S
     t = rmask.shape[1]
     out = model(input_ids=ids.to(device), attention_mask=att.to(device), position_ids=pos.to(device),
                 logits_to_keep=t + 1, use_cache=False)
-    logits = out.logits[:, :-1, :].float()  # position P-1+j predicts response token j
+    logits = at_least_float32(out.logits[:, :-1, :])  # position P-1+j predicts response token j
     logp = torch.log_softmax(logits, dim=-1)
     target = ids[:, -t:].to(device).unsqueeze(-1)
     return logp.gather(-1, target).squeeze(-1), rmask.to(device)
@@ -83,7 +92,7 @@ def shared_prefix_logprobs(model: Any, prompts: Sequence[Sequence[int]], group_o
         resp[i, : len(r)] = torch.tensor(r, dtype=torch.long)
         rmask[i, : len(r)] = 1.0
     resp, rmask = resp.to(device), rmask.to(device)
-    first = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1).index_select(0, idx)  # [R, V]
+    first = torch.log_softmax(at_least_float32(out.logits[:, -1, :]), dim=-1).index_select(0, idx)  # [R, V]
     parts = [first.gather(-1, resp[:, :1])]
     if t > 1 or two_calls:
         n = max(t - 1, 1)  # t == 1 (`two_calls` only): a call on the first response tokens, at weight 0
@@ -93,7 +102,7 @@ def shared_prefix_logprobs(model: Any, prompts: Sequence[Sequence[int]], group_o
         pos = att_p.sum(-1).to(device)[idx].unsqueeze(1) + torch.arange(n, device=device).unsqueeze(0)
         out2 = model(input_ids=resp[:, :n], attention_mask=att, position_ids=pos, past_key_values=cache,
                      use_cache=True)
-        logits = out2.logits.float()  # gather - logsumexp: no second [R, T, V] tensor (log_softmax's)
+        logits = at_least_float32(out2.logits)  # gather - logsumexp: no second [R, T, V] tensor (log_softmax's)
         if t == 1:
             return parts[0] + 0.0 * logits.sum((1, 2)).unsqueeze(1), rmask
         picked = logits.gather(-1, resp[:, 1:].unsqueeze(-1)).squeeze(-1)

@@ -27,7 +27,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import torch
 
 from masdsl.config import TrainConfig
-from masdsl.learner.logprobs import KLReference, sequence_logprobs, shared_prefix_logprobs
+from masdsl.learner.logprobs import KLReference, at_least_float32, sequence_logprobs, shared_prefix_logprobs
 from masdsl.learner.losses import LOSS_FNS
 from masdsl.learner.parallel import ONE_PROCESS, Shard
 from masdsl.learner.policies import Policy
@@ -297,7 +297,7 @@ def _forward(policy: Any, records: Sequence[StepRecord], rows: Sequence[int], tc
             else:
                 logp, mask = shared_prefix_logprobs(policy.model, prompts, group_of_row, responses, pad_id,
                                                     two_calls=shard.two_calls)
-        yield idx, logp.float(), mask, shard.is_stand_in(k, real, idx)
+        yield idx, at_least_float32(logp), mask, shard.is_stand_in(k, real, idx)
 
 
 def _gap(records: Sequence[StepRecord], trainer_logp: Mapping[int, Any]) -> float:

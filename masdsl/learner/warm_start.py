@@ -145,7 +145,7 @@ def warm_start(workflow: Workflow, cfg: Config, out: str | Path, *, roles: Seque
         raise UserError(f"warm start: tasks and epochs must be >= 1 and lr > 0 (got {tasks}, {epochs}, {lr})")
     if "train" not in workflow.data:
         raise UserError(f"warm start: workflow `{workflow.name}` has no `data train` line")
-    rows = load_split(workflow.data["train"])[-tasks:]
+    rows = load_split(workflow, "train")[-tasks:]
     if not rows:
         raise UserError("warm start: the train split is empty")
     env = make_env(workflow, plan.sandbox)

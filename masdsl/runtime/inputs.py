@@ -1,6 +1,6 @@
 """Set up what a rollout needs from a `Workflow`: the env (under the run's sandbox limits) and the tasks.
 
-    env, splits = prepare(workflow, plan.sandbox)   # env from the registry, {"train": [...], "eval": [...]}
+    env, splits = prepare(workflow, plan.sandbox)   # env from the workflow's registry, {"train": [...], "eval": [...]}
 
 The engines that serve the policies come from `masdsl.runtime.engine_factory`.
 """
@@ -15,14 +15,14 @@ from masdsl.config import SandboxConfig
 from masdsl.envs.datasets import load_jsonl
 from masdsl.envs.registry import load_builtins
 from masdsl.errors import DataError, UserError, did_you_mean
-from masdsl.lang.workflow import DataSpec, Workflow
+from masdsl.lang.workflow import Workflow
 from masdsl.sandbox import limits_from_config
 
 
 def make_env(workflow: Workflow, sandbox: SandboxConfig) -> Any:
     """Instantiate the workflow's env from the registry with `workflow.env_args` (and the
     `sandbox` limits when its constructor takes `limits`)."""
-    registry = load_builtins()
+    registry = workflow.registry or load_builtins()
     spec = registry.envs.get(workflow.env)
     if spec is None:
         hint = did_you_mean(workflow.env, registry.envs)
@@ -40,11 +40,12 @@ def make_env(workflow: Workflow, sandbox: SandboxConfig) -> Any:
         raise UserError(f"env `{workflow.env}`: bad arguments {kwargs}: {exc}") from None
 
 
-def load_split(spec: DataSpec) -> list[dict]:
-    """The rows of one `data` line, checked: dicts with a unique `id` (made a string)."""
+def load_split(workflow: Workflow, split: str) -> list[dict]:
+    """The rows of the workflow's `data SPLIT` line, checked: dicts with a unique `id` (a string)."""
+    spec = workflow.data[split]
     where = f"{spec.span}: " if spec.span is not None else ""
     if spec.source is not None:
-        source = load_builtins().data_sources.get(spec.source)
+        source = (workflow.registry or load_builtins()).data_sources.get(spec.source)
         if source is None:
             raise UserError(f"{where}unknown data source `{spec.source}`")
         rows = list(source.fn(*spec.args, **dict(spec.kwargs)))
@@ -67,4 +68,4 @@ def load_split(spec: DataSpec) -> list[dict]:
 
 def prepare(workflow: Workflow, sandbox: SandboxConfig) -> tuple[Any, dict[str, list[dict]]]:
     """The env and every data split of the workflow."""
-    return make_env(workflow, sandbox), {split: load_split(spec) for split, spec in workflow.data.items()}
+    return make_env(workflow, sandbox), {split: load_split(workflow, split) for split in workflow.data}

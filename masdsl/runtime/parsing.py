@@ -1,6 +1,7 @@
 """Parsing a candidate's text into a role's fields (`parse FIELD = parser(output, ...)`).
 
-A parser that returns None or raises gives the parser's registered `empty` value and sets the
+A parser that returns None or raises gives the parser's registered `empty` value (bound by the
+compiler: `ParseSpec.empty`) and sets the
 role's implicit `ok` field to False; fields always include `output` and `ok`.
 
 >>> from masdsl.lang.workflow import RoleSpec
@@ -12,27 +13,14 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from typing import Any, Mapping
 
-from masdsl.envs.registry import REGISTRY
 from masdsl.lang.workflow import EvalContext, Expr, RoleSpec
 from masdsl.runtime.sampling import describe_error
 
-_CALL_NAME = re.compile(r"\s*([A-Za-z_][A-Za-z_0-9]*)\s*\(")
-
-
-def parser_empty(expr: Expr) -> Any:
-    """The registered `empty` value of the parser called by a `parse` expression (else None)."""
-    m = _CALL_NAME.match(getattr(expr, "source", "") or "")
-    name = m.group(1) if m else None
-    spec = REGISTRY.functions.get(name) if name else None
-    return copy.deepcopy(spec.empty) if spec is not None else None
-
-
 def initial_fields(role: RoleSpec) -> dict[str, Any]:
     """A role's fields before it first acts: each parser's empty value, `output` "", `ok` False."""
-    fields = {p.name: parser_empty(p.expr) for p in role.parses}
+    fields = {p.name: copy.deepcopy(p.empty) for p in role.parses}
     return {**fields, "output": "", "ok": False}
 
 
@@ -50,7 +38,7 @@ def parse_output(role: RoleSpec, text: str, task: Mapping[str, Any], fields: Map
             errors.append(describe_error(f"parse `{p.name}` of `{role.name}`", p.expr, exc))
             value = None
         if value is None:
-            ok, value = False, parser_empty(p.expr)
+            ok, value = False, copy.deepcopy(p.empty)
         own[p.name] = value
     own["ok"] = ok
     return own

@@ -187,8 +187,8 @@ def test_load_split_reads_parquet_and_hf_lines(tmp_path):
     write_parquet(tmp_path / "rows.parquet", ROWS)
     datasets.Dataset.from_dict(ROWS).save_to_disk(tmp_path / "saved")
     wf = analyze(WORKFLOW.format(data='"rows.parquet"', field="question"), str(tmp_path / "w.mas"), tmp_path).workflow
-    assert [r["id"] for r in load_split(wf.data["train"])] == ROWS["id"]
+    assert [r["id"] for r in load_split(wf, "train")] == ROWS["id"]
     text = WORKFLOW.format(data=f'hf("{tmp_path / "saved"}", split="train")', field="question")
     wf = analyze(text, str(tmp_path / "w.mas"), tmp_path).workflow
-    assert [r["answer"] for r in load_split(wf.data["train"])] == ROWS["answer"]
+    assert [r["answer"] for r in load_split(wf, "train")] == ROWS["answer"]
     assert {"hf", "parquet"} <= set(load_builtins().data_sources)

@@ -44,6 +44,7 @@ def batch():
 
 def update(model_dir, shard=None, probe=None):
     """One `update_policy` on `batch()`; returns the model, whole weights and stats."""
+    from masdsl.learner.parallel import ONE_PROCESS
     from masdsl.learner.update import update_policy
     from masdsl.learner.workers import build_optimizer
     from masdsl.runtime.models import load_model
@@ -57,7 +58,7 @@ def update(model_dir, shard=None, probe=None):
                              parameters=lambda: list(model.parameters()))
     tc = resolve_config(overrides=OVERRIDES).train
     recs, adv = batch()
-    stats = update_policy(policy, build_optimizer(policy.parameters(), tc), recs, adv, tc, shard=shard)
+    stats = update_policy(policy, build_optimizer(policy.parameters(), tc), recs, adv, tc, shard=shard or ONE_PROCESS)
     weights = shard.full_weights(model) if shard is not None else {k: v.clone() for k, v in model.state_dict().items()}
     return weights, stats
 

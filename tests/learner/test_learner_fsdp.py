@@ -5,7 +5,7 @@ mini-batch, the gradients are summed (a reduce-scatter instead of an all-reduce)
 shards, and each rank's AdamW steps its shard. The runs use `train.mini_batch_size=1`, so in every
 optimizer step rank 1 has no row of its own and runs a stand-in row at weight 0 (without it the
 collectives would not match and the run would hang). The weights are compared as in
-test_learner_workers.py: ||a - b|| / ||a||.
+test_learner_workers.py: ||a - b|| / ||a||, in float64, within RTOL.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from masdsl.learner.trainer import train
-from tests.learner.test_learner_workers import (assert_close_weights, assert_same_records, config,
+from tests.learner.test_learner_workers import (RTOL, RTOL_TWO_STEPS, assert_close_weights, assert_same_records, config,
                                                 kill_rank_1_after_step_1, records, shared_toy, weights)
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
@@ -37,11 +37,11 @@ def optim(ck, name="shared"):
 
 def test_fsdp_update_equals_data_parallel(runs):
     ddp, fsdp = (runs[k].run_dir / "checkpoints" / "step_000001" for k in (False, True))
-    rel = assert_close_weights(weights(ddp, "shared"), weights(fsdp, "shared"), rtol=1e-6)
+    rel = assert_close_weights(weights(ddp, "shared"), weights(fsdp, "shared"), rtol=RTOL)
     print(f"FSDP vs DDP after one update: ||dw|| / ||w|| = {rel:.2e}")
     h0, h1 = runs[False].history[0], runs[True].history[0]
-    assert h1["grad_norm/shared"] == pytest.approx(h0["grad_norm/shared"], rel=1e-5)
-    assert h1["loss/shared"] == pytest.approx(h0["loss/shared"], rel=1e-5, abs=1e-7)
+    assert h1["grad_norm/shared"] == pytest.approx(h0["grad_norm/shared"], rel=1e-11)
+    assert h1["loss/shared"] == pytest.approx(h0["loss/shared"], rel=1e-11, abs=1e-14)
     assert h0["optimizer_steps/shared"] == h1["optimizer_steps/shared"] > 2  # one per row: rank 1 stood in
     # the checkpoint's AdamW state is gathered whole, in the layout of the data-parallel one
     a, b = optim(ddp), optim(fsdp)
@@ -50,14 +50,14 @@ def test_fsdp_update_equals_data_parallel(runs):
         for k in ("exp_avg", "exp_avg_sq"):
             x, y = a["state"][i][k], b["state"][i][k]
             assert type(y) is torch.Tensor and x.shape == y.shape
-            assert float((x - y).norm()) <= 1e-5 * float(x.norm()) + 1e-12, (i, k)
+            assert float((x - y).norm()) <= 1e-9 * float(x.norm()) + 1e-20, (i, k)
         assert float(a["state"][i]["step"]) == float(b["state"][i]["step"])
 
 
 def test_two_fsdp_steps_sample_what_data_parallel_samples(runs):
     assert_same_records(records(runs[False].run_dir), records(runs[True].run_dir))
     assert_close_weights(weights(runs[False].checkpoints[-1], "shared"), weights(runs[True].checkpoints[-1], "shared"),
-                         rtol=5e-6)
+                         rtol=RTOL)
 
 
 @pytest.mark.parametrize("resume_workers", [0, 2])
@@ -71,7 +71,7 @@ def test_an_fsdp_checkpoint_resumes_with_or_without_workers(runs, tiny_model_dir
     resumed = train(wf, config(wf, tiny_model_dir, *extra), run_dir=run, resume=run)
     assert resumed.steps == 2
     assert_close_weights(weights(runs[True].checkpoints[-1], "shared"), weights(resumed.checkpoints[-1], "shared"),
-                         rtol=5e-6)
+                         rtol=RTOL)
 
 
 def test_engine_actors_load_the_new_weights_from_the_object_store(tiny_model_dir, tmp_path, local_ray, monkeypatch):
@@ -110,7 +110,7 @@ def test_engine_actors_load_the_new_weights_from_the_object_store(tiny_model_dir
     assert fetched == ["shared"]  # only the final checkpoint needed them in the driver
     assert engines[-1].restarts == 1
     assert_same_records(records(base.run_dir), records(dist.run_dir))
-    assert_close_weights(weights(base.checkpoints[-1], "shared"), weights(dist.checkpoints[-1], "shared"), rtol=5e-6)
+    assert_close_weights(weights(base.checkpoints[-1], "shared"), weights(dist.checkpoints[-1], "shared"), rtol=RTOL_TWO_STEPS)
 
 
 def test_an_fsdp_group_with_a_killed_worker_is_restarted(runs, tiny_model_dir, tmp_path):
@@ -127,5 +127,5 @@ def test_an_fsdp_group_with_a_killed_worker_is_restarted(runs, tiny_model_dir, t
                  on_step=kill_rank_1_after_step_1(printed))
     assert done.steps == 2 and "restarted learner shared: 2 workers (FSDP)" in printed.getvalue()
     assert_close_weights(weights(runs[True].checkpoints[-1], "shared"), weights(done.checkpoints[-1], "shared"),
-                         rtol=1e-6)
+                         rtol=RTOL)
     assert_same_records(records(runs[True].run_dir), records(tmp_path / "run"))

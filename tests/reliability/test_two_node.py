@@ -29,7 +29,7 @@ def _setup(cluster, *overrides):
     wf = masdsl.load(str(WORKFLOW))
     cfg = resolve_config(wf.train, None, ["runtime.ray=true", f"runtime.ray_address={cluster.address}",
                                           "tracking.enabled=false", *overrides])
-    return wf, cfg, make_env(wf, cfg.sandbox), load_split(wf.data["train"])
+    return wf, cfg, make_env(wf, cfg.sandbox), load_split(wf, "train")
 
 
 def _log(path: Path) -> list[dict]:

@@ -18,7 +18,6 @@ import networkx as nx
 import pytest
 
 from masdsl.config import resolve_config
-from masdsl.envs.registry import REGISTRY, parser
 from masdsl.lang.workflow import EvalContext, ParseSpec, PolicySpec, RoleSpec, Span, Workflow
 
 SPAN = Span("t.mas", 7, 3, 7, 9, 0, 0)
@@ -41,12 +40,9 @@ def _rt_int(output):
     return int(m.group(1)) if m else None
 
 
-if "rt_int" not in REGISTRY.functions:
-    parser("rt_int", returns="number", empty=-100)(_rt_int)
-
-
 def int_parse(name: str = "n") -> ParseSpec:
-    return ParseSpec(name, PyExpr("rt_int(output)", lambda c: _rt_int(c.output)))
+    """`parse n = rt_int(output)` as the compiler builds it: a failed parse gives `empty`, -100."""
+    return ParseSpec(name, PyExpr("rt_int(output)", lambda c: _rt_int(c.output)), empty=-100)
 
 
 def own_n() -> PyExpr:
