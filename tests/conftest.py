@@ -5,9 +5,6 @@
   its weights must restore them.
 - `vllm_engine_session`: a LoRA-enabled `VLLMEngine` over that model, shared by the session.
 - `local_ray` (module scope): this process's one local Ray instance, kept between modules.
-
-With `-n N` (pytest-xdist; `--dist loadfile` comes from pyproject's addopts) the scheduler of
-`pytest_xdist_make_scheduler` below keeps each file on one worker and queues the slowest first.
 """
 
 from __future__ import annotations
@@ -112,53 +109,3 @@ def _engine_log_environment():
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
-
-
-# Which worker runs what under `pytest -n N`: pyproject's addopts give `--dist loadfile
-# --no-loadscope-reorder` (ignored without -n), and the scheduler below is xdist's loadfile one
-# with two changes. Files are the units, so a file's module fixtures (a training run, a cluster,
-# an engine) are built on one worker only; the files in SHARED_GROUPS, which use one session
-# fixture, form one unit, so it starts once. Units are queued in collection order (the last are
-# the doctests: quick, they even out the end) except the files of SLOW_FIRST, which go first,
-# slowest first: one of them started last would run alone while the other worker idles.
-# (xdist's `loadgroup` would do with `xdist_group` marks, but under pytest 9 it ignores them.)
-SHARED_GROUPS = {
-    "tests/engines/test_vllm.py": "vllm_engine_session",  # the session's vLLM engine (a minute)
-    "tests/runtime/test_vllm.py": "vllm_engine_session",
-    "tests/tracking/test_end_to_end.py": "mlflow_server",  # the session's MLflow server (15-30 s)
-    "tests/tracking/test_models.py": "mlflow_server",
-    "tests/tracking/test_tracker.py": "mlflow_server",
-}
-SLOW_FIRST = (  # seconds: the file alone on one worker, 2026-12-02, 2 cores shared with other runs
-    "tests/learner/test_learner_fsdp.py",
-    "tests/learner/test_learner_workers.py",
-    "tests/engines/test_vllm_orphans.py",
-    "tests/test_cli_habits.py",
-    "tests/engines/test_vllm_tied.py",
-    "tests/reliability/test_run_actor_restart.py",
-    "tests/engines/test_vllm.py",
-)
-
-
-def pytest_xdist_make_scheduler(config, log):
-    if config.getvalue("dist") != "loadfile":
-        return None  # another --dist: xdist's own scheduler
-    from xdist.scheduler import LoadFileScheduling
-
-    class Scheduling(LoadFileScheduling):
-        queued = False
-
-        def _split_scope(self, nodeid: str) -> str:
-            path = super()._split_scope(nodeid)
-            return SHARED_GROUPS.get(path, path)
-
-        def _assign_work_unit(self, node) -> None:
-            if not self.queued:  # the first call: the queue is complete, nothing taken yet
-                for path in reversed(SLOW_FIRST):
-                    scope = SHARED_GROUPS.get(path, path)
-                    if scope in self.workqueue:
-                        self.workqueue.move_to_end(scope, last=False)
-                self.queued = True
-            super()._assign_work_unit(node)
-
-    return Scheduling(config, log)
