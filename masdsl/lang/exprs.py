@@ -132,7 +132,8 @@ class CompiledExpr:
                  functions: Mapping[str, FunctionSpec] | None = None):
         self.node, self.source, self.role, self.imports = node, source, role, tuple(imports)
         self.span: Span = node.span
-        self._fns: dict[str, tuple[Callable[..., Any], bool, bool]] = {n: _callable(s) for n, s in (functions or {}).items()}
+        self._fns: dict[str, tuple[Callable[..., Any], bool, bool]] = {
+            n: _callable(spec) for n, spec in (functions or {}).items()}
 
     def __repr__(self) -> str:
         return f"CompiledExpr({self.source!r} at {self.span})"

@@ -25,7 +25,6 @@ float32 values (measured: 4.77e-7 = 2^-21 apart at |logit| < 8). LOGPROB_TOL, 4 
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 

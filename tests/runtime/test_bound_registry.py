@@ -35,32 +35,13 @@ flow { start -> a -> end }
 """
 
 
-class PrivateEnv:
-    limits = None
-
-    def __init__(self, size=3):
-        self.size = size
-
-    def reset(self, task):
-        return 0
-
-    def apply(self, state, role, fields):
-        return state
-
-    def view(self, state):
-        return {}
-
-    def success(self, state):
-        return False
-
-
 def _number(output):
     return int(output) if output.strip().isdigit() else None
 
 
-def private_registry() -> Registry:
+def private_registry(env_class) -> Registry:
     return Registry(
-        envs={"private_env": EnvSpec("private_env", PrivateEnv)},
+        envs={"private_env": EnvSpec("private_env", env_class)},
         data_sources={"private_rows": DataSourceSpec("private_rows", lambda split: [{"id": f"{split}-1"}], ("id",))},
         functions={"private_number": FunctionSpec("private_number", _number, 1, 1, "number", "parser", empty=-7),
                    "private_double": FunctionSpec("private_double", lambda x: 2 * x, 1, 1, "number"),
@@ -68,12 +49,12 @@ def private_registry() -> Registry:
 
 
 @pytest.fixture()
-def workflow():
+def workflow(h):
     assert not {"private_env", "private_rows", "private_number", "private_double"} & {
         *REGISTRY.envs, *REGISTRY.data_sources, *REGISTRY.functions}
     module, errors = parse_text(TEXT, "private.mas")
     assert not errors
-    return compile_workflow(module, TEXT, registry=private_registry())
+    return compile_workflow(module, TEXT, registry=private_registry(h.CounterEnv))
 
 
 def test_the_workflow_keeps_the_part_of_the_registry_it_names(workflow):
@@ -82,9 +63,9 @@ def test_the_workflow_keeps_the_part_of_the_registry_it_names(workflow):
         {"private_env"}, {"private_rows"}, {"private_number", "private_double"})
 
 
-def test_env_data_parse_and_reward_come_from_the_checkers_registry(workflow):
+def test_env_data_parse_and_reward_come_from_the_checkers_registry(workflow, h):
     sandbox = resolve_config(overrides=["tracking.enabled=false"]).sandbox
-    assert isinstance(make_env(workflow, sandbox), PrivateEnv)
+    assert isinstance(make_env(workflow, sandbox), h.CounterEnv)
     assert load_split(workflow, "eval") == [{"id": "eval-1"}]
     role = workflow.roles["a"]
     assert initial_fields(role) == {"n": -7, "output": "", "ok": False}

@@ -301,8 +301,7 @@ class _LogprobRecorder:
 
         if self.prev is not None:
             self.steps.append(self.prev.gather(1, input_ids[:, -1:]).squeeze(1))
-        # at least float32 (as the learner's log-probs): a float64 run's old log-probs stay float64
-        self.prev = torch.log_softmax(scores.to(torch.promote_types(scores.dtype, torch.float32)), dim=-1)
+        self.prev = torch.log_softmax(scores.float(), dim=-1)
         return scores
 
     def finish(self, gen):
