@@ -21,8 +21,10 @@ Isolation = Literal["auto", "bwrap", "unshare", "none"]
 class Limits:
     """Resource limits of one sandboxed run.
 
-    `timeout_s` is the wall-clock limit of a `run_python` call and of *each* test in
-    `run_tests`; CPU time is limited to the same budget (rounded up, plus one second).
+    `timeout_s` is the wall-clock limit of *each* test in `run_tests` (a timer in the child); a
+    `run_python` call is stopped by the parent's watchdog after `timeout_s` plus one second of
+    start-up allowance (`masdsl.sandbox.process.START_UP_GRACE_S`); CPU time is limited to the
+    same budget (rounded up, plus one second).
 
     Defaults: those of the config's `sandbox` block (`masdsl.config.SandboxConfig`), read from it,
     so a directly constructed `Limits()` limits a run exactly as a run made through the default

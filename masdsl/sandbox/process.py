@@ -44,6 +44,10 @@ class Mode:
 
 
 _UID_LOCK = threading.Lock()
+# The watchdog's allowance on top of `timeout_s`: the process's start-up before the first
+# result line, then between result lines. A program run whole (`run_python`, which reports
+# nothing until it exits) thus gets up to `timeout_s + START_UP_GRACE_S` of wall clock.
+START_UP_GRACE_S = 1.0
 _UID_SLOTS: dict[int, queue.Queue[int]] = {}  # per process id: its block of 64 uids
 
 
@@ -263,7 +267,7 @@ def _collect(handle: Any, out_fd: int, err_fd: int, chan_fd: int, run: _Run) -> 
     every result line resets."""
     limits, nonce = run.limits, run.nonce
     start = time.monotonic()
-    deadline = start + limits.timeout_s + 1.0  # the first deadline includes start-up
+    deadline = start + limits.timeout_s + START_UP_GRACE_S
     cap = limits.max_output_kb * 1024
     chunks: dict[int, list[bytes]] = {1: [], 2: []}
     total, chan_total, timed_out, truncated, pending = 0, 0, False, False, b""
@@ -293,7 +297,7 @@ def _collect(handle: Any, out_fd: int, err_fd: int, chan_fd: int, run: _Run) -> 
                 for line in lines:
                     if line.startswith(nonce + b" "):
                         events.append(json.loads(line[len(nonce) + 1:]))
-                        deadline = time.monotonic() + limits.timeout_s + 1.0
+                        deadline = time.monotonic() + limits.timeout_s + START_UP_GRACE_S
                 truncated = chan_total > run.chan_cap
             else:
                 total += len(data)

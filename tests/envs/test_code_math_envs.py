@@ -14,6 +14,7 @@ from masdsl.envs.math import MathEnv
 from masdsl.envs.registry import REGISTRY, load_builtins
 from masdsl.envs.rewards import math_tool_reward, pass_rate, passes, run_answer
 from masdsl.sandbox import Limits
+from masdsl.sandbox.process import START_UP_GRACE_S
 
 QUICK = Limits(timeout_s=1.0)
 
@@ -29,8 +30,13 @@ def test_envs_hold_their_own_limits_and_change_no_one_elses():
 def test_reward_functions_run_under_the_limits_they_are_given():
     """What the env's limits did for `pass_rate` etc. through a global default, the caller of an
     expression now does by passing them: the code runs under exactly those limits."""
-    slow = "import time\ntime.sleep(1.5)\nprint(42)"
+    # a whole program gets timeout_s + START_UP_GRACE_S (1.5 s under `tight`): sleeping 1.5 s
+    # sat on that edge and once printed 42 under load; 3 s clears it by 1.5 s and stays 3 s
+    # inside `roomy`'s 6 s
     tight, roomy = Limits(timeout_s=0.5), Limits(timeout_s=5.0)
+    pause = tight.timeout_s + START_UP_GRACE_S + 1.5
+    assert pause + 1.5 <= roomy.timeout_s + START_UP_GRACE_S
+    slow = f"import time\ntime.sleep({pause})\nprint(42)"
     assert run_answer(slow, limits=tight) == "" and run_answer(slow, limits=roomy) == "42"
     assert math_tool_reward(slow, "42", limits=tight) == -1.0 and math_tool_reward(slow, "42", limits=roomy) == 1.0
     tests = ["import time\ntime.sleep(1.5)\nassert f() == 1"]
