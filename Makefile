@@ -18,11 +18,13 @@ else
 	$(VENV)/bin/masdsl run $(WORKFLOW) policy.shared.model=$(WARM_START)
 endif
 
-# Two pytest workers (pytest-xdist): most slow tests wait on processes starting (Ray, vLLM,
-# subprocess runs), so two share this 2-core machine well; more starved Ray's raylets here.
+# Two pytest workers (pytest-xdist): the suite keeps both cores busy (measured 99% from start to
+# end), so a third worker gains nothing and more starved Ray's raylets here. Work stealing: a
+# worker that runs out takes half of the other's queue, where xdist's default `load` left one
+# worker running the last ~100 s of slow tests alone (docs/performance.md `## test suite`).
 TEST_WORKERS ?= 2
 test: setup
-	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS)
+	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 check: setup
 	$(VENV)/bin/masdsl check workflows/*.mas

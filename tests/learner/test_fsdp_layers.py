@@ -99,38 +99,56 @@ class Probe:
                     self.bad.append((when, i, j, name, local, whole))
 
 
-def rank_main(rank, port, model_dir, out, fsdp):
+def rank_main(rank, port, model_dirs, out):
+    """One rank: the FSDP update, then the data-parallel one, on each model in `model_dirs`
+    (one process pair for every case: each spawned rank pays torch's and transformers' imports)."""
     import torch.distributed as dist
 
     from masdsl.learner.parallel import FsdpShard, Shard
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
-    probe = Probe(WORLD) if fsdp else None
-    weights, stats = update(model_dir, (FsdpShard if fsdp else Shard)(rank, WORLD), probe)
-    total = sum(p.numel() for p in probe.model.parameters()) if fsdp else 0  # DTensor: the whole size
-    torch.save({"weights": weights, "grad_norm": stats.grad_norm, "steps": stats.optimizer_steps, "loss": stats.loss,
-                **({"seen": probe.seen, "bad": probe.bad, "peak": max(probe.gathered), "total": total,
-                    "layer": sum(p.numel() for p in probe.layers[0].parameters())} if fsdp else {})},
-               f"{out}/{'fsdp' if fsdp else 'ddp'}{rank}.pt")
+    for case, model_dir in model_dirs.items():
+        for fsdp in (True, False):
+            probe = Probe(WORLD) if fsdp else None
+            weights, stats = update(model_dir, (FsdpShard if fsdp else Shard)(rank, WORLD), probe)
+            total = sum(p.numel() for p in probe.model.parameters()) if fsdp else 0  # DTensor: the whole size
+            torch.save({"weights": weights, "grad_norm": stats.grad_norm, "steps": stats.optimizer_steps,
+                        "loss": stats.loss,
+                        **({"seen": probe.seen, "bad": probe.bad, "peak": max(probe.gathered), "total": total,
+                            "layer": sum(p.numel() for p in probe.layers[0].parameters())} if fsdp else {})},
+                       f"{out}/{case}_{'fsdp' if fsdp else 'ddp'}{rank}.pt")
     dist.destroy_process_group()
 
 
-def ranks(model_dir, out, fsdp: bool) -> list[dict]:
-    """Run `rank_main` in WORLD spawned processes; their results."""
+def ranks(model_dirs: dict[str, str], out) -> dict[tuple[str, bool], list[dict]]:
+    """Run `rank_main` in WORLD spawned processes; {(case, fsdp): each rank's result}."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=rank_main, args=(r, port, str(model_dir), str(out), fsdp)) for r in range(WORLD)]
+    procs = [ctx.Process(target=rank_main, args=(r, port, model_dirs, str(out))) for r in range(WORLD)]
     for p in procs:
         p.start()
     for p in procs:
-        p.join(timeout=240)
+        p.join(timeout=480)
         if p.exitcode is None:
             p.kill()
     assert [p.exitcode for p in procs] == [0] * WORLD, "a rank failed or hung (collectives out of step?)"
-    return [torch.load(out / f"{'fsdp' if fsdp else 'ddp'}{r}.pt", weights_only=False) for r in range(WORLD)]
+    return {(case, fsdp): [torch.load(out / f"{case}_{'fsdp' if fsdp else 'ddp'}{r}.pt", weights_only=False)
+                           for r in range(WORLD)]
+            for case in model_dirs for fsdp in (True, False)}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """The 4-layer tiny model untied and tied, and both ranks' FSDP and data-parallel results on each."""
+    from masdsl.testing import build_tiny_model
+
+    root = tmp_path_factory.mktemp("fsdp_layers")
+    dirs = {case: str(build_tiny_model(root / case, seed=0, layers=4, tie_word_embeddings=case == "tied"))
+            for case in ("untied", "tied")}
+    return dirs, ranks(dirs, root)
 
 
 def rel_diff(a: dict, b: dict) -> float:
@@ -139,20 +157,18 @@ def rel_diff(a: dict, b: dict) -> float:
     return num / sum(float(v.norm()) ** 2 for v in b.values()) ** 0.5
 
 
-@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
-def test_per_layer_fsdp_equals_data_parallel_and_keeps_other_layers_sharded(tmp_path, tied):
+@pytest.mark.parametrize("case", ["untied", "tied"])
+def test_per_layer_fsdp_equals_data_parallel_and_keeps_other_layers_sharded(models, case):
     """6 optimizer steps (3 mini-batches, 2 epochs): FSDP equals data parallel to ~1e-7 of the
     weights' norm; both differ from one process by ~1.6e-6 (AdamW's sign-like first steps turn
     the other order of float additions into that much)."""
-    from masdsl.testing import build_tiny_model
-
+    dirs, results = models
     torch.set_num_threads(1)
-    model_dir = build_tiny_model(tmp_path / "model", seed=0, layers=4, tie_word_embeddings=tied)
-    fsdp, ddp = ranks(model_dir, tmp_path, True), ranks(model_dir, tmp_path, False)
-    one, one_stats = update(model_dir)
+    fsdp, ddp = results[case, True], results[case, False]
+    one, one_stats = update(dirs[case])
     for g in fsdp:
         rel, rel_one = rel_diff(g["weights"], ddp[0]["weights"]), rel_diff(g["weights"], one)
-        print(f"per-layer FSDP (tied={tied}): ||dw|| / ||w|| = {rel:.2e} vs data parallel, {rel_one:.2e} vs one "
+        print(f"per-layer FSDP ({case}): ||dw|| / ||w|| = {rel:.2e} vs data parallel, {rel_one:.2e} vs one "
               f"process; peak gathered {g['peak']} of {g['total']} parameters (one layer {g['layer']})")
         assert rel <= 1e-6 and rel_one <= 5e-6
         assert g["steps"] == one_stats.optimizer_steps == 6
