@@ -14,9 +14,15 @@ fraction of the update itself, ~1e-4 of ||w|| here. RTOL sits between, 1e-11: 5 
 magnitude above the noise it must tolerate, 7 below the errors it must catch.
 
 After a second step the driver's run and every worker run (data parallel, FSDP, resumed,
-restarted) differ by 1.04e-9 of ||w|| (the same 1.0393e-9 in each comparison, so systematic,
-not noise; the worker runs agree with one another within RTOL). RTOL_TWO_STEPS, 1e-7, keeps
-96x above it and 1000x below a mistake. The sampled log-probs in the records are compared at
+restarted) differ by 1.04e-9 of ||w|| (the same 1.0393e-9 in each comparison; the worker runs
+agree with one another within RTOL). Measured where it sits: not in the records (step 2 samples
+the same tokens and log-probs), but in the embedding rows of rarely seen tokens, whose AdamW
+second moment is at eps's scale (the largest, 1.6e-8 of a weight, in a row with sqrt(v) 1.4e-8
+against eps 1e-8), where the update lr * m / (sqrt(v) + eps) is most sensitive to the 1.8e-16
+step 1 left (the exact path of that amplification was not traced). It is the same in every
+comparison because every worker run starts step 2 from bitwise the same weights (the same gloo
+sums), and the driver from its own. RTOL_TWO_STEPS, 1e-7, keeps 96x above it and 1000x below a
+mistake. The sampled log-probs in the records are compared at
 float32's resolution whatever the run's dtype: transformers' `generate` casts the logits to
 float32, so two runs whose float64 weights differ by 1e-16 can round one logit to neighbouring
 float32 values (measured: 4.77e-7 = 2^-21 apart at |logit| < 8). LOGPROB_TOL, 4 ulps of 8
