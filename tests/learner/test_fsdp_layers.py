@@ -99,6 +99,10 @@ class Probe:
                     self.bad.append((when, i, j, name, local, whole))
 
 
+def result_file(out, case: str, fsdp: bool, rank: int) -> str:
+    return f"{out}/{case}_{'fsdp' if fsdp else 'ddp'}{rank}.pt"
+
+
 def rank_main(rank, port, model_dirs, out):
     """One rank: the FSDP update, then the data-parallel one, on each model in `model_dirs`
     (one process pair for every case: each spawned rank pays torch's and transformers' imports)."""
@@ -117,7 +121,7 @@ def rank_main(rank, port, model_dirs, out):
                         "loss": stats.loss,
                         **({"seen": probe.seen, "bad": probe.bad, "peak": max(probe.gathered), "total": total,
                             "layer": sum(p.numel() for p in probe.layers[0].parameters())} if fsdp else {})},
-                       f"{out}/{case}_{'fsdp' if fsdp else 'ddp'}{rank}.pt")
+                       result_file(out, case, fsdp, rank))
     dist.destroy_process_group()
 
 
@@ -135,8 +139,7 @@ def ranks(model_dirs: dict[str, str], out) -> dict[tuple[str, bool], list[dict]]
         if p.exitcode is None:
             p.kill()
     assert [p.exitcode for p in procs] == [0] * WORLD, "a rank failed or hung (collectives out of step?)"
-    return {(case, fsdp): [torch.load(out / f"{case}_{'fsdp' if fsdp else 'ddp'}{r}.pt", weights_only=False)
-                           for r in range(WORLD)]
+    return {(case, fsdp): [torch.load(result_file(out, case, fsdp, r), weights_only=False) for r in range(WORLD)]
             for case in model_dirs for fsdp in (True, False)}
 
 
@@ -158,12 +161,11 @@ def rel_diff(a: dict, b: dict) -> float:
 
 
 @pytest.mark.parametrize("case", ["untied", "tied"])
-def test_per_layer_fsdp_equals_data_parallel_and_keeps_other_layers_sharded(models, case):
+def test_per_layer_fsdp_equals_data_parallel_and_keeps_other_layers_sharded(models, case, one_thread):
     """6 optimizer steps (3 mini-batches, 2 epochs): FSDP equals data parallel to ~1e-7 of the
     weights' norm; both differ from one process by ~1.6e-6 (AdamW's sign-like first steps turn
     the other order of float additions into that much)."""
     dirs, results = models
-    torch.set_num_threads(1)
     fsdp, ddp = results[case, True], results[case, False]
     one, one_stats = update(dirs[case])
     for g in fsdp:

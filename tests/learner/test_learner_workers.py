@@ -22,11 +22,11 @@ against eps 1e-8), where the update lr * m / (sqrt(v) + eps) is most sensitive t
 step 1 left (the exact path of that amplification was not traced). It is the same in every
 comparison because every worker run starts step 2 from bitwise the same weights (the same gloo
 sums), and the driver from its own. RTOL_TWO_STEPS, 1e-7, keeps 96x above it and 1000x below a
-mistake. The sampled log-probs in the records are compared at
-float32's resolution whatever the run's dtype: transformers' `generate` casts the logits to
-float32, so two runs whose float64 weights differ by 1e-16 can round one logit to neighbouring
-float32 values (measured: 4.77e-7 = 2^-21 apart at |logit| < 8). LOGPROB_TOL, 4 ulps of 8
-(1.9e-6), allows that flip with a 4x margin; a different token or reward still fails exactly.
+mistake. The sampled log-probs in the records are compared at float32's resolution whatever the
+run's dtype: transformers' `generate` casts the logits to float32, so two runs whose float64
+weights differ by 1e-16 can round one logit to neighbouring float32 values (measured: 4.77e-7 =
+2^-21 apart at |logit| < 8). LOGPROB_TOL, 4 ulps of 8 (1.9e-6), allows that flip with a 4x
+margin; a different token or reward still fails exactly.
 """
 
 from __future__ import annotations
