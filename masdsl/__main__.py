@@ -2,7 +2,7 @@
 
 import sys
 
-from masdsl.cli import main
+from masdsl.cli import program
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(program())

@@ -184,5 +184,13 @@ def main(argv: list[str] | None = None) -> int:
         return 3
 
 
+def program() -> int:
+    """The `masdsl` command and `python -m masdsl`: a process of masdsl's own (`masdsl.startup`)."""
+    from masdsl.startup import start_owned_process
+
+    start_owned_process()
+    return main()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(program())

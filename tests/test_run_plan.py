@@ -85,6 +85,23 @@ def test_check_refuses_what_run_refuses_with_the_same_message(toy, case):
     assert not (folder / "runs").exists()
 
 
+MISTAKES = {  # `run` and `eval` refuse these before anything heavy loads (the probe refuses torch)
+    "eval: no such file": (["eval", "nope.mas"], "nope.mas: no such file"),
+    "run: no such run to resume": (["run", "{name}", "--resume", "runs/nope"], "runs/nope: no such run folder"),
+    "eval: unknown key": (["eval", "{name}", "train.nope=1"], "unknown config key `train.nope`"),
+    "eval: bad --tasks": (["eval", "{name}", "--tasks", "-1"], "--tasks must be 0 (all) or more"),
+}
+
+
+@pytest.mark.parametrize("case", list(MISTAKES))
+def test_run_and_eval_answer_mistakes_before_loading_torch(toy, case):
+    folder, write = toy
+    args, message = MISTAKES[case]
+    name = write()
+    p = masdsl(*(a.format(name=name) for a in args), cwd=folder)
+    assert p.returncode == 2 and message in without_probe(p.stderr), p.stderr
+
+
 def test_check_json_lists_the_configuration_errors(toy):
     folder, write = toy
     p = masdsl("check", "--json", write(), "runtime.engine=replay", "train.lr=-1", cwd=folder)

@@ -140,7 +140,6 @@ def main(args: argparse.Namespace) -> int:
     import masdsl  # start-up: the commands import what they use when they run
     from masdsl.config import resolve_config
     from masdsl.learner.display import cut_warnings, role_budgets
-    from masdsl.learner.evaluation import eval_tasks, greedy_repeats_warning
     from masdsl.runtime.plan import resolve_rollout
 
     err, out = output.console(stderr=True), output.console(stderr=False)
@@ -150,6 +149,8 @@ def main(args: argparse.Namespace) -> int:
     plan = resolve_rollout(workflow, cfg)  # names, ranges and engine options, before any model loads
     if args.tasks is not None and args.tasks < 0:
         raise UserError("--tasks must be 0 (all) or more")
+    # start-up: torch (checkpoints), after the file, the configuration and the options were checked
+    from masdsl.learner.evaluation import eval_tasks, greedy_repeats_warning
     tasks = eval_tasks(workflow, plan.train, args.tasks)
     warning = greedy_repeats_warning(plan.train)
     if warning:

@@ -68,10 +68,10 @@ def split_options(args: argparse.Namespace) -> argparse.Namespace:
 
 def resume_dir(path: str) -> tuple[Path, Path]:
     """(run folder, checkpoint folder) for `--resume PATH` (a run folder or one checkpoint)."""
+    if not Path(path).exists():  # before torch's import: a mistyped path is answered at once
+        raise UserError(f"{path}: no such run folder or checkpoint (--resume)")
     from masdsl.learner import checkpoint  # start-up: the commands import what they use when they run
 
-    if not Path(path).exists():
-        raise UserError(f"{path}: no such run folder or checkpoint (--resume)")
     ck = checkpoint.find(path)
     return ck.parent.parent, ck
 
@@ -82,12 +82,12 @@ def resolve(args: argparse.Namespace, workflow: Any) -> tuple[Any, Path | None, 
 
     if not args.resume:
         return resolve_config(workflow.train, args.config, args.overrides), None, None
-    from masdsl.learner import checkpoint  # start-up: torch, only for --resume (not for --print-config)
-
     if args.config:
         raise UserError("--resume continues with the configuration saved in the checkpoint; "
                         "give changes as overrides (e.g. train.steps=20), not --config")
     run_dir, ck = resume_dir(args.resume)
+    from masdsl.learner import checkpoint  # start-up: torch, only for --resume (not for --print-config)
+
     checkpoint.read_state(ck, workflow)  # a checkpoint of a workflow that meant something else: refuse early
     cfg = resolve_config(None, ck / "config.yaml", args.overrides)
     return cfg, run_dir, ck

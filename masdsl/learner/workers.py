@@ -57,6 +57,7 @@ from masdsl.runtime.actors import ACTOR_CPUS, LEARN_SLOT, init_ray, slot_resourc
 from masdsl.runtime.models import load_model
 from masdsl.runtime.plan import RunPlan
 from masdsl.runtime.records import StepRecord
+from masdsl.startup import start_owned_process
 
 START_TIMEOUT_S = 900.0  # actors start, load the model, join the process group
 UPDATE_TIMEOUT_S = 3600.0
@@ -88,6 +89,7 @@ class LearnerWorker:
     """The actor body: one rank of one policy's group."""
 
     def __init__(self, rank: int, world: int, threads: int):
+        start_owned_process()  # this actor's process is masdsl's: before the policy imports transformers
         if threads:  # Ray starts an actor of under one CPU with one torch thread
             torch.set_num_threads(threads)
         self.rank, self.world = rank, world

@@ -28,6 +28,7 @@ from masdsl.errors import StepFailed
 from masdsl.lang.imports import _LOADED
 from masdsl.runtime.backends import build_engine
 from masdsl.runtime.backends.base import Engine, EngineCall, GenRequest, Results, as_engine
+from masdsl.startup import start_owned_process
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +192,7 @@ class _EngineHost:
     """The actor body: builds the engine where it runs and forwards calls to it."""
 
     def __init__(self, factory: Callable[[], Any]):
+        start_owned_process()  # this actor's process is masdsl's: before the engine imports transformers
         self.engine = as_engine(factory())
 
     def tokenizer(self) -> Any:
