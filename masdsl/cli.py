@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def program() -> int:
     """The `masdsl` command and `python -m masdsl`: a process of masdsl's own (`masdsl.startup`)."""
-    from masdsl.startup import start_owned_process
+    from masdsl.startup import start_owned_process  # start-up: only the program, not `main` as a library
 
     start_owned_process()
     return main()

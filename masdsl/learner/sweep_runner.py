@@ -49,7 +49,7 @@ def default_name(file: str, overrides: Sequence[str], seeds: Sequence[int], conf
 
 def run_trial(file: str, configs: Sequence[str], overrides: Sequence[str], run_dir: str) -> Any:
     """One trial, in a Ray worker: an ordinary training run; its `TrainResult`."""
-    from masdsl.startup import start_owned_process
+    from masdsl.startup import start_owned_process  # heavy imports follow: the worker is marked first
 
     start_owned_process()  # the worker runs this one trial only (`max_calls=1`)
     import masdsl  # heavy: the trial's worker loads the workflow and the learner itself
