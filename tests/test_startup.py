@@ -13,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LOADED = "print('sklearn' in sys.modules)"
 MODEL_IMPORT = "import transformers.models.llama.modeling_llama"
+DEFERRING = "print(any(type(f).__name__ == 'DeferImports' for f in sys.meta_path))"
 
 
 def python(code: str) -> list[str]:
@@ -38,28 +39,28 @@ def test_an_owned_process_defers_scikit_learn_until_it_is_used(sklearn_installed
                  "print(tpr.tolist() == sklearn.metrics.roc_curve([0, 1, 1], [0.2, 0.6, 0.9])[1].tolist(), "
                  "sklearn.svm.SVC.__name__)")
     assert out == ["False", "True", "True", "SVC"]
-    # the same import in a process that is not masdsl's own (a user's, through the API): as always
-    assert python(f"import sys, masdsl, masdsl.api; {MODEL_IMPORT}; {LOADED}") == ["True"]
 
 
-def test_the_masdsl_command_is_an_owned_process(sklearn_installed):
-    probe = "print(any(type(f).__name__ == 'DeferImports' for f in sys.meta_path))"
+def test_import_masdsl_defers_nothing():
+    """A user's process (the Python API) imports as it always did."""
+    assert python(f"import sys, masdsl, masdsl.api; {DEFERRING}") == ["False"]
+
+
+def test_the_masdsl_command_is_an_owned_process():
     out = python("import sys; sys.argv = ['masdsl', 'check', 'workflows/coder_tester.mas']; "
-                 f"from masdsl.cli import program; rc = program(); print(rc); {probe}")
+                 f"from masdsl.cli import program; rc = program(); print(rc); {DEFERRING}")
     assert out[-2:] == ["0", "True"]
     library = python("import sys; from masdsl.cli import main; rc = main(['check', 'workflows/coder_tester.mas']); "
-                     f"print(rc); {probe}")
+                     f"print(rc); {DEFERRING}")
     assert library[-2:] == ["0", "False"]  # `main(argv)` called as a library changes nothing
 
 
-def import_model_code(_) -> bool:
-    """Run inside an actor: import transformers' model code; whether scikit-learn came with it."""
-    import transformers.models.llama.modeling_llama  # noqa: F401 - the import is the probe
-
-    return "sklearn" in sys.modules
+def deferring(_) -> bool:
+    """Run inside an actor: whether its process defers (what that does: the first test)."""
+    return any(type(f).__name__ == "DeferImports" for f in sys.meta_path)
 
 
-def test_engine_and_learner_actors_are_owned_processes(tmp_path, local_ray, sklearn_installed):
+def test_engine_and_learner_actors_are_owned_processes(tmp_path, local_ray):
     from masdsl.learner.workers import LearnerWorker
     from masdsl.runtime.actors import RemoteEngine
     from masdsl.runtime.backends.replay import ReplayEngine
@@ -68,11 +69,11 @@ def test_engine_and_learner_actors_are_owned_processes(tmp_path, local_ray, skle
     replay.write_text("")
     engine = RemoteEngine(lambda: ReplayEngine(replay))
     try:
-        assert local_ray.get(engine.actor.__ray_call__.remote(import_model_code)) is False
+        assert local_ray.get(engine.actor.__ray_call__.remote(deferring)) is True
     finally:
         engine.close()
     worker = local_ray.remote(num_cpus=0)(LearnerWorker).remote(0, 1, 1)
     try:
-        assert local_ray.get(worker.__ray_call__.remote(import_model_code)) is False
+        assert local_ray.get(worker.__ray_call__.remote(deferring)) is True
     finally:
         local_ray.kill(worker)
