@@ -15,7 +15,6 @@ generation still works. It is called only where masdsl owns the process (the `ma
 the Ray actors and tasks masdsl starts: engine hosts, learner workers, sweep trials), never by
 `import masdsl` or the Python API.
 
->>> import importlib.util, sys
 >>> finder = DeferImports("masdsl_doc_absent", {"sklearn": ("sklearn.metrics", ("roc_curve",))})
 >>> finder.find_spec("another.module", None) is None
 True
