@@ -24,6 +24,7 @@ import traceback
 
 from masdsl.commands import output
 from masdsl.errors import UserError
+from masdsl.startup import start_owned_process
 
 COMMANDS = {
     "check": "parse and validate .mas files; errors with file:line:col",
@@ -186,8 +187,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def program() -> int:
     """The `masdsl` command and `python -m masdsl`: a process of masdsl's own (`masdsl.startup`)."""
-    from masdsl.startup import start_owned_process  # start-up: only the program, not `main` as a library
-
     start_owned_process()
     return main()
 

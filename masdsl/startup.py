@@ -14,54 +14,56 @@ Nothing else changes: a reward function or env that imports scikit-learn gets it
 generation still works. It is called only where masdsl owns the process (the `masdsl` command and
 the Ray actors and tasks masdsl starts: engine hosts, learner workers, sweep trials), never by
 `import masdsl` or the Python API.
-
->>> finder = DeferImports("masdsl_doc_absent", {"sklearn": ("sklearn.metrics", ("roc_curve",))})
->>> finder.find_spec("another.module", None) is None
-True
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.abc
+import importlib.util
 import sys
-from typing import Any, Mapping
+from typing import Any, NamedTuple
 
-# module -> {package made to look absent while it runs: (the module to import later, the names it took)}
-DEFERRED: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
-    "transformers.generation.candidate_generator": {"sklearn": ("sklearn.metrics", ("roc_curve",))},
-}
+
+class Deferral(NamedTuple):
+    module: str  # a module that imports `package` at its top when `package` is installed
+    package: str  # made to look absent while `module` runs
+    source: str  # where the names `module` would have taken live
+    names: tuple[str, ...]
+
+
+DEFERRALS = (Deferral("transformers.generation.candidate_generator", "sklearn", "sklearn.metrics", ("roc_curve",)),)
 
 
 def start_owned_process() -> None:
-    """In a process masdsl started itself: defer `DEFERRED` (idempotent; a module already imported
-    is left as it is)."""
-    for module, packages in DEFERRED.items():
-        if module not in sys.modules and not any(getattr(f, "module", None) == module for f in sys.meta_path):
-            sys.meta_path.insert(0, DeferImports(module, packages))
+    """In a process masdsl started itself: install `DEFERRALS` (idempotent; a module already
+    imported is left as it is)."""
+    waiting = {f.deferral.module for f in sys.meta_path if isinstance(f, DeferImports)}
+    for deferral in DEFERRALS:
+        if deferral.module not in sys.modules and deferral.module not in waiting:
+            sys.meta_path.insert(0, DeferImports(deferral))
 
 
 class DeferImports(importlib.abc.MetaPathFinder):
-    """Finds `module` through the other finders and runs it with `packages` looking absent, then
-    binds each name it would have imported from them to a function importing it on first call."""
+    """Finds the deferral's module through the other finders and runs it with the package
+    looking absent, then binds each name it would have taken to a function importing it on first call."""
 
-    def __init__(self, module: str, packages: Mapping[str, tuple[str, tuple[str, ...]]]):
-        self.module, self.packages = module, dict(packages)
+    def __init__(self, deferral: Deferral):
+        self.deferral = deferral
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != self.module:
+        if name != self.deferral.module:
             return None
         sys.meta_path.remove(self)  # one module, once
-        spec = next((s for f in sys.meta_path if hasattr(f, "find_spec")
-                     for s in [f.find_spec(name, path, target)] if s is not None), None)
+        spec = importlib.util.find_spec(name)
         if spec is not None and spec.loader is not None:
-            spec.loader = _HidingLoader(spec.loader, self.packages)
+            spec.loader = _HidingLoader(spec.loader, self.deferral)
         return spec
 
 
 class _HidingLoader(importlib.abc.Loader):
-    def __init__(self, loader: Any, packages: Mapping[str, tuple[str, tuple[str, ...]]]):
-        self.loader, self.packages = loader, packages
+    def __init__(self, loader: Any, deferral: Deferral):
+        self.loader, self.deferral = loader, deferral
 
     def __getattr__(self, name: str) -> Any:  # get_source, get_filename, ...: the real loader's
         return getattr(self.loader, name)
@@ -70,20 +72,19 @@ class _HidingLoader(importlib.abc.Loader):
         return self.loader.create_module(spec)
 
     def exec_module(self, module: Any) -> None:
-        hidden = [p for p in self.packages if p not in sys.modules]
-        for package in hidden:
-            sys.modules[package] = None  # type: ignore[assignment]
+        package = self.deferral.package
+        if package in sys.modules:  # already imported: nothing to save
+            self.loader.exec_module(module)
+            return
+        sys.modules[package] = None  # type: ignore[assignment]
         try:
             self.loader.exec_module(module)
         finally:
-            for package in hidden:
-                if sys.modules.get(package, 0) is None:
-                    del sys.modules[package]
-        for package in hidden:
-            source, names = self.packages[package]
-            for name in names:
-                if not hasattr(module, name):
-                    setattr(module, name, _on_first_call(source, name))
+            if sys.modules.get(package, 0) is None:
+                del sys.modules[package]
+        for name in self.deferral.names:
+            if not hasattr(module, name):
+                setattr(module, name, _on_first_call(self.deferral.source, name))
 
 
 def _on_first_call(source: str, name: str) -> Any:

@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 
 from masdsl.errors import UserError
 from masdsl.learner.sweep import Trial, compare, expand, markdown_table, summarise, trials
+from masdsl.startup import start_owned_process
 
 RESULTS, SPEC = "results.jsonl", "sweep.json"
 PROGRESS_EVERY_S = 60.0  # how often a running sweep says how far its trials got
@@ -49,8 +50,6 @@ def default_name(file: str, overrides: Sequence[str], seeds: Sequence[int], conf
 
 def run_trial(file: str, configs: Sequence[str], overrides: Sequence[str], run_dir: str) -> Any:
     """One trial, in a Ray worker: an ordinary training run; its `TrainResult`."""
-    from masdsl.startup import start_owned_process  # heavy imports follow: the worker is marked first
-
     start_owned_process()  # the worker runs this one trial only (`max_calls=1`)
     import masdsl  # heavy: the trial's worker loads the workflow and the learner itself
     from masdsl.config import resolve_config  # as above
