@@ -7,7 +7,8 @@ Runs one training-mode rollout (tree sampling: K candidates per (task, role, tur
 continues) of the untrained policies on the first `--tasks` train tasks, updates nothing, and
 prints per role and turn: candidates, the share that parsed, the share cut by `max_tokens`, the
 share that acted (in the games: a reward other than the -2 of no action or a failed tool
-program, i.e. a planner or a tool program that produced a parseable move list), the mean reward and the share of non-flat groups (groups
+program, i.e. a planner or a tool program that produced a parseable move list), the share with a
+positive reward (in math: a correct answer or a program printing one), the mean reward and the share of non-flat groups (groups
 whose K rewards differ: the only groups AT-GRPO learns from), then the episodes' success. A
 setting where every group is flat cannot learn, whatever the algorithm.
 
@@ -38,7 +39,7 @@ def measure(workflow: str, overrides: list[str], tasks: int, samples: int, show:
 
     wf = workflow_of(workflow)
     cfg = config_of(wf, ["tracking.enabled=false", *overrides])
-    rows = load_split(wf.data["train"])[:tasks]
+    rows = load_split(wf, "train")[:tasks]
     env = make_env(wf, cfg.sandbox)
     plan = resolve_rollout(wf, cfg)
     engines = build_engines(wf, plan)
@@ -64,9 +65,10 @@ def measure(workflow: str, overrides: list[str], tasks: int, samples: int, show:
             s["parsed"] += r.parse_ok
             s["cut"] += r.finish_reason == "length"
             s["acted"] += r.reward != NO_ACTION
+            s["rewarded"] += r.reward > 0
             s["reward"] += r.reward
     table = [{"role": role, "turn": turn, "n": int(s["n"]), "parsed": s["parsed"] / s["n"],
-              "cut": s["cut"] / s["n"], "acted": s["acted"] / s["n"], "reward": s["reward"] / s["n"],
+              "cut": s["cut"] / s["n"], "acted": s["acted"] / s["n"], "rewarded": s["rewarded"] / s["n"], "reward": s["reward"] / s["n"],
               "groups": int(s["groups"]), "nonflat": s["nonflat"] / s["groups"]}
              for (role, turn), s in sorted(stats.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
     episodes = {"episodes": len(ro.episodes), "success": sum(e.success for e in ro.episodes) / max(1, len(ro.episodes)),
@@ -75,11 +77,11 @@ def measure(workflow: str, overrides: list[str], tasks: int, samples: int, show:
 
 
 def render(table: list[dict], episodes: dict) -> str:
-    out = ["| role | turn | candidates | parsed % | cut % | acted % | mean reward | non-flat groups |",
-           "|---|--:|--:|--:|--:|--:|--:|--:|"]
+    out = ["| role | turn | candidates | parsed % | cut % | acted % | reward > 0 % | mean reward | non-flat groups |",
+           "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for r in table:
         out.append(f"| {r['role']} | {r['turn']} | {r['n']} | {100 * r['parsed']:.0f} | {100 * r['cut']:.0f} | "
-                   f"{100 * r['acted']:.0f} | {r['reward']:.3f} | {round(r['nonflat'] * r['groups'])}/{r['groups']} |")
+                   f"{100 * r['acted']:.0f} | {100 * r['rewarded']:.0f} | {r['reward']:.3f} | {round(r['nonflat'] * r['groups'])}/{r['groups']} |")
     out.append(f"\nepisodes {episodes['episodes']}, success (the best candidate continues) "
                f"{100 * episodes['success']:.0f} %, {episodes['tokens']} tokens in {episodes['wall_s']:.0f} s")
     return "\n".join(out)

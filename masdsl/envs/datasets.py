@@ -3,7 +3,7 @@ real sets the paper uses from files the user downloads (formats in docs/data.md)
 
 This module gathers them (importing it registers every bundled data source); they live in
 `masdsl.envs.code_data` (HumanEval, APPS, CodeContests, LiveCodeBench), `masdsl.envs.math_data`
-(math_small, AIME, OlympiadBench), `masdsl.envs.hf_data` (Hugging Face datasets on this machine,
+(math_small, AIME, OlympiadBench), `masdsl.envs.arith_data` (generated arithmetic word problems), `masdsl.envs.hf_data` (Hugging Face datasets on this machine,
 parquet/Arrow files) and `masdsl.envs.loading` (reading files, splitting rows).
 
 Every row is a dict with a unique string `id`; splits are "train" and "eval" (about 80/20, by
@@ -16,12 +16,13 @@ sha256 of the id), and file loaders also accept "all". `masdsl.envs.loading` tel
 
 from __future__ import annotations
 
+from masdsl.envs.arith_data import arith_words
 from masdsl.envs.code_data import (SAMPLES, apps, codecontests, decode_lcb_tests, humaneval, livecodebench,
                                    split_check)
 from masdsl.envs.hf_data import hf, parquet
 from masdsl.envs.loading import DATA_DIR, EVAL_BELOW, SPLITS, load_jsonl, split_of
 from masdsl.envs.math_data import aime, math_small, olympiadbench
 
-__all__ = ["DATA_DIR", "EVAL_BELOW", "SAMPLES", "SPLITS", "aime", "apps", "codecontests", "decode_lcb_tests",
+__all__ = ["DATA_DIR", "EVAL_BELOW", "SAMPLES", "SPLITS", "aime", "arith_words", "apps", "codecontests", "decode_lcb_tests",
            "hf", "humaneval", "livecodebench", "load_jsonl", "math_small", "olympiadbench", "parquet", "split_check",
            "split_of"]
