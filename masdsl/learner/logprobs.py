@@ -4,7 +4,9 @@
     logp, mask = shared_prefix_logprobs(model, distinct_prompts, group_of_row, responses, pad_id)
 
 What `masdsl.learner.update` trains on (and what tests and benchmarks compare with an engine's
-sampled log-probs).
+sampled log-probs). The response positions' logits are never made whole: the LM head runs on
+the final hidden states in checkpointed chunks (`masdsl.learner.logit_chunks`; `chunks=WHOLE`,
+or a model type it does not cover, takes the full-logits path).
 """
 
 from __future__ import annotations
@@ -14,14 +16,7 @@ from typing import Any, Sequence
 
 import torch
 
-
-def at_least_float32(t: Any) -> Any:
-    """`t` upcast from half precision; float32 and float64 unchanged (a float64 run stays float64).
-
-    >>> at_least_float32(torch.zeros(1, dtype=torch.bfloat16)).dtype, at_least_float32(torch.zeros(1, dtype=torch.float64)).dtype
-    (torch.float32, torch.float64)
-    """
-    return t.to(torch.promote_types(t.dtype, torch.float32))
+from masdsl.learner.logit_chunks import Chunks, at_least_float32, scoring
 
 
 def pad_rows(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int) -> tuple[Any, Any, Any, Any]:
@@ -48,25 +43,29 @@ def pad_rows(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]
     return ids, att, pos, rmask
 
 
-def sequence_logprobs(model: Any, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int) -> tuple[Any, Any]:
+def sequence_logprobs(model: Any, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int,
+                      chunks: Chunks | None = None) -> tuple[Any, Any]:
     """log pi(response token | prefix) for every response position: ([B, T], mask [B, T]).
 
-    Only the last T+1 positions' logits are computed (`logits_to_keep`), which for a 49k
-    vocabulary is most of the memory a full-length logits tensor would take.
+    Only the last T+1 positions reach the LM head (`logits_to_keep`), in chunks (`scoring`); on
+    the full-logits path they are one [B, T+1, V] tensor.
     """
     ids, att, pos, rmask = pad_rows(prompts, responses, pad_id)
     device = next(model.parameters()).device
     t = rmask.shape[1]
-    out = model(input_ids=ids.to(device), attention_mask=att.to(device), position_ids=pos.to(device),
-                logits_to_keep=t + 1, use_cache=False)
-    logits = at_least_float32(out.logits[:, :-1, :])  # position P-1+j predicts response token j
-    logp = torch.log_softmax(logits, dim=-1)
-    target = ids[:, -t:].to(device).unsqueeze(-1)
-    return logp.gather(-1, target).squeeze(-1), rmask.to(device)
+    target = ids[:, -t:].to(device)  # position P-1+j predicts response token j
+    with scoring(model, target, chunks) as chunked:
+        out = model(input_ids=ids.to(device), attention_mask=att.to(device), position_ids=pos.to(device),
+                    logits_to_keep=t + 1, use_cache=False)
+    if chunked:
+        return out.logits, rmask.to(device)
+    logp = torch.log_softmax(at_least_float32(out.logits[:, :-1, :]), dim=-1)
+    return logp.gather(-1, target.unsqueeze(-1)).squeeze(-1), rmask.to(device)
 
 
 def shared_prefix_logprobs(model: Any, prompts: Sequence[Sequence[int]], group_of_row: Sequence[int],
-                           responses: Sequence[Sequence[int]], pad_id: int, two_calls: bool = False) -> tuple[Any, Any]:
+                           responses: Sequence[Sequence[int]], pad_id: int, two_calls: bool = False,
+                           chunks: Chunks | None = None) -> tuple[Any, Any]:
     """Like `sequence_logprobs`, but each distinct prompt goes through the model once.
 
     `prompts` are the G distinct prompts, `group_of_row[i]` the prompt of response i. The
@@ -100,13 +99,18 @@ def shared_prefix_logprobs(model: Any, prompts: Sequence[Sequence[int]], group_o
         select_cache_rows(cache, idx)
         att = torch.cat([att_p.to(device)[idx], rmask[:, :-1].long() if t > 1 else torch.ones_like(resp)], dim=1)
         pos = att_p.sum(-1).to(device)[idx].unsqueeze(1) + torch.arange(n, device=device).unsqueeze(0)
-        out2 = model(input_ids=resp[:, :n], attention_mask=att, position_ids=pos, past_key_values=cache,
-                     use_cache=True)
-        logits = at_least_float32(out2.logits)  # gather - logsumexp: no second [R, T, V] tensor (log_softmax's)
+        target = resp[:, 1:] if t > 1 else resp[:, :1]  # t == 1: scored at weight 0
+        with scoring(model, target, chunks) as chunked:
+            out2 = model(input_ids=resp[:, :n], attention_mask=att, position_ids=pos, past_key_values=cache,
+                         use_cache=True)
+        if chunked:
+            rest = out2.logits
+        else:  # gather - logsumexp: no second [R, T, V] tensor (log_softmax's)
+            logits = at_least_float32(out2.logits)
+            rest = logits.gather(-1, target.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
         if t == 1:
-            return parts[0] + 0.0 * logits.sum((1, 2)).unsqueeze(1), rmask
-        picked = logits.gather(-1, resp[:, 1:].unsqueeze(-1)).squeeze(-1)
-        parts.append(picked - torch.logsumexp(logits, dim=-1))
+            return parts[0] + 0.0 * rest.sum(1, keepdim=True), rmask
+        parts.append(rest)
     return torch.cat(parts, dim=1), rmask
 
 

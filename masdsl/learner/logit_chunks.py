@@ -1,0 +1,167 @@
+"""Response log-probs from a causal LM's last hidden states, chunk by chunk: a [rows, tokens, vocab]
+logits tensor never exists for a whole micro-batch.
+
+    with scoring(model, targets) as chunked:    # targets [B, L]: the token each kept position predicts
+        out = model(..., logits_to_keep=L + 1)  # (or every position, L of them)
+    logp = out.logits if chunked else ...       # chunked: [B, L] log pi(target), float32 or wider
+
+While `scoring` is open, the model's output embedding (`get_output_embeddings()`, the LM head) is
+run on the hidden states in chunks of rows and positions: per chunk the head, `logsumexp` and the
+target's logit, and nothing else is kept. Under autograd each chunk is checkpointed
+(`torch.utils.checkpoint`), so the backward recomputes that chunk's logits instead of keeping
+them, as fused linear cross-entropy kernels do. A chunk holds about `LOGIT_CHUNK_ELEMENTS`
+logits: for Qwen2.5's 151,936-word vocabulary that is 220 tokens (134 MB in float32), where the
+whole micro-batch of 2,000 response tokens would have been 1.2 GB, kept for the backward.
+
+It works by two hooks on the head (inside the model's own forward: under FSDP the head's
+weights are gathered then, and every rank makes the same module calls). The pre-hook scores the
+chunks and hands the head an empty slice, the forward hook puts the log-probs where the logits
+would be. The hooks act only in the thread that opened `scoring` (an hf engine may sample from
+the same module in another thread). The head is called as a module, so a LoRA adapter on it and
+tied embeddings work unchanged.
+
+Models whose forward changes the logits after the head (Gemma 2 and 3: final logit
+softcapping; Cohere: `logit_scale`; Granite: `logits_scaling`) and any model type not in
+`CHUNKED_MODEL_TYPES` (each checked to return `lm_head(hidden)` as its logits) keep the
+full-logits path: `scoring` then yields False.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+LOGIT_CHUNK_ELEMENTS = 1 << 25  # logits per chunk: 128 MB in float32
+
+# Causal LMs (transformers 5.19) whose logits are `lm_head(hidden_states[:, slice_indices, :])`
+# and nothing more when no labels are given.
+CHUNKED_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen2_moe", "qwen3", "phi", "phi3", "starcoder2",
+                                 "olmo2", "smollm3", "gemma", "gpt2"})
+_SCALING_KEYS = ("final_logit_softcapping", "logit_scale", "logits_scaling")  # a post-head change
+
+
+@dataclass(frozen=True)
+class Chunks:
+    """Rows and positions of one chunk of logits (0: chosen from the vocabulary size so that a
+    chunk holds about `LOGIT_CHUNK_ELEMENTS` logits); `whole`: no chunks, the full-logits path.
+
+    >>> Chunks().sizes(vocab=151_936, rows=16, positions=128)  # 220 tokens: one row, 128 positions
+    (1, 128)
+    >>> Chunks().sizes(vocab=49_152, rows=16, positions=128)   # 682 tokens: 5 rows of 128
+    (5, 128)
+    >>> Chunks().sizes(vocab=151_936, rows=4, positions=1000)  # a long row: 220 positions at a time
+    (1, 220)
+    >>> Chunks(rows=3, positions=2).sizes(vocab=10, rows=8, positions=5)
+    (3, 2)
+    """
+
+    rows: int = 0
+    positions: int = 0
+    whole: bool = False
+
+    def sizes(self, vocab: int, rows: int, positions: int) -> tuple[int, int]:
+        if self.rows and self.positions:
+            return self.rows, self.positions
+        tokens = max(1, LOGIT_CHUNK_ELEMENTS // max(vocab, 1))
+        if positions >= tokens:
+            return 1, tokens
+        return max(1, min(rows, tokens // positions)), positions
+
+
+def at_least_float32(t: Any) -> Any:
+    """`t` upcast from half precision; float32 and float64 unchanged (a float64 run stays float64).
+
+    >>> at_least_float32(torch.zeros(1, dtype=torch.bfloat16)).dtype, at_least_float32(torch.zeros(1, dtype=torch.float64)).dtype
+    (torch.float32, torch.float64)
+    """
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
+AUTO = Chunks()
+WHOLE = Chunks(whole=True)
+# what `scoring(chunks=None)` uses: a benchmark measures the full-logits path with `LOGITS.set(WHOLE)`
+LOGITS: ContextVar[Chunks] = ContextVar("masdsl_logit_chunks", default=AUTO)
+
+
+def supports_chunks(model: Any) -> bool:
+    """Whether `model`'s logits are its output embedding's output, unchanged (see the module doc).
+
+    >>> from types import SimpleNamespace as NS
+    >>> head = lambda: torch.nn.Linear(2, 3)
+    >>> supports_chunks(NS(config=NS(model_type="qwen2"), get_output_embeddings=head))
+    True
+    >>> supports_chunks(NS(config=NS(model_type="gemma2", final_logit_softcapping=30.0), get_output_embeddings=head))
+    False
+    >>> supports_chunks(NS(config=NS(model_type="llama", logit_scale=0.5), get_output_embeddings=head))
+    False
+    """
+    config = getattr(model, "config", None)
+    if getattr(config, "model_type", None) not in CHUNKED_MODEL_TYPES:
+        return False
+    if any(getattr(config, k, None) not in (None, 1, 1.0) for k in _SCALING_KEYS):
+        return False
+    get = getattr(model, "get_output_embeddings", None)
+    return callable(get) and isinstance(get(), torch.nn.Module)
+
+
+@contextlib.contextmanager
+def scoring(model: Any, targets: Any, chunks: Chunks | None = None) -> Iterator[bool]:
+    """While open, `model(...)`'s logits are the log-probs of `targets` [B, L] at the first L kept
+    positions, computed chunk by chunk; yields False (and changes nothing) where the model or
+    `chunks` asks for the full-logits path."""
+    chunks = LOGITS.get() if chunks is None else chunks
+    if chunks.whole or not supports_chunks(model):
+        yield False
+        return
+    head = model.get_output_embeddings()
+    me, state = threading.get_ident(), {"inner": False, "logp": None}
+
+    def before(module: Any, args: tuple) -> Any:
+        if threading.get_ident() != me or state["inner"]:
+            return None
+        hidden = args[0]
+        state["logp"] = _chunked(module, hidden[:, : targets.shape[1]], targets, chunks, state)
+        return (hidden[:, :0], *args[1:])  # the head's own call: no positions, no logits
+
+    def after(module: Any, args: tuple, output: Any) -> Any:
+        if threading.get_ident() != me or state["inner"] or state["logp"] is None:
+            return None
+        logp, state["logp"] = state["logp"], None
+        return logp
+
+    handles = [head.register_forward_pre_hook(before), head.register_forward_hook(after)]
+    try:
+        yield True
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _chunked(head: Any, hidden: Any, targets: Any, chunks: Chunks, state: dict) -> Any:
+    """log pi(targets) [B, L] from `hidden` [B, L, H], one chunk of rows x positions at a time."""
+    def piece(h: Any, tgt: Any) -> Any:
+        state["inner"] = True  # the head's hooks pass this call (and its recomputation) through
+        try:
+            logits = at_least_float32(head(h))
+        finally:
+            state["inner"] = False
+        return logits.gather(-1, tgt.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+    n, length = targets.shape
+    vocab = getattr(head, "out_features", None) or head.weight.shape[0]
+    rows, positions = chunks.sizes(vocab, n, length)
+    recompute = torch.is_grad_enabled()
+    out = []
+    for r in range(0, n, rows):
+        cols = []
+        for p in range(0, length, positions):
+            h, tgt = hidden[r : r + rows, p : p + positions], targets[r : r + rows, p : p + positions]
+            cols.append(checkpoint(piece, h, tgt, use_reentrant=False) if recompute else piece(h, tgt))
+        out.append(torch.cat(cols, dim=1))
+    return torch.cat(out, dim=0)

@@ -1,0 +1,129 @@
+"""Chunked response log-probs (`masdsl.learner.logit_chunks`) equal the full-logits ones, values
+and gradients, on the plain and the shared-prefix paths, with chunks that split rows and
+positions unevenly; on an untied and a tied tiny model and a peft LoRA model (adapter on the LM
+head too). And the LM head really never sees a whole micro-batch."""
+
+from __future__ import annotations
+
+import copy
+import random
+
+import pytest
+import torch
+
+from masdsl.learner.logit_chunks import WHOLE, Chunks, scoring, supports_chunks
+from masdsl.learner.logprobs import sequence_logprobs, shared_prefix_logprobs
+
+CHUNKS = Chunks(rows=3, positions=2)  # 8 or 9 rows -> 3+3+2(+1); 5 or 6 positions -> 2+2+1(+1)
+
+
+@pytest.fixture(scope="module")
+def models(tiny_model_dir, tmp_path_factory, one_thread):
+    from peft import LoraConfig, get_peft_model
+
+    from masdsl.runtime.models import load_model
+    from masdsl.testing import build_tiny_model
+
+    untied, tok = load_model(tiny_model_dir)
+    tied, _ = load_model(build_tiny_model(tmp_path_factory.mktemp("tied") / "m", seed=1, tie_word_embeddings=True))
+    assert tied.get_output_embeddings().weight is tied.get_input_embeddings().weight
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj", "lm_head"],
+                      init_lora_weights=False)  # B != 0: the adapter changes the outputs
+    adapted = get_peft_model(copy.deepcopy(untied), lora)
+    return {"untied": untied, "tied": tied, "lora": adapted}, tok.pad_token_id
+
+
+def batch(seed: int, prompts: int, k: int):
+    rng = random.Random(seed)
+    ps = [[rng.randrange(5, 500) for _ in range(rng.randrange(3, 11))] for _ in range(prompts)]
+    group = [g for g in range(prompts) for _ in range(k)]
+    responses = [[rng.randrange(5, 500) for _ in range(rng.randrange(1, 7))] for _ in group]
+    return ps, group, responses
+
+
+def scored(model, path: str, chunks, pad: int):
+    """Log-probs, mask, and every trainable parameter's gradient of a position-weighted sum."""
+    ps, group, responses = batch(seed=4, prompts=3, k=3)
+    model.zero_grad(set_to_none=True)
+    if path == "plain":
+        lp, mask = sequence_logprobs(model, [ps[g] for g in group], responses, pad, chunks=chunks)
+    else:
+        lp, mask = shared_prefix_logprobs(model, ps, group, responses, pad, chunks=chunks)
+    weights = torch.linspace(-1.0, 2.0, lp.numel()).view_as(lp)  # each position its own weight
+    (lp * mask * weights).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    return lp.detach(), mask, grads
+
+
+@pytest.mark.parametrize("kind", ["untied", "tied", "lora"])
+@pytest.mark.parametrize("path", ["plain", "shared"])
+def test_chunked_equals_full_logits_values_and_gradients(models, kind, path):
+    by_kind, pad = models
+    model = by_kind[kind]
+    assert supports_chunks(model)
+    full, mask, full_grads = scored(model, path, WHOLE, pad)
+    chunked, mask2, grads = scored(model, path, CHUNKS, pad)
+    assert torch.equal(mask, mask2) and chunked.shape == full.shape
+    assert torch.allclose(chunked * mask, full * mask, atol=1e-5, rtol=0)
+    assert grads.keys() == full_grads.keys() and len(grads) > 0
+    if kind == "lora":
+        assert all("lora_" in n for n in grads) and any("lm_head" in n for n in grads)
+    for n, g in grads.items():
+        assert torch.allclose(g, full_grads[n], atol=1e-5, rtol=1e-4), n
+
+
+def test_the_head_never_sees_a_whole_micro_batch(models):
+    """Each call of the LM head gets at most one chunk of rows x positions, the model's own call
+    none (with the gradients' recomputation included); the full-logits path gives it all."""
+    by_kind, pad = models
+    model = by_kind["untied"]
+    head = model.get_output_embeddings()
+    seen: list[tuple[int, int]] = []
+    handle = head.register_forward_hook(lambda m, a, out: seen.append(tuple(a[0].shape[:2])))
+    try:
+        lp, mask, _ = scored(model, "plain", CHUNKS, pad)
+        chunk_calls = list(seen)
+        seen.clear()
+        scored(model, "plain", WHOLE, pad)
+    finally:
+        handle.remove()
+    rows, positions = lp.shape
+    assert (rows, 0) in chunk_calls  # the model's own call of the head: no positions
+    pieces = [s for s in chunk_calls if s[1] > 0]
+    assert max(r for r, _ in pieces) == 3 and max(p for _, p in pieces) == 2
+    assert sum(r * p for r, p in pieces) == 2 * rows * positions  # the forward, then the backward's recomputation
+    assert seen == [(rows, positions + 1)]  # logits_to_keep: the whole micro-batch at once
+
+
+def test_hooks_leave_other_threads_and_later_calls_alone(models):
+    """While `scoring` is open in one thread, the same model called from another thread (an hf
+    engine sampling) gets real logits; after it closes, so does this thread."""
+    import threading
+
+    by_kind, pad = models
+    model = by_kind["untied"]
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        ref = model(input_ids=ids).logits
+        got = {}
+        with scoring(model, ids[:, 1:], CHUNKS) as chunked:
+            t = threading.Thread(target=lambda: got.update(other=model(input_ids=ids).logits))
+            t.start()
+            t.join()
+            mine = model(input_ids=ids, logits_to_keep=4).logits
+        after = model(input_ids=ids).logits
+    assert chunked and mine.shape == (1, 3)
+    assert torch.equal(got["other"], ref) and torch.equal(after, ref)
+    assert torch.allclose(mine, torch.log_softmax(ref[:, :-1], -1).gather(-1, ids[:, 1:, None])[..., 0], atol=1e-5)
+
+
+def test_models_that_change_logits_after_the_head_keep_the_full_path(models):
+    by_kind, pad = models
+    model = copy.deepcopy(by_kind["untied"])
+    model.config.final_logit_softcapping = 30.0  # as Gemma 2 (this Llama ignores it: only the check reads it)
+    with scoring(model, torch.zeros(1, 1, dtype=torch.long)) as chunked:
+        assert not chunked
+    model.config.final_logit_softcapping = None
+    model.config.model_type = "cohere"
+    assert not supports_chunks(model)
