@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
+from masdsl.config_aliases import ecosystem_hint
 from masdsl.config_schema import NAMED_SECTIONS, Config
 from masdsl.errors import ConfigError, did_you_mean
 
@@ -41,7 +42,35 @@ def _all_keys(node: Any, prefix: str = "") -> list[str]:
     return keys
 
 
-def _unknown_key_error(key: str, schema: DictConfig) -> ConfigError:
+def _leaves(node: Any, prefix: str) -> list[str]:
+    """The dotted keys of the values under `node` (a nested mapping), `prefix` first."""
+    from omegaconf import OmegaConf  # start-up: see the top of the module
+
+    if not (isinstance(node, dict) or OmegaConf.is_dict(node)):
+        return [prefix]
+    return [leaf for k in node for leaf in _leaves(node[k], f"{prefix}.{k}")]
+
+
+def _named_key(key: str, layer: Any) -> str:
+    """The unknown `key` OmegaConf reports, or the first value under it in `layer` that another
+    library names (verl's `actor_rollout_ref.actor.optim.lr`: OmegaConf stops at `actor_rollout_ref`)."""
+    from omegaconf import OmegaConf  # start-up: see the top of the module
+
+    node = layer
+    for part in key.split("."):
+        if not (isinstance(node, dict) or OmegaConf.is_dict(node)) or part not in node:
+            return key
+        node = node[part]
+    return next((leaf for leaf in _leaves(node, key) if ecosystem_hint(leaf)), key)
+
+
+def _unknown_key_error(key: str, schema: DictConfig, layer: Any = None) -> ConfigError:
+    """`unknown config key` with a hint: another library's name first (`ecosystem_hint`), else
+    the nearest spelling."""
+    key = _named_key(key, layer) if layer is not None else key
+    hint = ecosystem_hint(key)
+    if hint is not None:
+        return ConfigError(f"unknown config key `{key}` ({hint})", key=key)
     known = _all_keys(schema)
     parts = key.split(".")
     if len(parts) >= 3 and parts[0] in NAMED_SECTIONS:
@@ -59,7 +88,7 @@ def merge(base: DictConfig, layer: Any, what: str, file: YamlFile | None = None)
     try:
         return OmegaConf.merge(base, layer)
     except ConfigKeyError as exc:
-        error = _unknown_key_error(exc.full_key or str(exc.key), base)
+        error = _unknown_key_error(exc.full_key or str(exc.key), base, layer)
         raise (file.error(error, value=False) if file else error) from None
     except (ValidationError, OmegaConfBaseException) as exc:
         # OmegaConf appends "full_key: ... reference_type=... object_type=..." lines: keep the

@@ -41,7 +41,7 @@ FIX = {
  "unbounded-cycle": "Add `max_turns N` inside `flow { }`: each role then acts at most N times per episode.",
  "template-syntax": "Fix the Jinja2 syntax on the line shown (`{% if %}` needs `{% endif %}`, `{{` needs `}}`; a filter after `|` must exist: a field is read with `.`).",
  "unknown-variable": "Prompts may use `task`, `env`, `turn`, `role`, `history` and every role name (`{{ coder.code }}`).",
- "invalid-train": "Use the keys of the run configuration (`samples`, `batch`, `steps`, `lr`, `grouping`, ... see docs/language.md#train) with values of their type.",
+ "invalid-train": "Use the keys of the run configuration (`samples`, `batch`, `steps`, `lr`, `grouping`, ... see docs/language.md#train) with values of their type. A key another RL library uses is answered with the masdsl key that does its job (`` unknown config key `train.learning_rate` (TRL's name; masdsl calls it `train.lr`) ``; the table: docs/cli.md#configuration).",
  "never-rewarded": "Give the role a `reward EXPR`, or add a `team` reward (with `alpha` > 0) that every role receives.",
  "group-size-one": "Use `samples: 2` or more; a group of one candidate has zero advantage and teaches nothing.",
  "unused-role": "Add the role to the flow, or delete it.",
