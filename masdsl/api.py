@@ -31,6 +31,7 @@ from masdsl.learner.trainer import train as _train
 from masdsl.runtime.engine_factory import build_engines, close_engines
 from masdsl.runtime.executor import Rollout
 from masdsl.runtime.executor import rollout as _rollout
+from masdsl.runtime import run_files
 from masdsl.runtime.rundir import SOURCE, RunDir
 from masdsl.runtime.inputs import load_split, make_env
 
@@ -84,6 +85,7 @@ def train(workflow: str | os.PathLike | Workflow, overrides: Sequence[str] = (),
     if not (run_dir / SOURCE).is_file():  # `masdsl export RUN_DIR` reads the workflow from here
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / SOURCE).write_text(wf.source, encoding="utf-8")
+        run_files.keep(run_dir, wf)  # and from its own copies of the files it reads
     return _train(wf, cfg, run_dir=run_dir, resume=path, on_step=on_step)
 
 

@@ -1,4 +1,4 @@
-"""`masdsl eval FILE [overrides] [--config Y] [--tasks N | --all] [--samples N] [--temperature T]
+"""`masdsl eval [FILE] [overrides] [--config Y] [--tasks N | --all] [--samples N] [--temperature T]
 [--checkpoint RUN_DIR] [--json]`.
 
 Loads and checks the workflow, resolves the configuration (defaults < `train { }` < `--config`
@@ -15,7 +15,8 @@ independent episodes per task (distinct seeds, one batch) and reports mean@N and
 pass@k for k = 1, 2, 4, ... and N; it is meant with `--temperature T > 0`
 (`train.eval_temperature`): greedy episodes of one task are identical (a warning says so).
 
-`--checkpoint RUN_DIR` (or `RUN_DIR/checkpoints/step_N`) evaluates the run's trained policies:
+`--checkpoint RUN_DIR` (or `RUN_DIR/checkpoints/step_N`) evaluates the run's trained policies
+(without FILE: on the workflow the run folder keeps, `masdsl.runtime.run_files`):
 they are exported to a temporary folder (`masdsl.learner.export`, LoRA merged) and evaluated
 as `policy.NAME.model=FOLDER`; the other settings come from the file and the overrides, as
 without it. `--json` prints `{"workflow", "run_dir", "tasks", "checkpoint", "metrics"}` on stdout
@@ -34,7 +35,8 @@ from masdsl.errors import UserError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", help="the .mas workflow")
+    p.add_argument("file", nargs="?", default=None,
+                   help="the .mas workflow (with --checkpoint RUN_DIR it may be left out: the run folder's copy)")
     _options(p)
     # REMAINDER so options may follow the overrides (`FILE a=1 --tasks 2 b=2`); split in main
     p.add_argument("overrides", nargs=argparse.REMAINDER, help="dotted config overrides, e.g. train.eval_temperature=0.7")
@@ -144,7 +146,7 @@ def main(args: argparse.Namespace) -> int:
 
     err, out = output.console(stderr=True), output.console(stderr=False)
     split_options(args)  # vLLM's logging: as quiet as `masdsl run` (vllm/environment.py), --verbose shows it
-    workflow = masdsl.load(args.file)
+    workflow = _workflow(args, masdsl.load)
     cfg = resolve_config(workflow.train, args.config, [*args.overrides, *flag_overrides(args)])
     plan = resolve_rollout(workflow, cfg)  # names, ranges and engine options, before any model loads
     if args.tasks is not None and args.tasks < 0:
@@ -170,6 +172,21 @@ def main(args: argparse.Namespace) -> int:
     else:
         out.print(table(workflow, result.metrics, result.run_dir))
     return 0
+
+
+def _workflow(args: argparse.Namespace, load: Any) -> Any:
+    """FILE's workflow; without FILE, with `--checkpoint RUN_DIR`, the workflow the run folder keeps
+    (its hash-checked copies of the source and the files it reads: `masdsl.runtime.run_files`)."""
+    if args.file is not None and "=" in args.file and not args.file.endswith(".mas"):
+        args.overrides.insert(0, args.file)  # `eval --checkpoint RUN a=1`: argparse took the override for FILE
+        args.file = None
+    if args.file is not None:
+        return load(args.file)
+    if not args.checkpoint:
+        raise UserError("masdsl eval: name the workflow file (masdsl eval FILE), or a run with --checkpoint RUN_DIR")
+    from masdsl.learner.export import find_checkpoint, run_workflow  # start-up: torch, only for --checkpoint
+
+    return run_workflow(find_checkpoint(args.checkpoint).parent.parent)
 
 
 def _evaluate(workflow: Any, cfg: Any, tasks: list[dict], checkpoint: str | None, err: Any) -> Any:

@@ -4,9 +4,11 @@ Per trained policy of the run's newest checkpoint (or of step N), a Hugging Face
 full weights as `save_pretrained` safetensors with the tokenizer, chat template and generation
 config; a LoRA policy as a PEFT adapter folder, or with `--merge` its base with the adapter
 merged in; each with a README.md model card (workflow, roles, steps, eval before/after).
-Default out: `RUN_DIR/export/step_N/<policy>/`. The workflow is the source the run folder
-keeps (`workflow.mas`); `--workflow FILE` names it when that does not load on its own (an
-`import "env.py"` relative to the original file). See `masdsl.learner.export`.
+Default out: `RUN_DIR/export/step_N/<policy>/`. The workflow is the one the run folder keeps:
+its copies of the source and of every file it reads, checked against their sha256
+(`masdsl.runtime.run_files`), so an export works after the originals moved or changed;
+`--workflow FILE` names another (a run folder of an earlier version kept only `workflow.mas`).
+See `masdsl.learner.export`.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="DIR", default=None, help="write DIR/<policy>/ (default: RUN_DIR/export/step_N/)")
     p.add_argument("--merge", action="store_true", help="LoRA policies: merge the adapter into full weights")
     p.add_argument("--workflow", metavar="FILE", default=None,
-                   help="the .mas file the run trained (default: RUN_DIR/workflow.mas)")
+                   help="the .mas file the run trained (default: the run folder's own copy, files.json)")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -172,8 +172,11 @@ def _as_written(path: str | os.PathLike, wf: Workflow) -> str:
     resolved it there, and the same workflow loaded from elsewhere (the run folder's copy, another
     checkout) must give the same part. A path outside that folder given absolute stays absolute."""
     base = wf.path.parent if wf.path is not None else Path(".")
-    rel = os.path.relpath(path, base)
-    return str(path) if Path(path).is_absolute() and rel.startswith("..") else Path(rel).as_posix()
+    p = Path(path)
+    # the compiler joined a relative path onto the folder (`base/../lib/x.py`, not normalised): so a
+    # `..` path gives the same part whether the file was loaded by an absolute or a relative name
+    joined = not p.is_absolute() or (base.is_absolute() and p.parts[: len(base.parts)] == base.parts)
+    return Path(os.path.relpath(p, base)).as_posix() if joined else str(p)
 
 
 def _flat(block: Mapping[str, Any], prefix: str):

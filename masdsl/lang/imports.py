@@ -110,6 +110,22 @@ def _recording(path: str, out: list[Registration]) -> Iterator[None]:
             setattr(REGISTRY, t, table)
 
 
+@contextlib.contextmanager
+def _beside(folder: Path) -> Iterator[None]:
+    """While a file runs, the modules beside it import (`import helper` of a `helper.py` next to
+    it), as for a script; appended, so a file named like a standard module shadows nothing. A run
+    folder keeps such modules with the file (`masdsl.runtime.run_files`), so its copy finds them."""
+    entry = str(folder)
+    added = entry not in sys.path
+    if added:
+        sys.path.append(entry)
+    try:
+        yield
+    finally:
+        if added and entry in sys.path:
+            sys.path.remove(entry)
+
+
 def registrations(path: str | Path) -> tuple[Registration, ...]:
     """What an imported file registered, in order (empty for a file not imported)."""
     return _REGISTERED.get(str(Path(path).resolve()), ())
@@ -164,7 +180,7 @@ def import_file(path: str | Path) -> ModuleType:
     sys.modules[name] = module
     out: list[Registration] = []
     try:
-        with _recording(resolved, out):
+        with _recording(resolved, out), _beside(Path(resolved).parent):
             spec.loader.exec_module(module)
     except BaseException as exc:  # noqa: BLE001 - anything the user's code raises is reported
         sys.modules.pop(name, None)

@@ -36,6 +36,7 @@ from masdsl.runtime.plan import resolve_rollout
 from masdsl.learner import checkpoint as ckpt
 from masdsl.learner.policies import Policy, load_policies
 from masdsl.runtime.models import load_model
+from masdsl.runtime import run_files
 from masdsl.runtime.rundir import SOURCE
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -55,8 +56,13 @@ def find_checkpoint(run_dir: str | os.PathLike, step: int | None = None) -> Path
 
 
 def run_workflow(run_dir: str | os.PathLike) -> Workflow:
-    """The workflow a run trained, from the source the run folder keeps (`workflow.mas`)."""
+    """The workflow a run trained, from the copies the run folder keeps (`masdsl.runtime.run_files`:
+    the source and its imports and data files, hash-checked); a folder of an earlier version: its
+    `workflow.mas`."""
     run_dir = Path(run_dir)
+    kept = run_files.load(run_dir)
+    if kept is not None:
+        return kept
     source = run_dir / SOURCE
     if not source.is_file() or not source.read_text().strip():
         raise UserError(f"`{run_dir}` has no {SOURCE}; name the workflow file (masdsl export RUN_DIR --workflow FILE)")

@@ -53,6 +53,8 @@ def train_step(session: TrainSession, state: TrainState, draw: Draw) -> dict[str
     show.status(f"step {step + 1}/{tc.steps}: update")
     t0 = time.perf_counter()
     keep = kept_rows(kept, len(records))
+    for r in records:  # one numbering (docs/concepts.md, "Step numbers"): the rollout of update N is step N
+        r.step = step + 1  # the seeds stay derived from `step`, as before: same samples, same runs
     session.sleep_engines()  # runtime.vllm_sleep_mode: the learner gets the engines' GPU memory
     try:
         updates = update_policies(session.learners, session.policies, UpdateBatch(records, adv, keep), log=show.log)

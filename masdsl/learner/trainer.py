@@ -194,7 +194,8 @@ def _strip(ev: dict[str, Any]) -> dict[str, float]:
 
 
 def _truncate_records(path: Path, step: int) -> None:
-    """Drop records of steps >= `step` (written after the checkpoint a run resumes from).
+    """Drop records of steps > `step` (written after the checkpoint a run resumes from: the
+    checkpoint of step N covers the rollouts of updates 1..N, labelled 1..N).
 
     Streams line by line into a temporary file that replaces the old one (a kill here never
     loses the records the checkpoint covers; memory stays flat however long the run was).
@@ -206,7 +207,7 @@ def _truncate_records(path: Path, step: int) -> None:
     with open(path, encoding="utf-8") as src, open(tmp, "w", encoding="utf-8") as dst:
         for line in src:
             try:
-                keep = json.loads(line)["step"] < step
+                keep = json.loads(line)["step"] <= step
             except (ValueError, KeyError, TypeError):  # blank or torn
                 continue
             if keep:

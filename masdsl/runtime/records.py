@@ -14,7 +14,7 @@ from typing import Any, Iterable, Iterator
 
 @dataclass
 class StepRecord:
-    step: int  # training step (rollout index); -1 for evaluation-only runs
+    step: int  # the update this rollout feeds (1 = the first); an eval's step (0: before training); -1: `masdsl eval`
     episode: int  # index of the episode within the rollout batch
     task_id: str
     role: str

@@ -4,6 +4,8 @@
     graph.mmd       the compiled flow as mermaid text
     config.yaml     the resolved configuration (`masdsl.config.to_yaml`)
     workflow.mas    the source text of the workflow
+    files/, files.json  the source and every local file it reads, copied, with their sha256
+                    (`masdsl.runtime.run_files`: export and eval load the workflow from them)
     summary.json    the metrics of the run (written at the end by the command)
 
 >>> import tempfile
@@ -25,6 +27,7 @@ from masdsl.config import to_yaml
 from masdsl.errors import UserError
 from masdsl.lang.graph import to_mermaid
 from masdsl.runtime.records import StepRecord, read_records, write_records
+from masdsl.runtime import run_files
 
 RECORDS = "records.jsonl"
 GRAPH = "graph.mmd"
@@ -61,6 +64,7 @@ class RunDir:
         (path / SOURCE).write_text(workflow.source or "", encoding="utf-8")
         return rd
 
+        run_files.keep(path, workflow)  # the folder works alone: export after the originals moved
     @property
     def records_path(self) -> Path:
         return self.path / RECORDS

@@ -28,10 +28,10 @@ def test_torn_last_line_is_dropped(tmp_path):
     from masdsl.runtime.records import read_records
 
     path = tmp_path / "records.jsonl"
-    good = "".join(_record(s, i) for s in range(3) for i in range(2))
-    path.write_text(good + _record(3, 0)[:40])  # killed in the middle of appending step 3
-    _truncate_records(path, 2)  # resume from the checkpoint after step index 1
-    assert [(r.step, r.episode) for r in read_records(path)] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    good = "".join(_record(s, i) for s in range(1, 4) for i in range(2))
+    path.write_text(good + _record(4, 0)[:40])  # killed in the middle of appending step 4
+    _truncate_records(path, 2)  # resume from the checkpoint of step 2: it covers the rollouts of steps 1 and 2
+    assert [(r.step, r.episode) for r in read_records(path)] == [(1, 0), (1, 1), (2, 0), (2, 1)]
 
 
 CHILD = """
@@ -53,7 +53,7 @@ def test_kill_during_truncation_keeps_the_records(tmp_path, fraction):
     path = tmp_path / "records.jsonl"
     lines = [_record(s, i, pad=1600) for s in range(10) for i in range(160)]
     path.write_text("".join(lines))
-    keep = [line for line in lines if json.loads(line)["step"] < 8]
+    keep = [line for line in lines if json.loads(line)["step"] <= 8]
     # how long a whole truncation takes here, on a copy
     probe = tmp_path / "probe.jsonl"
     probe.write_text("".join(lines))

@@ -251,7 +251,7 @@ def test_failed_step_stops_the_run_and_resume_equals_an_uninterrupted_run(wf_dir
                 rf"continue with: masdsl run {re.escape(str(wf_dir / 'wf.mas'))} --resume {shown}$")
     assert re.search(expected, message), log[-3000:]
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step_000002"]
-    assert {r["step"] for r in _records(run_dir / "records.jsonl")} == {0, 1}
+    assert {r["step"] for r in _records(run_dir / "records.jsonl")} == {1, 2}
 
     resumed = _cli(wf_dir, tmp_path / "failing", "--resume", str(run_dir))
     code, log = _finish(resumed, tmp_path / "failing")
@@ -263,7 +263,7 @@ def test_failed_step_stops_the_run_and_resume_equals_an_uninterrupted_run(wf_dir
     _same_checkpoint(_checkpoint(ref_dir, 3), _checkpoint(run_dir, 3))
     ra, rb = _records(ref_dir / "records.jsonl"), _records(run_dir / "records.jsonl")
     assert len(ra) == len(rb) > 0 and ra == rb
-    assert sorted({r["step"] for r in rb}) == [0, 1, 2]
+    assert sorted({r["step"] for r in rb}) == [1, 2, 3]
     for name in ("step_000000.jsonl", "step_000003.jsonl"):
         assert _records(ref_dir / "eval" / name) == _records(run_dir / "eval" / name)
     # training changed the weights (the comparison is not between two no-ops)
