@@ -46,7 +46,7 @@ PRESETS = {
     None: Preset('${name}_tasks("$split")', "question", "answer", "${name}_answer(output)", "task.answer",
                  "Reply with the number only."),
     "math": Preset('math_small("$split")', "question", "answer", "boxed(output)", "task.answer",
-                   "Put the final answer in \\\\boxed{}."),
+                   "Put the final answer in \\boxed{}."),  # one backslash: a prompt is raw text
     "code": Preset('humaneval("$split", max_solution_lines=2)', "prompt", "code", 'code_block(output, "python")',
                    "task.tests", "Reply with one ```python code block holding the whole function."),
 }

@@ -74,3 +74,18 @@ def test_new_workflow_trains_one_step(tiny_model_dir, tmp_path, capsys):
     assert json.loads((run_dir / "summary.json").read_text())["steps"] == 1
     records = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
     assert {r["role"] for r in records} == {"solver", "checker"}
+
+
+def test_the_math_prompt_shows_the_model_one_backslash(tmp_path):
+    """`\\boxed{}` reaches the model as written in LaTeX: a `.mas` prompt is raw text, so the
+    scaffold writes one backslash (it wrote two, and the model saw `\\\\boxed{}`)."""
+    from masdsl.runtime.prompts import prompt_variables, render
+
+    files = scaffold("m", env="math", roles=("solver",))
+    for n, t in files.items():
+        (tmp_path / n).write_text(t)
+    assert "in \\boxed{}." in files["m.mas"] and "\\\\boxed" not in files["m.mas"]
+    a = analyze(files["m.mas"], str(tmp_path / "m.mas"), tmp_path)
+    assert a.workflow is not None, render_all(a.diagnostics, a.sources)
+    shown = render(a.workflow.roles["solver"].prompt, prompt_variables({"question": "1 + 1?"}, {}, 0, "solver", {}, []))
+    assert shown.endswith("Put the final answer in \\boxed{}.") and "\\\\" not in shown, shown
