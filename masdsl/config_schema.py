@@ -30,6 +30,9 @@ class TrainConfig:
     drop_lowest_groups: float = 0.0  # leave out this fraction of groups, lowest mean reward first (paper's code/math: 0.3)
     dynamic_sampling: int = 0  # DAPO's dynamic sampling: draw more tasks until a step holds this many non-flat groups; 0: off
     dynamic_sampling_rounds: int = 3  # ... but at most this many rollouts of `batch` tasks per step
+    # role -> share in (0, 1]: dynamic sampling also draws until the step holds that role's quota of
+    # non-flat groups, ceil(share x the role's groups in the step's first rollout); {}: off
+    dynamic_sampling_roles: dict[str, float] = field(default_factory=dict)
     master_weights: str = "float32"  # float32: fp32 weights and AdamW state, runtime.dtype compute | compute: all in runtime.dtype
     max_grad_norm: float = 1.0
     weight_decay: float = 0.0
@@ -119,6 +122,7 @@ class SampleOverride:
     stop: Optional[list[str]] = None
     seed: Optional[int] = None
     repetition_penalty: Optional[float] = None
+    samples: Optional[int] = None  # this role's K (candidates per decision in training) instead of `train.samples`
 
 
 @dataclass
@@ -141,6 +145,7 @@ SAMPLE_RANGES = {  # `sample { }` / `sample.<role>` key: (test, what it must be)
     "min_p": (lambda v: 0 <= v <= 1, "in [0, 1] (0: off)"),
     "repetition_penalty": (lambda v: v > 0, "positive (1: off)"),
     "seed": (lambda v: isinstance(v, int) and v >= 0, "a whole number of at least 0"),
+    "samples": (lambda v: isinstance(v, int) and v >= 1, "a whole number of at least 1"),
 }
 
 
@@ -149,6 +154,15 @@ SAMPLE_RANGES = {  # `sample { }` / `sample.<role>` key: (test, what it must be)
 # other numeric problems); the learner's implementations are keyed by them.
 GROUPINGS = ("at", "agent", "turn", "trajectory")  # masdsl.learner.grouping implements each
 LOSSES = ("grpo",)  # masdsl.learner.losses implements each
+# A role's `advantage NAME` (masdsl.learner.advantages implements each): name -> what it computes
+ADVANTAGES = {
+    "grpo": "(r - group mean) / (group std + 1e-6): GRPO, the default",
+    "drgrpo": "r - group mean: Dr. GRPO, no division by the group's std",
+    "rloo": "r - the mean of the group's other members: RLOO's leave-one-out baseline",
+    "grpo_agent_norm": "(r - group mean) / (std of the role's rewards in the step + 1e-6): Dr. MAS's per-agent scale",
+}
+DEFAULT_ADVANTAGE = "grpo"
+ADVANTAGE_MIN_K = {"rloo": 2}  # candidates per group an estimator needs (the others: 1)
 OLD_LOGPROBS = ("auto", "engine", "trainer")
 MASTER_WEIGHTS = ("float32", "compute")
 ENGINES = ("auto", "vllm", "hf", "replay")
@@ -199,6 +213,12 @@ def train_problems(tc: TrainConfig) -> list[str]:
         out.append(f"`train.max_grad_norm` must be positive; got {tc.max_grad_norm}")
     if tc.micro_batch_tokens < 1:
         out.append(f"`train.micro_batch_tokens` must be at least 1; got {tc.micro_batch_tokens}")
+    for role, share in (tc.dynamic_sampling_roles or {}).items():
+        if not 0 < share <= 1:
+            out.append(f"`train.dynamic_sampling_roles.{role}` must be a share in (0, 1]; got {share}")
+    if tc.dynamic_sampling_roles and tc.grouping not in ("at", "agent"):
+        out.append(f"`train.dynamic_sampling_roles` counts each role's groups; `train.grouping={tc.grouping}` "
+                   "mixes roles in a group: use `at` or `agent`")
     if tc.grouping == "trajectory" and tc.samples < 2:
         out.append("`train.grouping=trajectory` needs `train.samples` >= 2 episodes per task to compare")
     return out

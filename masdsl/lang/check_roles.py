@@ -1,5 +1,5 @@
 """Checker rules for policies and roles: `policy NAME { ... }` keys, and each `role`'s one
-`policy`, one `prompt`, optional `system`/`reward`/`sample` lines and its `parse` fields.
+`policy`, one `prompt`, optional `system`/`reward`/`sample`/`advantage` lines and its `parse` fields.
 
 `SAMPLE_KEYS` are the options a `sample { }` block accepts (also what `masdsl.config` and the
 executor accept); `RESERVED` the names a role cannot take.
@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from masdsl.config import SAMPLE_RANGES  # shared with the config's `sample.<role>` overrides
+from masdsl.config_schema import ADVANTAGE_MIN_K, ADVANTAGES
 from masdsl.lang import ast as A
 from masdsl.lang.context import ANY, BOOL, LIST, NUMBER, STR, Ctx
 from masdsl.lang.context import ticks as _ticks
@@ -21,7 +22,8 @@ from masdsl.errors import did_you_mean
 RESERVED = {"start", "end", "task", "env", "turn", "output", "role", "history", "ok", "true", "false",
             "and", "or", "not", "when"}
 SAMPLE_KEYS = {"temperature": "number", "top_p": "number", "top_k": "number", "min_p": "number",
-               "max_tokens": "number", "stop": "list", "seed": "number", "repetition_penalty": "number"}
+               "max_tokens": "number", "stop": "list", "seed": "number", "repetition_penalty": "number",
+               "samples": "number"}
 POLICY_KEYS = {"model": "str", "lora": "block", "frozen": "bool", "chat_template_kwargs": "block"}
 
 
@@ -87,6 +89,28 @@ def _once(c: Ctx, role: A.RoleDecl, kind: type, word: str, required: bool) -> An
     return items[0] if items else None
 
 
+def _check_advantage(c: Ctx, role: A.RoleDecl) -> None:
+    """`advantage NAME`: a known estimator, and the K the file sets (the role's `sample { samples }`,
+    else `train { samples }`) as large as the estimator needs (an override is the run plan's to check)."""
+    item = _once(c, role, A.RoleAdvantage, "advantage", required=False)
+    if item is None:
+        return
+    name, who = item.name.name, role.name.name
+    if name not in ADVANTAGES:
+        c.error("unknown-estimator", f"role `{who}` names an unknown advantage estimator `{name}`", item.name.span,
+                label="not an estimator", notes=(f"estimators: {_ticks(ADVANTAGES)}",),
+                help=did_you_mean(name, ADVANTAGES) or "leave the line out for `grpo`, the default")
+        return
+    need = ADVANTAGE_MIN_K.get(name, 1)
+    own = next((x.block.get("samples") for x in role.of(A.RoleSample) if x.block.get("samples")), None)
+    samples = own or (c.module.trains[0].block.get("samples") if c.module.trains else None)
+    k = samples.value.value if samples is not None and isinstance(samples.value, A.Value) else None
+    if isinstance(k, int) and not isinstance(k, bool) and k < need:
+        c.error("estimator-group-size", f"`advantage {name}` needs groups of at least {need} candidates; `samples` is {k}",
+                item.name.span, label=f"needs K >= {need}", related=((samples.value.span, "K set here"),),
+                help=f"use `samples: {need}` or more, or an estimator that takes a group of one (`grpo`, `drgrpo`)")
+
+
 def check_roles(c: Ctx) -> None:
     """Role names unique and not reserved; each role has one `policy` (declared) and one
     `prompt`; parse names unique; `sample` keys known."""
@@ -113,6 +137,7 @@ def check_roles(c: Ctx) -> None:
         if sample is not None:
             _check_block_keys(c, sample.block, SAMPLE_KEYS, "`sample`", strict=True)
             _check_sample_ranges(c, sample.block)
+        _check_advantage(c, r)
         fields = {"output": STR, "ok": BOOL}
         for p in r.of(A.RoleParse):
             fname = p.name.name

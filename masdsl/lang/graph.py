@@ -4,8 +4,8 @@ the trainer will form, and renderings of the flow (ascii, mermaid, dot).
 >>> wf = demo_workflow()
 >>> role_turns(wf)
 {'coder': [0, 1], 'tester': [0, 1]}
->>> [(g.role, g.turn, g.size) for g in predicted_groups(wf, 4)]
-[('coder', 0, 4), ('coder', 1, 4), ('tester', 0, 4), ('tester', 1, 4)]
+>>> [(g.role, g.turn, g.size, g.advantage) for g in predicted_groups(wf, 4)]
+[('coder', 0, 4, 'grpo'), ('coder', 1, 4, 'grpo'), ('tester', 0, 4, 'grpo'), ('tester', 1, 4, 'grpo')]
 >>> print(to_mermaid(wf).splitlines()[5])
   n0 --> n2
 >>> 'coder -> tester' in to_dot(wf).replace('"', '')
@@ -75,6 +75,7 @@ class Group:
     policy: str
     size: int  # candidates per group (K)
     trains: bool  # False when the role's policy is frozen
+    advantage: str = "grpo"  # the role's advantage estimator (its `advantage` line)
 
 
 def predicted_groups(wf: Workflow, samples: int, policies: Mapping[str, PolicySpec] | None = None) -> list[Group]:
@@ -86,7 +87,9 @@ def predicted_groups(wf: Workflow, samples: int, policies: Mapping[str, PolicySp
         spec = wf.roles.get(role)
         policy = spec.policy if spec else "?"
         frozen = policies[policy].frozen if policy in policies else False
-        out += [Group(role, t, policy, samples, not frozen) for t in turns]
+        k = int((spec.sample or {}).get("samples", samples)) if spec else samples  # a role's own K
+        advantage = spec.advantage if spec else "grpo"
+        out += [Group(role, t, policy, k, not frozen, advantage) for t in turns]
     return out
 
 
@@ -120,8 +123,8 @@ def groups_table(wf: Workflow, samples: int | None = None, policies: Mapping[str
     policies = wf.policies if policies is None else policies
     groups = predicted_groups(wf, k, policies)
     lines = [f"AT-GRPO groups of one episode (K = {k} candidates each, keyed by task, role, turn):"]
-    rows = [["role", "turn", "policy", "group size", "trains"]]
-    rows += [[g.role, str(g.turn), g.policy, str(g.size), "yes" if g.trains else "no (frozen)"] for g in groups]
+    rows = [["role", "turn", "policy", "group size", "trains", "advantage"]]
+    rows += [[g.role, str(g.turn), g.policy, str(g.size), "yes" if g.trains else "no (frozen)", g.advantage] for g in groups]
     lines += ["  " + r for r in _table(rows)]
     lines.append(f"groups per episode: at most {len(groups)}" + (" (every group has one candidate: advantage 0)" if k == 1 else ""))
     lines.append("policies (roles sharing a policy share its weights):")

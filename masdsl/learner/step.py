@@ -13,18 +13,26 @@ advantage), another batch of tasks is drawn and rolled out, up to `train.dynamic
 rollouts in all; the update then trains on every group collected. Tasks already in the step
 are skipped, so a group key (task, role, turn) never spans two rollouts. The metrics
 `dynamic/rounds` and `dynamic/tasks` count what it drew.
+
+`train.dynamic_sampling_roles = {role: share}` asks the same per role: the step also draws until
+each named role holds its quota of non-flat groups, `ceil(share x that role's groups in the
+step's first rollout)` (a batch's worth). Counted over all roles, a tool whose groups are all
+flat is hidden by a planner whose groups differ; named, it draws (`dynamic/<role>/nonflat`
+counts the role's non-flat groups at the end).
 """
 
 from __future__ import annotations
 
+import math
 import time
+from collections import Counter
 from typing import Any, Callable, Mapping, Sequence
 
 from masdsl.lang.workflow import Workflow
 from masdsl.learner.advantages import compute_advantages, select_groups
 from masdsl.learner.checkpoint import TrainState
 from masdsl.learner.grouping import Group, group_records, rollout_shape
-from masdsl.learner.metrics import step_metrics
+from masdsl.learner.metrics import role_metrics, step_metrics
 from masdsl.learner.learners import update_policies
 from masdsl.learner.session import TrainSession
 from masdsl.learner.update import UpdateBatch
@@ -45,16 +53,17 @@ def train_step(session: TrainSession, state: TrainState, draw: Draw) -> dict[str
     roll, groups, cursor, rounds = sample_batch(session, step, draw, state.cursor)
     t_roll = time.perf_counter() - t0
     records = roll.records
+    for r in records:  # one numbering (docs/concepts.md, "Step numbers"): the rollout of update N is step N
+        r.step = step + 1  # the seeds stay derived from `step`, as before: same samples, same runs
     write_records(session.run_dir / RECORDS, records)
     # score: advantages within each (task, role, turn) group
-    adv, gstats = compute_advantages(groups, len(records))
+    adv, gstats = compute_advantages(groups, len(records), estimators=session.plan.advantages,
+                                     roles=[r.role for r in records])
     kept = select_groups(groups, drop_flat=tc.drop_flat_groups, drop_lowest=tc.drop_lowest_groups)
     # update each policy on its own roles' samples
     show.status(f"step {step + 1}/{tc.steps}: update")
     t0 = time.perf_counter()
     keep = kept_rows(kept, len(records))
-    for r in records:  # one numbering (docs/concepts.md, "Step numbers"): the rollout of update N is step N
-        r.step = step + 1  # the seeds stay derived from `step`, as before: same samples, same runs
     session.sleep_engines()  # runtime.vllm_sleep_mode: the learner gets the engines' GPU memory
     try:
         updates = update_policies(session.learners, session.policies, UpdateBatch(records, adv, keep), log=show.log)
@@ -63,8 +72,12 @@ def train_step(session: TrainSession, state: TrainState, draw: Draw) -> dict[str
     metrics = step_metrics(records, roll.episodes, gstats, updates, kept_groups=len(kept),
                            tokens=roll.tokens_generated, rollout_s=t_roll, update_s=time.perf_counter() - t0,
                            kl_on=tc.kl_coef > 0)
+    metrics.update(role_metrics(records, roll.episodes, groups, adv))
     metrics["dynamic/rounds"] = float(rounds)
     metrics["dynamic/tasks"] = float(len({e.task_id for e in roll.episodes}))
+    per_role = nonflat_by_role(groups, records)
+    for role in tc.dynamic_sampling_roles or {}:
+        metrics[f"dynamic/{role}/nonflat"] = float(per_role[role])
     state.step, state.cursor = step + 1, cursor
     state.history.append({"step": state.step, **metrics})
     return metrics
@@ -74,9 +87,9 @@ def sample_batch(session: TrainSession, step: int, draw: Draw, cursor: int) -> t
     """The step's rollout and its groups: one batch, or more under dynamic sampling; also the
     cursor after the tasks drawn and the number of rollouts."""
     tc, show = session.plan.train, session.show
-    parts: list[Rollout] = []
+    roll: Rollout | None = None
     seen: set[Any] = set()
-    rounds, groups = 0, []
+    rounds, groups, quotas = 0, [], {}
     while True:
         tasks, cursor = draw(cursor)
         tasks = [t for t in tasks if _task_key(t) not in seen]
@@ -84,16 +97,55 @@ def sample_batch(session: TrainSession, step: int, draw: Draw, cursor: int) -> t
         rounds += 1
         label = f"step {step + 1}/{tc.steps}: rollout" + (f" ({rounds})" if rounds > 1 else "")
         n_episodes = len(tasks) * rollout_shape(tc.grouping, tc.samples)[1]
-        parts.append(collect(session.workflow, session.env, tasks, session.engines, session.plan, step,
-                             progress=show.counter(label, n_episodes), repeat=rounds - 1))
-        roll = merge_rollouts(parts) if len(parts) > 1 else parts[0]
+        part = collect(session.workflow, session.env, tasks, session.engines, session.plan, step,
+                       progress=show.counter(label, n_episodes), repeat=rounds - 1)
+        # merged once each: merge_rollouts renumbers the later part's episodes in place
+        roll = part if roll is None else merge_rollouts([roll, part])
         groups = group_records(roll.records, tc.grouping)
-        nonflat = sum(len(set(g.rewards)) > 1 for g in groups)
-        if not tc.dynamic_sampling or nonflat >= tc.dynamic_sampling or rounds >= tc.dynamic_sampling_rounds:
+        if rounds == 1:
+            quotas = role_quotas(groups, roll.records, tc.dynamic_sampling_roles or {})
+        missing = shortfall(groups, roll.records, tc.dynamic_sampling, quotas)
+        if not missing or rounds >= tc.dynamic_sampling_rounds:
             return roll, groups, cursor, rounds
-        show.log(f"step {step + 1}: {nonflat} non-flat groups of {tc.dynamic_sampling} wanted; drawing "
-                 f"{tc.batch} more tasks (dynamic sampling, rollout {rounds + 1} of at most "
-                 f"{tc.dynamic_sampling_rounds})")
+        show.log(f"step {step + 1}: {'; '.join(missing)}; drawing {tc.batch} more tasks (dynamic sampling, "
+                 f"rollout {rounds + 1} of at most {tc.dynamic_sampling_rounds})")
+
+
+def nonflat_by_role(groups: Sequence[Group], records: Sequence[Any]) -> Counter:
+    """Non-flat groups (rewards differ) per role; a group's role is its first record's."""
+    return Counter(records[g.indices[0]].role for g in groups if len(set(g.rewards)) > 1)
+
+
+def role_quotas(groups: Sequence[Group], records: Sequence[Any], shares: Mapping[str, float]) -> dict[str, int]:
+    """Each named role's quota of non-flat groups: `ceil(share x its groups in this rollout)`.
+
+    >>> from types import SimpleNamespace as R
+    >>> recs = [R(role="tool"), R(role="tool"), R(role="planner")]
+    >>> gs = [Group(("t", "tool", 0), ((0,),), (0.0,)), Group(("u", "tool", 0), ((1,),), (0.0,)),
+    ...       Group(("t", "planner", 0), ((2,),), (0.0,))]
+    >>> role_quotas(gs, recs, {"tool": 0.25, "planner": 1.0})
+    {'tool': 1, 'planner': 1}
+    """
+    counts = Counter(records[g.indices[0]].role for g in groups)
+    return {role: math.ceil(share * counts[role] - 1e-9) for role, share in shares.items()}
+
+
+def shortfall(groups: Sequence[Group], records: Sequence[Any], wanted: int, quotas: Mapping[str, int]) -> list[str]:
+    """What the step still lacks for dynamic sampling (empty: enough): `wanted` non-flat groups
+    of all roles, and each role's quota of its own.
+
+    >>> from types import SimpleNamespace as R
+    >>> recs = [R(role="tool"), R(role="tool"), R(role="planner"), R(role="planner")]
+    >>> gs = [Group(("t", "tool", 0), ((0,), (1,)), (1.0, 1.0)), Group(("t", "planner", 0), ((2,), (3,)), (0.0, 1.0))]
+    >>> shortfall(gs, recs, 1, {"tool": 1})
+    ['0 non-flat `tool` groups of 1 wanted']
+    >>> shortfall(gs, recs, 2, {"planner": 1})
+    ['1 non-flat groups of 2 wanted']
+    """
+    per_role = nonflat_by_role(groups, records)
+    out = [f"{sum(per_role.values())} non-flat groups of {wanted} wanted"] if sum(per_role.values()) < wanted else []
+    return out + [f"{per_role[role]} non-flat `{role}` groups of {quota} wanted"
+                  for role, quota in quotas.items() if per_role[role] < quota]
 
 
 def _task_key(task: Mapping[str, Any]) -> Any:

@@ -129,6 +129,11 @@ class RunState:
     samples: dict[str, dict[str, Any]] = field(default_factory=dict)  # role -> effective `sample { }`
     chat_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)  # policy -> chat_template_kwargs
 
+    def k_of(self, role: str) -> int:
+        """Candidates per step of `role`: its own `samples` (K) in a training rollout, else `k`."""
+        own = self.samples.get(role, {}).get("samples") if self.mode == "train" else None
+        return self.k if own is None else int(own)
+
     def error(self, message: str) -> None:
         """Tally a failing expression or env step (logged the first time it is seen)."""
         if message not in self.errors:

@@ -66,7 +66,8 @@ def rollout(
     on_env_failure: Literal["score", "fail"] = "fail",
     repeats: int = 1,
 ) -> Rollout:
-    """Run one episode per task; `samples` candidates per role step in training, one in eval.
+    """Run one episode per task; `samples` candidates per role step in training (a role whose
+    `sample { }` sets its own `samples` gets that many), one in eval.
 
     `engines`: {policy: `Engine`} (an object with only `generate` is taken too, see
     `backends.base.as_engine`). `repeats` N > 1 runs N independent episodes of every task, all
@@ -89,7 +90,7 @@ def rollout(
     run = RunState(workflow, env, as_engines(engines), plan, mode, k, step, seed, None,
                    fail_on_env=on_env_failure == "fail", samples={name: dict(s) for name, s in plan.samples.items()},
                    chat_kwargs={name: dict(p.chat_template_kwargs or {}) for name, p in plan.policies.items()})
-    run.pool = pool = make_pool(env, plan.runtime, plan.sandbox, k)
+    run.pool = pool = make_pool(env, plan.runtime, plan.sandbox, max(run.k_of(name) for name in workflow.roles))
     n_tasks = len(tasks)
     results: list[EpisodeResult | None] = [None] * (n_tasks * int(repeats))
     records: list[StepRecord] = []

@@ -333,7 +333,8 @@ def recipe_from_plan(name: str, plan: RunPlan, workflow: Workflow, hardware: Har
     tc, rt = plan.train, plan.runtime
     return Recipe(
         name, hardware, policies=len(trained), roles_per_policy=max(len(rs) for rs in roles.values()),
-        parallel_roles=parallel, turns=workflow.max_turns or 1, batch=tc.batch, samples=tc.samples,
+        parallel_roles=parallel, turns=workflow.max_turns or 1, batch=tc.batch,
+        samples=max(int(plan.samples[x].get("samples", tc.samples)) for x in workflow.roles),
         prompt_tokens=rt.max_prompt_tokens, response_tokens=longest, mini_batch_size=tc.mini_batch_size,
         ppo_epochs=tc.ppo_epochs, micro_batch_tokens=tc.micro_batch_tokens,
         gradient_checkpointing=tc.gradient_checkpointing,

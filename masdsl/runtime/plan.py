@@ -38,7 +38,8 @@ from typing import Any, Mapping, Sequence
 
 from masdsl.config import (ALL_ROLES, Config, ConfigError, RuntimeConfig, SandboxConfig, TrackingConfig, TrainConfig,
                            check_names, policy_override, train_problems)
-from masdsl.errors import UserError
+from masdsl.config_schema import ADVANTAGE_MIN_K
+from masdsl.errors import UserError, did_you_mean
 from masdsl.lang.workflow import PolicySpec, Workflow
 from masdsl.runtime.models import model_problem
 from masdsl.runtime.placement import REPLAY_CANNOT_TRAIN, Placement, engine_problems, plan_placement
@@ -66,6 +67,7 @@ class RunPlan:
     samples: Mapping[str, Mapping[str, Any]]  # role -> its `sample { }` settings after `sample.*` overrides
     max_model_len: int  # an evaluation engine's context: runtime.max_prompt_tokens + the longest max_tokens
     placement: Placement  # per policy: its engine and its learner
+    advantages: Mapping[str, str] = dataclasses.field(default_factory=dict)  # role -> its `advantage` estimator
 
     @property
     def train(self) -> TrainConfig:
@@ -92,6 +94,8 @@ class RunPlan:
         out = ["placement (engines and learners per policy):", *("  " + line for line in self.placement.lines()),
                "sampling per role (the file's sample { } with the overrides):"]
         out += [f"  {role}: {json.dumps(dict(s), sort_keys=True)}" for role, s in self.samples.items()]
+        out.append("advantage estimator per role (its `advantage` line; grpo when it has none):")
+        out += [f"  {role}: {name}" for role, name in self.advantages.items()]
         out.append(f"engine context: max_model_len {self.max_model_len} (runtime.max_prompt_tokens + the longest max_tokens)")
         return out
 
@@ -135,13 +139,15 @@ def _plan(workflow: Workflow, cfg: Config, specs: dict[str, PolicySpec]) -> RunP
     samples = {role: role_sample(workflow, cfg, role) for role in workflow.roles}
     longest = max((int(s.get("max_tokens", DEFAULT_MAX_TOKENS)) for s in samples.values()), default=DEFAULT_MAX_TOKENS)
     return RunPlan(config=cfg, policies=specs, samples=samples, max_model_len=int(cfg.runtime.max_prompt_tokens) + longest,
-                   placement=plan_placement(workflow, specs, cfg.runtime))
+                   placement=plan_placement(workflow, specs, cfg.runtime),
+                   advantages={role: spec.advantage for role, spec in workflow.roles.items()})
 
 
 def run_problems(workflow: Workflow, cfg: Config, specs: Mapping[str, PolicySpec]) -> list[str]:
     """Every reason `masdsl run` would refuse to start (empty when there is none)."""
     rt = cfg.runtime
-    errors = train_problems(cfg.train) + engine_problems(rt)
+    errors = train_problems(cfg.train) + engine_problems(rt) + role_problems(workflow, cfg)
+    errors += advantage_problems(workflow, cfg)
     if rt.engine == "replay":
         errors.append(REPLAY_CANNOT_TRAIN)
     if rt.learner_workers < 0:
@@ -166,6 +172,68 @@ def run_problems(workflow: Workflow, cfg: Config, specs: Mapping[str, PolicySpec
     except UserError as exc:  # a malformed tracking.uri: refused now, not after the models load
         errors.append(str(exc))
     return errors
+
+
+def role_problems(workflow: Workflow, cfg: Config) -> list[str]:
+    """What the `train` section says about roles: `train.dynamic_sampling_roles` names roles of the
+    workflow, and a role's own K (`samples` in its `sample { }`) needs a tree-sampling grouping.
+
+    >>> import masdsl
+    >>> from masdsl.config import resolve_config
+    >>> wf = masdsl.load("workflows/coder_tester.mas")
+    >>> role_problems(wf, resolve_config(overrides=["train.dynamic_sampling_roles={codr: 0.5}"]))
+    ['`train.dynamic_sampling_roles`: the workflow has no role `codr` (did you mean `coder`?); roles: coder, tester']
+    >>> role_problems(wf, resolve_config(overrides=["sample.coder.samples=8", "train.grouping=trajectory"]))[0][:56]
+    '`sample.coder.samples=8`: a role of its own K needs tree'
+    """
+    out = []
+    for role in cfg.train.dynamic_sampling_roles or {}:
+        if role not in workflow.roles:
+            hint = did_you_mean(role, workflow.roles)
+            out.append(f"`train.dynamic_sampling_roles`: the workflow has no role `{role}`" + (f" ({hint})" if hint else "")
+                       + f"; roles: {', '.join(workflow.roles)}")
+    if cfg.train.grouping == "trajectory":  # K there is episodes per task, one for every role
+        for role in workflow.roles:
+            k = role_sample(workflow, cfg, role).get("samples")
+            if k is not None:
+                out.append(f"`sample.{role}.samples={k}`: a role of its own K needs tree sampling; "
+                           "`train.grouping=trajectory` runs `train.samples` whole episodes per task")
+    return out
+
+
+def advantage_problems(workflow: Workflow, cfg: Config) -> list[str]:
+    """The roles' `advantage` estimators under the run's K and grouping (`masdsl check` already
+    refused what the file alone decides, with its location): an estimator needing more candidates
+    than the role's K (its `sample.<role>.samples`, else `train.samples`), and, where a group
+    mixes roles (`turn`, `trajectory` grouping), roles whose estimators differ or one that scales
+    by its role's statistics.
+
+    >>> from types import SimpleNamespace
+    >>> from masdsl.config import resolve_config
+    >>> from masdsl.lang.workflow import RoleSpec
+    >>> wf = SimpleNamespace(roles={"a": RoleSpec("a", "p", "", advantage="rloo"), "b": RoleSpec("b", "p", "")})
+    >>> advantage_problems(wf, resolve_config(overrides=["train.samples=1"]))[0]
+    'role `a`: `advantage rloo` needs groups of at least 2 candidates; its K (`train.samples`) is 1'
+    >>> advantage_problems(wf, resolve_config(overrides=["train.grouping=turn"]))[0][:60]
+    '`train.grouping=turn` puts several roles in one group, but t'
+    """
+    out, tc = [], cfg.train
+    names = {role: spec.advantage for role, spec in workflow.roles.items()}
+    for role, name in names.items():
+        own = role_sample(workflow, cfg, role).get("samples")
+        k, where = (tc.samples, "`train.samples`") if own is None else (own, f"`sample.{role}.samples`")
+        if k < ADVANTAGE_MIN_K.get(name, 1):
+            out.append(f"role `{role}`: `advantage {name}` needs groups of at least {ADVANTAGE_MIN_K[name]} "
+                       f"candidates; its K ({where}) is {k}")
+    if tc.grouping in ("turn", "trajectory"):
+        if len(set(names.values())) > 1:
+            listed = ", ".join(f"{r} {n}" for r, n in names.items())
+            out.append(f"`train.grouping={tc.grouping}` puts several roles in one group, but the roles name different "
+                       f"advantage estimators ({listed}); name one for all, or use grouping at or agent")
+        elif "grpo_agent_norm" in names.values():
+            out.append(f"`advantage grpo_agent_norm` scales each group by its role's statistics, but "
+                       f"`train.grouping={tc.grouping}` puts several roles in one group; use grouping at or agent")
+    return out
 
 
 def effective_policies(workflow: Workflow, cfg: Config) -> dict[str, PolicySpec]:

@@ -38,7 +38,7 @@ def request_for(ep: Episode, role: RoleSpec, turn: int, ids: list[int], run: Run
         base = derive_seed(base, int(sample["seed"]), "", "sample.seed", 0)
     return GenRequest(
         prompt_ids=ids,
-        n=run.k,
+        n=run.k_of(role.name),
         temperature=float(temperature),
         top_p=float(sample.get("top_p", 1.0)),
         max_tokens=int(sample.get("max_tokens", DEFAULT_MAX_TOKENS)),

@@ -79,3 +79,98 @@ def test_settings_are_range_checked():
         resolve_config(wf.train, overrides=["train.dynamic_sampling_rounds=0"])
     with pytest.raises(ConfigError, match="dynamic_sampling"):
         resolve_config(wf.train, overrides=["train.dynamic_sampling=-1"])
+
+
+# -- per role (`train.dynamic_sampling_roles`) and a role's own K (`sample { samples: K }`) ------------
+
+
+def toy_roles(namer: str, copier: str):
+    """The toy with the namer's reward `namer` and the copier's `copier` (no team reward)."""
+    text = (TOY / "toy_digits.mas").read_text()
+    text = text.replace("reward same(digit, task.target)", f"reward {namer}")
+    text = text.replace("reward same(digit, namer.digit)", f"reward {copier}")
+    text = text.replace("team    same(namer.digit, task.target) and same(copier.digit, task.target)\n", "")
+    text = text.replace("max_tokens: 1", "max_tokens: 4")
+    return masdsl.loads(text, name="toy_dynamic_roles", base_dir=TOY)
+
+
+def nonflat_per_round(records, role: str, batch: int = 5) -> list[int]:
+    """Non-flat groups of `role` in each rollout of the step (rollout i holds episodes [5i, 5i + 5))."""
+    rewards: dict = {}
+    for r in records:
+        if r.role == role:
+            rewards.setdefault((r.episode // batch, r.task_id, r.turn), set()).add(r.reward)
+    rounds = 1 + max(k[0] for k in rewards)
+    return [sum(len(v) > 1 for k, v in rewards.items() if k[0] == i) for i in range(rounds)]
+
+
+def test_a_named_flat_role_draws_where_the_all_role_count_does_not(tiny_model_dir, tmp_path):
+    """The namer's reward is constant (every namer group flat), the copier's is dense: counted
+    over all roles one rollout is enough; naming the namer draws again, and stops at the cap."""
+    wf = toy_roles("0", "len(output)")
+    h_all, _ = run(wf, tiny_model_dir, tmp_path / "all", "train.dynamic_sampling=1")
+    assert h_all["dynamic/rounds"] == 1
+    h, records = run(wf, tiny_model_dir, tmp_path / "named", "train.dynamic_sampling_roles={namer: 0.2}",
+                     "train.dynamic_sampling_rounds=3")
+    assert h["dynamic/rounds"] == 3 and h["dynamic/tasks"] == 15  # the cap: 3 rollouts of 5 tasks
+    assert h["dynamic/namer/nonflat"] == 0.0
+    assert nonflat_per_round(records, "namer") == [0, 0, 0]
+    assert sum(nonflat_per_round(records, "copier")) > 0
+
+
+def test_a_named_role_fills_its_quota_and_stops(tiny_model_dir, tmp_path):
+    """Share 1.0 of the copier's 5 groups per rollout is a quota of 5 non-flat copier groups: the
+    step draws until the cumulated count reaches 5 and not one rollout more (the cap, 4 rollouts:
+    the 20 train tasks, is not reached; with this seed 2 + 3 groups in two rollouts)."""
+    wf = toy_roles("0", "len(output) > 5")
+    h, records = run(wf, tiny_model_dir, tmp_path, "train.dynamic_sampling_roles={copier: 1.0}",
+                     "train.dynamic_sampling_rounds=4")
+    per_round = nonflat_per_round(records, "copier")
+    cumulated = [sum(per_round[:i + 1]) for i in range(len(per_round))]
+    assert h["dynamic/rounds"] == len(per_round) > 1
+    assert h["dynamic/rounds"] < 4
+    assert cumulated[-1] >= 5 and all(c < 5 for c in cumulated[:-1])  # filled by the last rollout, not before
+    assert h["dynamic/copier/nonflat"] == cumulated[-1]
+
+
+def test_an_unknown_or_out_of_range_role_share_is_refused_before_launch():
+    from masdsl.runtime.plan import RunPlanError, resolve_run
+
+    wf = toy_roles("0", "0")
+    with pytest.raises(RunPlanError, match=r"no role `namr` \(did you mean `namer`\?\); roles: namer, copier"):
+        resolve_run(wf, resolve_config(wf.train, overrides=["train.dynamic_sampling_roles={namr: 0.5}"]))
+    with pytest.raises(RunPlanError, match=r"dynamic_sampling_roles.namer` must be a share in \(0, 1\]; got 0.0"):
+        resolve_run(wf, resolve_config(wf.train, overrides=["train.dynamic_sampling_roles={namer: 0}"]))
+    with pytest.raises(RunPlanError, match="mixes roles in a group"):
+        resolve_run(wf, resolve_config(wf.train, overrides=["train.dynamic_sampling_roles={namer: 0.5}",
+                                                             "train.grouping=turn"]))
+
+
+def test_a_role_samples_its_own_k_and_groups_keep_that_size(tiny_model_dir, tmp_path):
+    """`sample.copier.samples=2` with `train.samples=4`: each namer group holds 4 candidates, each
+    copier group 2, still keyed (task, role, turn); the update trains on both."""
+    from masdsl.learner.grouping import group_records
+
+    wf = toy_roles("len(output)", "len(output)")
+    h, records = run(wf, tiny_model_dir, tmp_path, "sample.copier.samples=2")
+    sizes = {(g.key[1], len(g.members)) for g in group_records(records, "at")}
+    assert sizes == {("namer", 4), ("copier", 2)}
+    assert len({g.key for g in group_records(records, "at")}) == 10  # 5 tasks x 2 roles, one turn
+
+
+def test_a_role_k_below_one_or_under_trajectory_is_refused():
+    from masdsl.config import ConfigError
+    from masdsl.lang.errors import MasError
+    from masdsl.runtime.plan import RunPlanError, resolve_run
+
+    text = (TOY / "toy_digits.mas").read_text().replace("sample { temperature: 1.0, max_tokens: 1 }\n  parse digit = digit(output)\n  reward same(digit, namer.digit)",
+                                                         "sample { temperature: 1.0, max_tokens: 1, samples: 0 }\n  parse digit = digit(output)\n  reward same(digit, namer.digit)")
+    with pytest.raises(MasError) as err:
+        masdsl.loads(text, name="toy_k0", base_dir=TOY)
+    assert "`samples` must be a whole number of at least 1, got 0" in str(err.value)
+    assert ":22:" in str(err.value)  # the copier's sample line
+    wf = toy_roles("0", "0")
+    with pytest.raises(ConfigError, match=r"`sample.copier.samples` must be a whole number of at least 1; got 0"):
+        resolve_config(wf.train, overrides=["sample.copier.samples=0"])
+    with pytest.raises(RunPlanError, match="a role of its own K needs tree sampling"):
+        resolve_run(wf, resolve_config(wf.train, overrides=["sample.copier.samples=2", "train.grouping=trajectory"]))

@@ -161,15 +161,16 @@ def test_every_sample_option_reaches_the_request(h, thinking_tok):
 
     engine = RecordingEngine(thinking_tok)
     overrides = ["sample.a.temperature=0.7", "sample.a.top_p=0.9", "sample.a.top_k=5", "sample.a.min_p=0.05",
-                 "sample.a.max_tokens=11", 'sample.a.stop=["!"]', "sample.a.seed=3", "sample.a.repetition_penalty=1.3"]
+                 "sample.a.max_tokens=11", 'sample.a.stop=["!"]', "sample.a.seed=3", "sample.a.repetition_penalty=1.3",
+                 "sample.a.samples=3"]
     assert {o.split(".")[2].split("=")[0] for o in overrides} == set(SAMPLE_KEYS)  # every accepted key is tested
     _roll(h, _wf(h), engine, h.config(*overrides), mode="train", samples=2)
     r = engine.requests[0]
-    assert (r.temperature, r.top_p, r.top_k, r.min_p, r.max_tokens, r.stop, r.repetition_penalty) == (
-        0.7, 0.9, 5, 0.05, 11, ["!"], 1.3)
+    assert (r.temperature, r.top_p, r.top_k, r.min_p, r.max_tokens, r.stop, r.repetition_penalty, r.n) == (
+        0.7, 0.9, 5, 0.05, 11, ["!"], 1.3, 3)  # the role's own K (samples) over the rollout's 2
     seeds = [q.seed for q in engine.requests]
     other = RecordingEngine(thinking_tok)
-    _roll(h, _wf(h), other, h.config(*overrides[:-2]), mode="train", samples=2)
+    _roll(h, _wf(h), other, h.config(*overrides[:-3], overrides[-1]), mode="train", samples=2)
     assert [q.seed for q in other.requests] != seeds  # the role's seed changes its request seeds
 
 
