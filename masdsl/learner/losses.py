@@ -38,6 +38,7 @@ class LossOut:
     kl: Any  # scalar tensor: summed k3 KL to the reference / n_tokens (0 when off)
     dual_clip_frac: Any = 0.0  # scalar tensor: tokens bounded by the dual clip / n_tokens
     ratio_dev: Any = 0.0  # scalar tensor: summed |ratio - 1| / n_tokens (0 on-policy)
+    clipped_rows: Any = None  # [B] tensor: each row's clipped token count (per-role clip fractions)
 
 
 def k3_kl(logp: Any, ref_logp: Any) -> Any:
@@ -107,10 +108,11 @@ def grpo_loss(
         per_token = per_token + kl_coef * kl_tok
         kl = (kl_tok * mask).sum().detach() / n
     loss = (per_token * mask).sum() / n
-    clip_frac = (is_clipped.to(logp.dtype) * mask).sum().detach() / n
+    clipped_rows = (is_clipped.to(logp.dtype) * mask).sum(-1).detach()
+    clip_frac = clipped_rows.sum() / n
     dual_frac = (is_dual.to(logp.dtype) * mask).sum().detach() / n
     ratio_dev = ((ratio.detach() - 1.0).abs() * mask).sum() / n
-    return LossOut(loss, clip_frac, kl, dual_frac, ratio_dev)
+    return LossOut(loss, clip_frac, kl, dual_frac, ratio_dev, clipped_rows)
 
 
 LOSS_FNS: dict[str, Callable[..., LossOut]] = {"grpo": grpo_loss}

@@ -116,12 +116,66 @@ def step_metrics(
         m[f"grad_norm/{name}"] = u.grad_norm
         if kl_on:
             m[f"kl/{name}"] = u.kl
+        m.update(policy_probes(name, u))
     m["tokens/generated"] = float(tokens)
     m["throughput/tokens_per_s"] = tokens / rollout_s if rollout_s > 0 else 0.0
     m["time/rollout_s"] = rollout_s
     m["time/update_s"] = update_s
+    m["time/old_logprobs_s"] = sum(u.old_logprobs_s for u in updates.values())
     m["memory/peak_rss_gb"] = peak_rss_gb()
     return m
+
+
+def policy_probes(name: str, u: Any) -> dict[str, float]:
+    """What an update measured besides its loss (`masdsl.learner.update_metrics`), always, whatever
+    `train.kl_coef`: `entropy/<policy>` (not when nothing was measured), `kl_old/<policy>`, and
+    `clip_frac/<policy>/<role>` for each role the policy trains.
+
+    >>> from types import SimpleNamespace as U
+    >>> policy_probes("p", U(entropy=1.5, kl_old=0.01, role_clip_frac={"coder": 0.25}))
+    {'entropy/p': 1.5, 'kl_old/p': 0.01, 'clip_frac/p/coder': 0.25}
+    """
+    out = {f"entropy/{name}": u.entropy} if u.entropy == u.entropy else {}  # nan: the engine gave no log-probs
+    out[f"kl_old/{name}"] = u.kl_old
+    out.update({f"clip_frac/{name}/{role}": v for role, v in u.role_clip_frac.items()})
+    return out
+
+
+def role_metrics(records: Sequence[StepRecord], episodes: Sequence[Any], groups: Sequence[Any],
+                 advantages: Sequence[float]) -> dict[str, float]:
+    """Per role of a training step:
+
+    - `success/train/<role>`: the mean success of the episodes the role acted in;
+    - `nonflat/<role>`: the share of the groups holding the role's candidates whose advantages are
+      not all 0 (the groups it learns from; in `turn` and `trajectory` grouping a group may hold
+      several roles and counts for each);
+    - `adv_abs/<role>`: the mean |advantage| over all the role's candidates (flat groups' 0 included).
+
+    >>> from types import SimpleNamespace as R
+    >>> from masdsl.learner.grouping import Group
+    >>> recs = [R(role="a"), R(role="a"), R(role="a"), R(role="a"), R(role="b"), R(role="b")]
+    >>> groups = [Group(("t0", "a", 0), ((0,), (1,)), (1.0, 0.0)), Group(("t1", "a", 0), ((2,), (3,)), (1.0, 1.0)),
+    ...           Group(("t0", "b", 0), ((4,), (5,)), (0.0, 1.0))]
+    >>> eps = [R(success=1.0, turns={"a": 1, "b": 1}), R(success=0.0, turns={"a": 1})]
+    >>> role_metrics(recs, eps, groups, [0.7, -0.7, 0.0, 0.0, -0.7, 0.7])
+    {'success/train/a': 0.5, 'success/train/b': 1.0, 'nonflat/a': 0.5, 'nonflat/b': 1.0, 'adv_abs/a': 0.35, 'adv_abs/b': 0.7}
+    """
+    roles = list(dict.fromkeys(r.role for r in records))
+    out = {}
+    for role in roles:
+        took = [float(e.success) for e in episodes if e.turns.get(role, 0) > 0]
+        if took:
+            out[f"success/train/{role}"] = mean(took)
+    counts: dict[str, list[int]] = {}
+    for g in groups:
+        learns = any(advantages[i] != 0.0 for i in g.indices)
+        for role in dict.fromkeys(records[i].role for i in g.indices):
+            c = counts.setdefault(role, [0, 0])
+            c[0], c[1] = c[0] + 1, c[1] + learns
+    out.update({f"nonflat/{role}": k / n for role, (n, k) in counts.items()})
+    for role in roles:
+        out[f"adv_abs/{role}"] = mean([abs(a) for r, a in zip(records, advantages) if r.role == role])
+    return out
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -140,6 +140,7 @@ def _loop(session: TrainSession, state: ckpt.TrainState, tracker: Any,
         if not state.evals:  # evaluation before any update
             state.evals.append(_evaluate(session, 0, tracker))
         while state.step < tc.steps or unfinished:
+            fresh, t_step = not unfinished, time.perf_counter()
             if not unfinished:
                 recovery.begin(f"step {state.step + 1}/{tc.steps}")
                 metrics = train_step(session, state, lambda cursor: _draw(session, cursor))
@@ -150,20 +151,41 @@ def _loop(session: TrainSession, state: ckpt.TrainState, tracker: Any,
                 metrics["time/sync_s"] = time.perf_counter() - t0
                 metrics["time/update_s"] += metrics["time/sync_s"]  # the update's time includes its sync
                 state.history[-1].update({k: metrics[k] for k in ("time/update_s", "time/sync_s")})
+                t0 = time.perf_counter()
                 tracker.log_metrics(metrics, step=state.step)
+                metrics["time/tracking_s"] = time.perf_counter() - t0
                 show.step(state.step, metrics)
             unfinished = False
+            t_eval = time.perf_counter()
             if _due(state.step, tc.eval_every, tc.steps):  # evaluate every N steps (and at the end)
                 recovery.begin(f"evaluation at step {state.step}/{tc.steps}", updated=True)
                 state.evals.append(_evaluate(session, state.step, tracker))
+            t_ckpt = time.perf_counter()
             if _due(state.step, tc.checkpoint_every, tc.steps):  # checkpoint every M (and at the end)
                 saved.append(ckpt.save(session.run_dir, state, policies=session.policies,
                                        optimizers=session.learners, config_yaml=to_yaml(session.plan.config)))
+            if fresh:
+                _log_phase_times(tracker, state, metrics, (t_step, t_eval, t_ckpt))
             if on_step is not None:
                 on_step(state.step, _strip(state.history[-1]))
     except StepFailed as exc:  # an env or engine failed for good: save, say how to continue
         recovery.save_and_raise(exc, session, state)
     return saved
+
+
+def _log_phase_times(tracker: Any, state: ckpt.TrainState, metrics: dict[str, float],
+                     started: tuple[float, float, float]) -> None:
+    """The step's phases after its metrics were logged: `time/eval_s` and `time/checkpoint_s` (~0
+    when there was none), the logging itself (`time/tracking_s`) and the whole step
+    (`time/step_s`). Known only now, so logged at the same step after the others, and added to
+    the step's history. `started`: when the step, its evaluation and its checkpoint began."""
+    t_step, t_eval, t_ckpt = started
+    now = time.perf_counter()
+    times = {"time/eval_s": t_ckpt - t_eval, "time/checkpoint_s": now - t_ckpt,
+             "time/tracking_s": metrics["time/tracking_s"], "time/step_s": now - t_step}
+    metrics.update(times)
+    state.history[-1].update(times)
+    tracker.log_metrics(times, step=state.step)
 
 
 def _draw(session: TrainSession, cursor: int) -> tuple[list[dict], int]:

@@ -29,6 +29,7 @@ import torch
 from masdsl.config import TrainConfig
 from masdsl.learner.logprobs import KLReference, at_least_float32, sequence_logprobs, shared_prefix_logprobs
 from masdsl.learner.losses import LOSS_FNS
+from masdsl.learner.update_metrics import LOSS_KEYS, measure, role_token_counts, sampled_entropy, summarize, zero_totals
 from masdsl.learner.parallel import ONE_PROCESS, Shard
 from masdsl.learner.policies import Policy
 from masdsl.runtime.records import StepRecord
@@ -83,7 +84,10 @@ class UpdateStats:
     clip_frac: float = 0.0  # mean over optimizer steps
     dual_clip_frac: float = 0.0
     ratio_dev: float = 0.0  # mean |ratio - 1| per token, mean over optimizer steps
-    kl: float = 0.0
+    kl: float = 0.0  # k3 KL to the frozen reference (0: no reference, `train.kl_coef` = 0)
+    kl_old: float = 0.0  # k3 KL(old || current) per token, mean over optimizer steps (update_metrics.py)
+    entropy: float = float("nan")  # sampled-token estimate, mean -log pi_old over the response tokens
+    role_clip_frac: dict[str, float] = field(default_factory=dict)  # role -> its tokens' clip fraction
     grad_norm: float = 0.0  # of the last optimizer step
     tokens: int = 0  # response tokens of this policy's kept rows
     rows: int = 0  # rows run through the model (nonzero advantage, or KL on)
@@ -91,6 +95,7 @@ class UpdateStats:
     logprob_gap: float = 0.0  # max |engine - trainer| log-prob before the update (nan: not measured)
     per_step: list[dict[str, float]] = field(default_factory=list)  # loss, clip_frac, ratio_dev, ...
     seconds: float = 0.0
+    old_logprobs_s: float = 0.0  # the trainer's pass fixing the old log-probs (0: the engine's kept)
 
 
 def mini_batch_rows(rows: Sequence[int], size: int) -> list[list[int]]:
@@ -172,23 +177,29 @@ def update_policy(
     use_kl = reference is not None and tc.kl_coef > 0
     runnable = {i for i in mine if advantages[i] != 0.0 or use_kl}
     stats.rows = len(runnable)
+    roles = sorted({records[i].role for i in mine})
     if not runnable:  # nothing to learn from this batch: no optimizer step (no decay, no moments)
+        stats.entropy = sampled_entropy([records[i].logprobs for i in mine])  # the policy did not move
+        stats.role_clip_frac = dict.fromkeys(roles, 0.0)
         stats.seconds = time.perf_counter() - t0
         return stats
     batch = _Batch(policy, records, advantages, tc, reference if use_kl else None,
                    policy.tokenizer.pad_token_id if policy.tokenizer.pad_token_id is not None else 0,
-                   getattr(policy, "compute_dtype", "float32"), shard=shard)
-    # each optimizer step: its rows that run through the model, and its token count (the mean's denominator)
-    steps = [([i for i in mb if i in runnable], sum(len(records[i].response_ids) for i in mb))
-             for mb in mini_batch_rows(mine, tc.mini_batch_size)]
-    # every rank takes the same optimizer steps, each on its own rows
-    steps = [(shard.rows(run), n) for run, n in steps if run]
+                   getattr(policy, "compute_dtype", "float32"), shard=shard, roles=roles)
+    # the optimizer steps: mini-batches with a row to run
+    mbs = [mb for mb in mini_batch_rows(mine, tc.mini_batch_size) if any(i in runnable for i in mb)]
+    # each step: this rank's rows that run through the model (every rank takes the same steps),
+    # and the mini-batch's token count (the mean's denominator)
+    steps = [(shard.rows([i for i in mb if i in runnable]), sum(len(records[i].response_ids) for i in mb))
+             for mb in mbs]
     with policy.lock:
         policy.activate()
         policy.model.train()
         try:
             if old_logprob_source(tc, batch.compute_dtype) == "trainer":
+                t_old = time.perf_counter()
                 batch.fix_old_logprobs(steps)
+                stats.old_logprobs_s = time.perf_counter() - t_old
                 stats.logprob_gap = _gap(records, batch.old)
             for _ in range(tc.ppo_epochs):
                 for run, n_tokens in steps:
@@ -199,8 +210,7 @@ def update_policy(
     if batch.first_gaps:
         stats.logprob_gap = max(batch.first_gaps)
     stats.logprob_gap = shard.max(stats.logprob_gap)
-    for k in ("loss", "clip_frac", "dual_clip_frac", "ratio_dev", "kl"):
-        setattr(stats, k, sum(s[k] for s in stats.per_step) / len(stats.per_step))
+    summarize(stats, [role_token_counts(records, mb) for mb in mbs])
     stats.seconds = time.perf_counter() - t0
     return stats
 
@@ -217,6 +227,7 @@ class _Batch:
     pad_id: int
     compute_dtype: str
     shard: Shard = field(default_factory=lambda: ONE_PROCESS)  # which rows this process runs, how ranks agree
+    roles: Sequence[str] = ()  # of all the policy's rows (every rank sums the same keys)
     old: dict[int, Any] = field(default_factory=dict)  # row -> the trainer's log-probs before any step
     first_gaps: list[float] = field(default_factory=list)  # engine vs trainer, before any step
 
@@ -243,7 +254,7 @@ def _optimizer_step(batch: _Batch, optimizer: Any, run: Sequence[int], n_tokens:
     """One PPO-clip optimizer step on the rows `run` (micro-batched), gradients clipped."""
     tc, records = batch.tc, batch.records
     optimizer.zero_grad(set_to_none=True)
-    totals = dict(loss=0.0, clip_frac=0.0, dual_clip_frac=0.0, ratio_dev=0.0, kl=0.0)
+    totals = zero_totals(batch.roles)
     shard = batch.shard
     for idx, logp, mask, stand_in in _forward(batch.policy, records, run, tc, batch.pad_id, batch.compute_dtype,
                                               shard):
@@ -258,8 +269,9 @@ def _optimizer_step(batch: _Batch, optimizer: Any, run: Sequence[int], n_tokens:
         out = LOSS_FNS[tc.loss](logp, old_lp, adv, mask, clip_eps=tc.clip_eps, dual_clip=tc.dual_clip,
                                 ref_logp=ref_logp, kl_coef=tc.kl_coef, n_tokens=n_tokens)
         out.loss.backward()
-        for k in totals:
+        for k in LOSS_KEYS:
             totals[k] += float(torch.as_tensor(getattr(out, k)).detach())
+        measure(totals, [records[i].role for i in idx], logp, old_lp, mask, out.clipped_rows)
     shard.reduce(batch.policy.parameters(), totals)  # the gradient (and sums) of the whole mini-batch
     norm = shard.clip(batch.policy.parameters(), tc.max_grad_norm)
     optimizer.step()

@@ -15,8 +15,9 @@ from typing import Any
 from masdsl.lang.graph import to_dot, to_mermaid
 
 PARAM_VALUE_LIMIT = 6000  # MLflow rejects longer param values
-POLICY_METRICS = ("loss", "clip_frac", "kl", "grad_norm")  # `<name>/<policy>`
-ROLE_METRICS = ("reward", "eval_reward", "cut", "parse_fail", "eval_cut", "eval_parse_fail")  # `<name>/<role>/...`
+POLICY_METRICS = ("loss", "clip_frac", "kl", "grad_norm", "entropy", "kl_old")  # `<name>/<policy>/...`
+ROLE_METRICS = ("reward", "eval_reward", "cut", "parse_fail", "eval_cut", "eval_parse_fail",
+                "nonflat", "adv_abs")  # `<name>/<role>/...`
 
 
 _BAD_KEY_CHARS = re.compile(r"[^/\w.\- :]")
@@ -57,6 +58,10 @@ def route(key: str, policies: set[str], role_policy: dict[str, str]) -> str | No
     ('shared', 'shared')
     >>> route("loss/unknown", pol, roles) is None
     True
+    >>> route("entropy/critic", pol, roles), route("clip_frac/shared/tester", pol, roles), route("nonflat/coder", pol, roles)
+    ('critic', 'shared', 'shared')
+    >>> route("success/train/tester", pol, roles), route("success/eval", pol, roles)
+    ('shared', None)
     """
     parts = key.split("/")
     if len(parts) < 2:
@@ -65,6 +70,8 @@ def route(key: str, policies: set[str], role_policy: dict[str, str]) -> str | No
         return parts[1]
     if parts[0] in ROLE_METRICS:
         return role_policy.get(parts[1])
+    if parts[:2] == ["success", "train"] and len(parts) == 3:  # a role's train success
+        return role_policy.get(parts[2])
     return None
 
 

@@ -15,12 +15,12 @@ _REWARD_MEAN = re.compile(r"^reward/(?P<role>[^/]+)/turn(?P<turn>\d+)(?:/mean)?$
 
 
 def success_series(history: History) -> dict[str, list[tuple[int, float]]]:
-    """`success/<split>` series, keyed by split.
+    """`success/<split>` series, keyed by split (a role's `success/train/<role>` is left out).
 
-    >>> success_series({"success/train": [(0, 0.5)], "loss/p": [(0, 1.0)]})
+    >>> success_series({"success/train": [(0, 0.5)], "loss/p": [(0, 1.0)], "success/train/coder": [(0, 1.0)]})
     {'train': [(0, 0.5)]}
     """
-    return {k.split("/", 1)[1]: sorted(v) for k, v in history.items() if k.startswith("success/")}
+    return {k.split("/", 1)[1]: sorted(v) for k, v in history.items() if k.startswith("success/") and k.count("/") == 1}
 
 
 def reward_by_role(history: History) -> dict[str, list[tuple[int, float]]]:
