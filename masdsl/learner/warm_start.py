@@ -134,8 +134,9 @@ def train_sft(model: Any, data: Sequence[Demonstration], *, epochs: int, lr: flo
 def warm_start(workflow: Workflow, cfg: Config, out: str | Path, *, roles: Sequence[str] | None = None,
                tasks: int = DEFAULT_TASKS, epochs: int = 1, lr: float = DEFAULT_LR, seed: int = 0,
                on_step: Callable[[int, int, float], None] | None = None) -> WarmStartInfo:
-    """Warm-start the policy the chosen roles share on the last `tasks` train tasks (a run's
-    first batches draw from the front of the split) and save it to `out`; what was done."""
+    """Warm-start the policy the chosen roles share on the last `tasks` train tasks and save it to
+    `out`; what was done. They are train tasks, never eval ones; a run draws each epoch's batches
+    from a seeded permutation of the whole train split (`trainer.next_batch`), so RL may draw them too."""
     from masdsl.learner.policies import master_dtype  # heavy: torch, as above
     from masdsl.runtime.models import load_model  # heavy: transformers
     from masdsl.runtime.inputs import load_split, make_env  # the env registry: only when used
