@@ -203,7 +203,13 @@ class RoleReward:
     span: Span
 
 
-RoleItem = Union[RolePolicy, RoleSystem, RolePrompt, RoleSample, RoleParse, RoleReward]
+@dataclass(frozen=True)
+class RoleAdvantage:
+    name: Ident  # the estimator: one of masdsl.config_schema.ADVANTAGES
+    span: Span
+
+
+RoleItem = Union[RolePolicy, RoleSystem, RolePrompt, RoleSample, RoleParse, RoleReward, RoleAdvantage]
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,8 @@ ERRORS: dict[str, str] = {
     "template-syntax": "a prompt is not a valid Jinja2 template",
     "unknown-variable": "a prompt uses a variable the workflow does not provide",
     "invalid-train": "the `train` block has an unknown key or a value of the wrong type",
+    "unknown-estimator": "a role's `advantage` names an estimator that does not exist",
+    "estimator-group-size": "a role's `advantage` estimator needs more candidates per group than `samples` gives",
 }
 
 WARNINGS: dict[str, str] = {

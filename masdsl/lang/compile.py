@@ -14,6 +14,7 @@ from typing import Any
 
 import networkx as nx
 
+from masdsl.config_schema import DEFAULT_ADVANTAGE
 from masdsl.lang import ast as A
 from masdsl.lang.check import template_of
 from masdsl.lang.check_flow import flow_edges
@@ -55,12 +56,14 @@ def _role(c: Ctx, r: A.RoleDecl, expr) -> RoleSpec:
     system = r.of(A.RoleSystem)
     sample = r.of(A.RoleSample)
     rewards = r.of(A.RoleReward)
+    advantage = r.of(A.RoleAdvantage)
     parses = tuple(ParseSpec(p.name.name, expr(p.expr, name), p.span, _empty(c, p.expr)) for p in r.of(A.RoleParse))
     return RoleSpec(
         name=name, policy=r.of(A.RolePolicy)[0].name.name, prompt=prompt,
         system=template_of(system[0].text, c.text).text if system else None,
         sample=A.to_python(sample[0].block) if sample else {}, parses=parses,
         reward=expr(rewards[0].expr, name) if rewards else None, span=r.span, prompt_span=prompt_item.text.span,
+        advantage=advantage[0].name.name if advantage else DEFAULT_ADVANTAGE,
     )
 
 

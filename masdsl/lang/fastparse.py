@@ -24,11 +24,11 @@ from __future__ import annotations
 from masdsl.lang import ast as A
 from masdsl.lang.fastexpr import Bail, Reader
 from masdsl.lang.lexer import number, tokens
-from masdsl.lang.vocabulary import KEYWORDS, STATEMENTS
+from masdsl.lang.vocabulary import KEYWORDS, ROLE_ITEMS, STATEMENTS
 from masdsl.lang.workflow import Span
 
 _TOP = STATEMENTS
-_ROLE_ITEMS = ("policy", "system", "prompt", "sample", "parse", "reward")
+_ROLE_ITEMS = ROLE_ITEMS
 _GROUPS = {A.WorkflowDecl: "workflows", A.EnvDecl: "envs", A.DataDecl: "data", A.PolicyDecl: "policies",
            A.RoleDecl: "roles", A.FlowDecl: "flows", A.TrainDecl: "trains", A.ImportDecl: "imports"}
 _EXPR_GROUPS = {"team": "teams", "alpha": "alphas", "success": "successes"}
@@ -160,6 +160,9 @@ class _Parser(Reader):
         if kw == "sample":
             b = self.block()
             return A.RoleSample(b, self.span(a, self.i - 1))
+        if kw == "advantage":
+            name = self.ident()
+            return A.RoleAdvantage(name, self.span(a, self.i - 1))
         if kw == "parse":
             name = self.ident()
             self.take("=")

@@ -5,7 +5,8 @@ A checkpoint keeps the fingerprint of the workflow it was trained on
 `masdsl eval --checkpoint` and `masdsl export` compare what the workflow means, not its text:
 comments, blank lines, the layout `masdsl fmt` writes and source positions change no part.
 What does count: the workflow's name, the env and its arguments, the data lines, the imports,
-each policy, each role's policy, system text, prompt, `sample { }` block, parses and reward, the
+each policy, each role's policy, system text, prompt, `sample { }` block, parses, reward and
+advantage estimator (a part only when the role names one other than `grpo`), the
 flow (edges, guards, `max_turns`), `team`, `alpha`, `success`, and each key of `train { }`. The
 description string is prose for people (and MLflow's note), so it does not count.
 
@@ -68,6 +69,8 @@ def fingerprint(workflow: Workflow) -> dict[str, str]:
                       f"role.{name}.prompt": r.prompt, f"role.{name}.sample": dict(r.sample),
                       f"role.{name}.parse": _Text("; ".join(f"{p.name} = {_expr(p.expr)}" for p in r.parses)),
                       f"role.{name}.reward": _expr(r.reward)})
+        if r.advantage != "grpo":  # only when named: a checkpoint from before the `advantage` line still matches
+            parts[f"role.{name}.advantage"] = r.advantage
     for key, value in _flat(wf.train, "train"):
         parts[key] = value
     out = {key: _digest(value) for key, value in parts.items()}
@@ -104,7 +107,7 @@ def changes(old: Mapping[str, str], new: Mapping[str, str],
 def is_setting(part: str) -> bool:
     """A part the command line overrides anyway (`train.<key>`, `sample.<role>.<key>`): what trained
     weights are does not depend on it, so evaluating or exporting a checkpoint ignores it."""
-    return part.startswith("train.") or (part.startswith("role.") and part.endswith(".sample"))
+    return part.startswith("train.") or (part.startswith("role.") and part.endswith((".sample", ".advantage")))
 
 
 def expr_text(node: Any) -> str:

@@ -129,6 +129,10 @@ class ToAst(Transformer):
     def role_reward(self, meta, c):
         return A.RoleReward(c[0], self._s(meta))
 
+    @v_args(meta=True)
+    def role_advantage(self, meta, c):
+        return A.RoleAdvantage(self._id(c[0]), self._s(meta))
+
     # flow
     @v_args(meta=True)
     def flow_decl(self, meta, c):

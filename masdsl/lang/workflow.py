@@ -102,6 +102,7 @@ class RoleSpec:
     reward: Expr | None = None
     span: Span | None = None
     prompt_span: Span | None = None
+    advantage: str = "grpo"  # the `advantage NAME` line: the estimator of its groups (config_schema.ADVANTAGES)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Completion by context: template variables and `ROLE.` fields inside `{{ }}`, keys inside
 `sample { }`, `train { }` and policy blocks, policy names after `policy`, registered functions,
-roles and variables in expressions and the flow, statement keywords at the top level.
+roles and variables in expressions and the flow, estimators after `advantage`, statement keywords
+at the top level.
 
 The context comes from a scan of the text before the cursor (strings, comments, open braces),
 so it works while the statement being typed does not parse yet.
@@ -23,11 +24,11 @@ from lsprotocol import types as T
 from masdsl.config import Config
 from masdsl.lang.check_roles import POLICY_KEYS, SAMPLE_KEYS
 from masdsl.lang.templates import BASE_VARIABLES
-from masdsl.lang.vocabulary import STATEMENTS
+from masdsl.config_schema import ADVANTAGES
+from masdsl.lang.vocabulary import ROLE_ITEMS, STATEMENTS
 from masdsl.lsp.hover import MEANINGS, signature
 from masdsl.lsp.state import DocState
 
-ROLE_ITEMS = ("policy", "system", "prompt", "sample", "parse", "reward")
 _WORD = re.compile(r"[A-Za-z_]\w*")
 CK = T.CompletionItemKind
 
@@ -145,6 +146,8 @@ def complete(state: DocState, offset: int) -> list[T.CompletionItem]:
     if inner.startswith("role "):
         if c.previous == "policy":
             return _items(state.policies(), CK.Class, "policy")
+        if c.previous == "advantage":
+            return _items(ADVANTAGES, CK.EnumMember, lambda n: ADVANTAGES[n])
         return _items(ROLE_ITEMS, CK.Keyword) + _expression(state, inner.split()[1])
     if inner == "flow":
         return _items(("start", "end", "when", "max_turns"), CK.Keyword) + _expression(state, None)

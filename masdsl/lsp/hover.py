@@ -7,6 +7,7 @@ import dataclasses
 import inspect
 
 from masdsl.config import Config
+from masdsl.config_schema import ADVANTAGES
 from masdsl.lang import ast as A
 from masdsl.lang.check_roles import POLICY_KEYS, SAMPLE_KEYS
 from masdsl.lsp.index import Index, Occ
@@ -56,6 +57,8 @@ def role_doc(state: DocState, name: str) -> str:
         lines.append(f"- sample `{_block(state.text, s.block)}`")
     for rw in r.of(A.RoleReward):
         lines.append(f"- reward `{state.text[rw.expr.span.start:rw.expr.span.end]}`")
+    adv = next((a.name.name for a in r.of(A.RoleAdvantage)), "grpo")
+    lines.append(f"- advantage `{adv}`: {ADVANTAGES.get(adv, 'not an estimator')}")
     return "\n".join(lines)
 
 
@@ -105,6 +108,8 @@ def hover_text(state: DocState, index: Index, offset: int) -> tuple[str, Occ] | 
         return f"**{o.kind} `{o.name}`** (fields: {fields})\n\n{spec.doc}".rstrip(), o
     if o.kind == "variable":
         return f"`{o.name}`: {MEANINGS.get(o.name, '')}", o
+    if o.kind == "estimator":
+        return f"advantage estimator `{o.name}`: {ADVANTAGES.get(o.name, 'not an estimator')}", o
     if o.kind in ("task-field", "env-field"):
         return f"`{o.owner}.{o.name}`: a field of {MEANINGS[o.owner].split(':')[0]}", o
     return _key_doc(o), o

@@ -57,7 +57,7 @@ def tags(raw: str) -> list[tuple[int, str]]:
 
 @dataclass(frozen=True)
 class Occ:
-    kind: str  # role | policy | field | function | env | data-source | variable | task-field | env-field | key
+    kind: str  # role | policy | field | function | env | data-source | variable | task-field | env-field | key | estimator
     name: str
     start: int
     end: int
@@ -119,6 +119,8 @@ class Index:
                 self._walk(item.expr, r.name.name)
             elif isinstance(item, A.RoleSample):
                 self._keys(item.block, "sample")
+            elif isinstance(item, A.RoleAdvantage):
+                self._add("estimator", item.name, owner=r.name.name)
             elif isinstance(item, (A.RolePrompt, A.RoleSystem)) and not getattr(item, "file", False):
                 self._template(item.text)
 

@@ -82,6 +82,8 @@ def main() -> None:
      "bad-data-file": sub(('data eval  humaneval("eval")', 'data eval  "bad.jsonl"')),
      "never-rewarded": sub(("  reward pass_rate(task.solution, tests)\n", ""), ("team pass_rate(coder.code, task.tests)\n", "")),
      "group-size-one": sub(("train { samples: 4,", "train { samples: 1,")),
+     "unknown-estimator": sub(("  reward pass_rate(task.solution, tests)\n", "  reward pass_rate(task.solution, tests)\n  advantage rlo\n")),
+     "estimator-group-size": sub(("  reward pass_rate(task.solution, tests)\n", "  reward pass_rate(task.solution, tests)\n  advantage rloo\n"), ("train { samples: 4,", "train { samples: 1,")),
      "unused-role": sub(("role tester {", "role helper {\n  policy shared\n  prompt \"hi\"\n  reward 1\n}\n\nrole tester {")),
      "shadowed-edge": sub(("  coder & tester -> end when passes(coder.code, tester.tests)\n  coder & tester -> coder & tester\n", "  coder & tester -> coder & tester\n  coder & tester -> end when passes(coder.code, tester.tests)\n")),
      "many-errors": sub(("role tester {\n  policy shared", "role tester {\n  policy shard"), ("coder & tester -> end when", "coder & tester2 -> end when"), ("alpha 1.0", "alpha 12")),
