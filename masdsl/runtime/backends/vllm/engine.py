@@ -42,6 +42,9 @@ def default_max_model_len(model_path: str | os.PathLike, cap: int = 4096) -> int
     return min(cap, int(cfg.get("max_position_embeddings") or cap))
 
 
+CPU_BATCHED_TOKENS = 4096  # vLLM's CPU default token budget per engine step
+
+
 def llm_kwargs(model_path: str, *, seed: int, gpu: bool, max_model_len: int | None, enable_prefix_caching: bool,
                gpu_memory_utilization: float, dtype: str | None, lora: dict[str, Any] | None,
                extra: dict[str, Any], tensor_parallel_size: int = 1, sleep_mode: bool = False) -> dict[str, Any]:
@@ -51,6 +54,8 @@ def llm_kwargs(model_path: str, *, seed: int, gpu: bool, max_model_len: int | No
     ...                 gpu_memory_utilization=0.3, dtype=None, lora={"max_lora_rank": 8}, extra={})
     >>> kw["dtype"], kw["enforce_eager"], kw["max_lora_rank"], kw["max_loras"], "gpu_memory_utilization" in kw
     ('float32', True, 8, 1, False)
+    >>> kw["enable_chunked_prefill"], kw["max_num_batched_tokens"]
+    (False, 4096)
     >>> "tensor_parallel_size" in kw or "enable_sleep_mode" in kw
     False
 
@@ -79,7 +84,11 @@ def llm_kwargs(model_path: str, *, seed: int, gpu: bool, max_model_len: int | No
     if gpu:
         kwargs["gpu_memory_utilization"] = gpu_memory_utilization
     else:
-        kwargs["enforce_eager"] = True
+        # No chunked prefill on CPU: when a step's prompts exceed the token budget, vLLM splits
+        # one prompt's prefill and rewinds that request's seeded generator, which CPU generators
+        # refuse ("CPU Generator does not use offset"), killing the engine. Whole prompts only.
+        kwargs.update(enforce_eager=True, enable_chunked_prefill=False,
+                      max_num_batched_tokens=max(CPU_BATCHED_TOKENS, kwargs["max_model_len"]))
     if lora:
         kwargs.update(enable_lora=True, max_lora_rank=int(lora.get("max_lora_rank", 16)))
         kwargs["max_loras"] = int(lora.get("max_loras", 1))
