@@ -55,6 +55,11 @@ SYNTAX_EXAMPLES: dict[str, tuple[list[str], str, str]] = {
         "missing `:` between a key and its value",
         "block entries are written `key: value`, for example `steps: 3`",
     ),
+    "missing-estimator": (
+        ["role a { advantage }", "role a { advantage \"rloo\" }", "role a { advantage 1 }"],
+        "missing estimator name after `advantage`",
+        "name one without quotes: `advantage grpo`, `drgrpo`, `rloo` or `grpo_agent_norm`",
+    ),
     "missing-reward-expr": (
         ["role a { reward }", "team }", "success }", "role a { parse x = }"],
         "missing expression",

@@ -135,3 +135,11 @@ def test_lsp_hovers_the_estimator_and_the_role(lsp_state):
     assert "- advantage `drgrpo`" in role
     coder, _ = hover_text(st, ix, text.index("role coder") + len("role c"))
     assert "- advantage `grpo`" in coder
+
+
+def test_a_missing_or_quoted_name_is_a_named_syntax_error(registry):
+    for bad, col in (("  advantage\n", 1), ('  advantage "rloo"\n', 13)):
+        text = VALID.replace(TESTER_REWARD, TESTER_REWARD + bad, 1)
+        a = analyze(text, "w.mas", None, registry=registry)
+        (d,) = a.errors
+        assert (d.code, d.message, d.span.col) == ("syntax", "missing estimator name after `advantage`", col)
