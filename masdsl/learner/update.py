@@ -179,17 +179,15 @@ def update_policy(
     stats.rows = len(runnable)
     roles = sorted({records[i].role for i in mine})
     if not runnable:  # nothing to learn from this batch: no optimizer step (no decay, no moments)
-        stats.entropy = sampled_entropy([records[i].logprobs for i in mine])  # the policy did not move
-        stats.role_clip_frac = dict.fromkeys(roles, 0.0)
+        stats.entropy, stats.role_clip_frac = sampled_entropy([records[i].logprobs for i in mine]), dict.fromkeys(roles, 0.0)
         stats.seconds = time.perf_counter() - t0
         return stats
     batch = _Batch(policy, records, advantages, tc, reference if use_kl else None,
                    policy.tokenizer.pad_token_id if policy.tokenizer.pad_token_id is not None else 0,
                    getattr(policy, "compute_dtype", "float32"), shard=shard, roles=roles)
-    # the optimizer steps: mini-batches with a row to run
     mbs = [mb for mb in mini_batch_rows(mine, tc.mini_batch_size) if any(i in runnable for i in mb)]
-    # each step: this rank's rows that run through the model (every rank takes the same steps),
-    # and the mini-batch's token count (the mean's denominator)
+    # each optimizer step: this rank's rows that run through the model (every rank takes the same
+    # steps, the mini-batches with a row to run), and the mini-batch's token count (the mean's denominator)
     steps = [(shard.rows([i for i in mb if i in runnable]), sum(len(records[i].response_ids) for i in mb))
              for mb in mbs]
     with policy.lock:
@@ -197,9 +195,7 @@ def update_policy(
         policy.model.train()
         try:
             if old_logprob_source(tc, batch.compute_dtype) == "trainer":
-                t_old = time.perf_counter()
-                batch.fix_old_logprobs(steps)
-                stats.old_logprobs_s = time.perf_counter() - t_old
+                stats.old_logprobs_s = batch.fix_old_logprobs(steps)
                 stats.logprob_gap = _gap(records, batch.old)
             for _ in range(tc.ppo_epochs):
                 for run, n_tokens in steps:
@@ -231,13 +227,16 @@ class _Batch:
     old: dict[int, Any] = field(default_factory=dict)  # row -> the trainer's log-probs before any step
     first_gaps: list[float] = field(default_factory=list)  # engine vs trainer, before any step
 
-    def fix_old_logprobs(self, steps: Sequence[tuple[list[int], int]]) -> None:
+    def fix_old_logprobs(self, steps: Sequence[tuple[list[int], int]]) -> float:
+        """The trainer's log-probs of every row before any step; returns the seconds it took."""
+        t0 = time.perf_counter()
         with torch.no_grad():
             for run, _ in steps:
                 for idx, logp, _mask, stand_in in _forward(self.policy, self.records, run, self.tc, self.pad_id,
                                                            self.compute_dtype, self.shard):
                     if not stand_in:
                         self.old.update(zip(idx, logp.detach().unbind(0)))
+        return time.perf_counter() - t0
 
     def old_logprobs(self, idx: Sequence[int], logp: Any, mask: Any, before_any_step: bool) -> Any:
         """The fixed old log-probs of rows `idx`: the trainer's, or else the engine's sampled ones."""

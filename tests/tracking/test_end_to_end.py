@@ -52,8 +52,10 @@ def test_masdsl_eval_on_the_tiny_model_is_tracked(mlflow_server, tiny_model_dir,
 
 TRAIN_METRICS = {"success/train", "groups/count", "groups/zero_variance_frac", "tokens/generated",
                  "throughput/tokens_per_s", "time/rollout_s", "time/update_s", "time/sync_s", "memory/peak_rss_gb",
-                 "success/eval"}
-POLICY_METRICS = ("loss", "clip_frac", "kl", "grad_norm")
+                 "success/eval", "time/old_logprobs_s", "time/eval_s", "time/checkpoint_s", "time/tracking_s",
+                 "time/step_s"}
+POLICY_METRICS = ("loss", "clip_frac", "kl", "grad_norm", "entropy", "kl_old")
+ROLE_METRICS = ("success/train", "nonflat", "adv_abs")
 
 
 def test_masdsl_run_on_the_tiny_model_is_tracked(mlflow_server, tiny_model_dir, tmp_path):
@@ -75,6 +77,8 @@ def test_masdsl_run_on_the_tiny_model_is_tracked(mlflow_server, tiny_model_dir, 
     assert TRAIN_METRICS <= metrics, TRAIN_METRICS - metrics
     assert {f"{m}/{p}" for m in POLICY_METRICS for p in ("thinker", "critic")} <= metrics
     assert {"reward/reasoner/turn0/mean", "reward/checker/turn0/mean"} <= metrics
+    assert {f"{m}/{r}" for m in ROLE_METRICS for r in ("reasoner", "checker")} <= metrics
+    assert {"clip_frac/thinker/reasoner", "entropy/thinker", "nonflat/reasoner"} <= set(kids["thinker"].data.metrics)
     assert [m.step for m in client.get_metric_history(run.info.run_id, "success/train")] == [1, 2]
     assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "success/eval")) == [0, 2]
 
