@@ -19,8 +19,9 @@ agent `workflows/plan_path_single.mas` on the same boards; both with `gamma=1.0`
 arm draws the same number of candidates per decision (K) on the same tasks per step for the same
 number of steps, from the same starting weights (`--warm-start`: a folder made by
 `masdsl warm-start`, else `--model`). Success is the env's `solved()` at the end of an
-episode; the interval is Wilson's 95 % interval over all eval episodes of the arm (eval boards x
-seeds). Results go to `<out>/results.json` as each run ends (a killed benchmark keeps what it
+episode; the interval is Wilson's 95 % interval over the distinct eval boards (a board's success
+is its mean over the seeds; seeds add no trials: `benchmarks/stats.py`), beside the spread of the
+seeds' rates and McNemar's exact p-value of before vs after on the same boards, per seed. Results go to `<out>/results.json` as each run ends (a killed benchmark keeps what it
 finished; `--resume` skips finished runs), the curves to docs/img/learning_curves.png and, with
 `--write-docs`, the table to docs/performance.md (`## learning`).
 """
@@ -29,13 +30,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import sys
 import time
 from pathlib import Path
 
 from perf_doc import DOC, machine, replace_section, update
+from stats import mcnemar, rate_over_tasks, wilson
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -62,18 +63,15 @@ def workflow_text(arm: str, size: int, n_train: int, n_eval: int, max_turns: int
     return text
 
 
-def wilson(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson's score interval for a proportion.
-
-    >>> [round(x, 3) for x in wilson(0, 20)], [round(x, 3) for x in wilson(10, 20)]
-    ([0.0, 0.161], [0.299, 0.701])
-    """
-    if n == 0:
-        return (0.0, 1.0)
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
+def task_outcomes(records: Path) -> dict[str, float]:
+    """{eval task id: success} of one evaluation's records (a JSONL of step records, greedy: one
+    episode per task)."""
+    out: dict[str, float] = {}
+    for line in records.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            out.setdefault(str(row["task_id"]), float(row.get("episode_success") or 0.0))
+    return out
 
 
 def load_arm(arm: str, args: argparse.Namespace):
@@ -110,7 +108,9 @@ def run_arm(arm: str, seed: int, args: argparse.Namespace) -> dict:
         f"  {arm} seed {seed} step {step}: reward {_mean_reward(h):.3f}, success/train {h['success/train']:.3f}, "
         f"non-flat {h.get('groups/nonflat_frac', float('nan')):.2f}", flush=True))
     n = args.eval_tasks  # the eval split holds exactly these boards
+    evals = sorted((Path(args.out) / f"{arm}-seed{seed}" / "eval").glob("step_*.jsonl"))
     return {
+        "tasks_before": task_outcomes(evals[0]), "tasks_after": task_outcomes(evals[-1]),  # McNemar's pairs
         "arm": arm, "seed": seed, "n_eval": n,
         "before": res.eval_before["success/eval"], "after": res.eval_after["success/eval"],
         "reward_before": res.eval_before["reward/eval"], "reward_after": res.eval_after["reward/eval"],
@@ -137,6 +137,7 @@ def run_swapped(seed: int, args: argparse.Namespace) -> dict:
     m = ev.metrics
     return {"arm": "swapped", "seed": seed, "n_eval": args.eval_tasks, "before": None,
             "after": m["success/eval"], "reward_before": None, "reward_after": m["reward/eval"],
+            "tasks_after": task_outcomes(ev.records),
             "evals": [], "train_reward": [], "train_success": [], "nonflat": [], "samples": 0,
             "wall_s": time.perf_counter() - t0}
 
@@ -152,7 +153,9 @@ LABELS = {"single+grpo": "single agent + GRPO", "mas+at": "MAS + AT-GRPO, shared
 
 
 def summarise(results: list[dict]) -> list[dict]:
-    """One row per table line: untrained rows from the step-0 evaluations, trained rows pooled over seeds."""
+    """One row per table line: untrained rows from the step-0 evaluations, trained rows over the
+    seeds: the rate over distinct eval tasks, its Wilson interval (n = tasks, not tasks x seeds),
+    the seeds' spread and, where a run kept its per-task outcomes, McNemar's p per seed."""
     rows = []
     for label, arm in (("single agent", "single+grpo"), ("MAS (untrained)", "mas+at")):
         rs = [r for r in results if r["arm"] == arm][:1]  # greedy step-0 evaluation: the same for every seed
@@ -165,14 +168,15 @@ def summarise(results: list[dict]) -> list[dict]:
         rs = [r for r in results if r["arm"] == arm]
         if not rs:
             continue
-        n = sum(r["n_eval"] for r in rs)
-        k_after = sum(round(r["after"] * r["n_eval"]) for r in rs)
+        n = rs[0]["n_eval"]  # every seed evaluates the same eval tasks: they are the trials
+        after = rate_over_tasks([r["after"] for r in rs], n)
         trained = rs[0]["before"] is not None
-        k_before = sum(round(r["before"] * r["n_eval"]) for r in rs) if trained else None
+        before = sum(r["before"] for r in rs) / len(rs) if trained else None
+        paired = [mcnemar(r["tasks_before"], r["tasks_after"])["p"] for r in rs if "tasks_before" in r]
         rows.append({"method": LABELS[arm], "seeds": ",".join(str(r["seed"]) for r in rs), "n": n,
-                     "before": k_before / n if trained else None, "after": k_after / n, "ci": wilson(k_after, n),
-                     "per_seed": [r["after"] for r in rs],
-                     "gain": (k_after - k_before) / n if trained else None,
+                     "before": before, "after": after["rate"], "ci": after["ci"],
+                     "per_seed": after["per_seed"], "spread": after["spread"], "mcnemar_p": paired,
+                     "gain": after["rate"] - before if trained else None,
                      "reward": (sum(r["reward_before"] for r in rs) / len(rs) if trained else None,
                                 sum(r["reward_after"] for r in rs) / len(rs)),
                      "reward_per_seed": [r["reward_after"] for r in rs]})
@@ -180,22 +184,26 @@ def summarise(results: list[dict]) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| method | seeds | eval episodes | success % before | success % after [95 % CI] | gain | after, per seed "
-           "| eval reward before -> after (per seed) |",
-           "|---|---|--:|--:|--:|--:|---|---|"]
+    out = ["| method | seeds | eval tasks | success % before | success % after [95 % CI over tasks] | gain "
+           "| after, per seed (spread) | McNemar p, per seed | eval reward before -> after (per seed) |",
+           "|---|---|--:|--:|--:|--:|---|---|---|"]
     for r in rows:
         ci = f"[{100 * r['ci'][0]:.1f}, {100 * r['ci'][1]:.1f}]"
         after = "-" if r["after"] is None else f"{100 * r['after']:.1f} {ci}"
         before = "-" if r["before"] is None else f"{100 * r['before']:.1f}" + ("" if r["after"] is not None else f" {ci}")
         gain = "-" if r.get("gain") is None else f"{100 * r['gain']:+.1f}"
         seeds = ", ".join(f"{100 * x:.1f}" for x in r["per_seed"]) or "-"
+        if len(r["per_seed"]) > 1:
+            seeds += f" ({100 * r['spread']:.1f})"
+        paired = ", ".join(f"{p:.3g}" for p in r.get("mcnemar_p", [])) or "-"
         rb, ra = r["reward"]
         if ra is None:
             reward = f"{rb:.3f}"
         else:
             reward = ("" if rb is None else f"{rb:.3f} -> ") + f"{ra:.3f} (" + ", ".join(
                 f"{x:.3f}" for x in r["reward_per_seed"]) + ")"
-        out.append(f"| {r['method']} | {r['seeds']} | {r['n']} | {before} | {after} | {gain} | {seeds} | {reward} |")
+        out.append(f"| {r['method']} | {r['seeds']} | {r['n']} | {before} | {after} | {gain} | {seeds} | {paired} "
+                   f"| {reward} |")
     return "\n".join(out)
 
 

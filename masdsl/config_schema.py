@@ -30,6 +30,8 @@ class TrainConfig:
     drop_lowest_groups: float = 0.0  # leave out this fraction of groups, lowest mean reward first (paper's code/math: 0.3)
     dynamic_sampling: int = 0  # DAPO's dynamic sampling: draw more tasks until a step holds this many non-flat groups; 0: off
     dynamic_sampling_rounds: int = 3  # ... but at most this many rollouts of `batch` tasks per step
+    alternate: list[str] = field(default_factory=list)  # policies trained in turn, `alternate_every` steps each
+    alternate_every: int = 0  # steps per turn of `alternate` (PettingLLMs' phase_alternate_steps); 0: off
     # role -> share in (0, 1]: dynamic sampling also draws until the step holds that role's quota of
     # non-flat groups, ceil(share x the role's groups in the step's first rollout); {}: off
     dynamic_sampling_roles: dict[str, float] = field(default_factory=dict)
@@ -42,8 +44,10 @@ class TrainConfig:
     eval_tasks: int = 8
     eval_temperature: float = 0.0  # 0: greedy
     eval_samples: int = 1  # N episodes per eval task (distinct seeds): mean@N, pass@k; N > 1 wants eval_temperature > 0
+    eval_probe: str = "none"  # one of PROBES: evaluation prompts show `env.tool_output` removed or a wrong plan (masdsl.runtime.probes)
     checkpoint_every: int = 0  # 0: only at the end
     seed: int = 0
+    fail_on_reward_error: bool = False  # a reward (or team reward) that raises stops the run; false: it scores 0, counted in `reward_errors`
 
 
 @dataclass
@@ -100,6 +104,9 @@ class PolicyOverride:
     model: Optional[str] = None
     lora: Optional[dict[str, Any]] = None
     frozen: Optional[bool] = None
+    lr: Optional[float] = None  # the policy's schedule (masdsl.runtime.schedule), instead of its block's
+    train_every: Optional[int] = None
+    frozen_until: Optional[int] = None
     # passed to `tokenizer.apply_chat_template(..., **kwargs)`, e.g. {enable_thinking: false} for
     # Qwen3; merged over the `.mas` policy block's `chat_template_kwargs` (these keys win)
     chat_template_kwargs: Optional[dict[str, Any]] = None
@@ -167,6 +174,7 @@ OLD_LOGPROBS = ("auto", "engine", "trainer")
 MASTER_WEIGHTS = ("float32", "compute")
 ENGINES = ("auto", "vllm", "hf", "replay")
 ISOLATIONS = ("auto", "bwrap", "unshare", "none")
+PROBES = ("none", "no_tool_output", "wrong_plan")  # masdsl.runtime.probes implements each
 MINIMUMS = {
     ("train", "steps"): 1, ("train", "samples"): 1, ("train", "batch"): 1, ("train", "ppo_epochs"): 1,
     ("train", "eval_samples"): 1, ("runtime", "engine_replicas"): 1, ("runtime", "vllm_tensor_parallel_size"): 1,
@@ -178,6 +186,7 @@ CHOICES = {
     ("train", "master_weights"): MASTER_WEIGHTS,
     ("runtime", "engine"): ENGINES,
     ("sandbox", "isolation"): ISOLATIONS,
+    ("train", "eval_probe"): PROBES,
 }
 # sections keyed by a name from the workflow (policy, role): their entries' fields, for hints
 NAMED_SECTIONS = {"policy": PolicyOverride, "sample": SampleOverride}

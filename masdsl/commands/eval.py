@@ -199,7 +199,18 @@ def _evaluate(workflow: Any, cfg: Any, tasks: list[dict], checkpoint: str | None
         return run_evaluation(workflow, cfg, tasks, checkpoint=checkpoint)
     if checkpoint:
         err.print(f"evaluating the trained policies of {checkpoint}", highlight=False, markup=False)
+    if cfg.train.eval_probe != "none":  # the prompts differ from the plain evaluation's on purpose
+        err.print(f"probe {cfg.train.eval_probe}: evaluation prompts show `env.tool_output` "
+                  f"{'removed' if cfg.train.eval_probe == 'no_tool_output' else 'as a wrong plan'}",
+                  highlight=False, markup=False)
     err.print("loading models ...", highlight=False, markup=False)
+    if not output.is_terminal(err.file):  # a log file: plain lines, a heartbeat while it runs (loglines.py)
+        from masdsl.learner.loglines import LogLines  # start-up: as above
+
+        lines = LogLines(err)
+        with lines.live():
+            phase = lines.begin("eval", len(tasks) * cfg.train.eval_samples)
+            return run_evaluation(workflow, cfg, tasks, checkpoint=checkpoint, progress=lambda k: lines.advance(phase, k))
     columns = (TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TextColumn("episodes"), TimeElapsedColumn())
     with Progress(*columns, console=err, transient=False) as bar:
         job = bar.add_task("eval", total=len(tasks) * cfg.train.eval_samples)

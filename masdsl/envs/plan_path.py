@@ -46,6 +46,7 @@ from typing import Any, Mapping
 from masdsl.envs import games_common as gc
 from masdsl.envs.games import MoveGameEnv, Played
 from masdsl.envs.games_common import DIRS, Cell
+from masdsl.envs.plan_path_probe import wrong_path
 from masdsl.envs.registry import data_source, env
 from masdsl.errors import DataError, UserError
 
@@ -361,6 +362,9 @@ class PlanPathEnv(MoveGameEnv):
 
     def size(self, state: PlanPathState) -> int:
         return max(state.maze.height, state.maze.width)
+
+    def wrong_plan(self, state: PlanPathState) -> str:  # `train.eval_probe=wrong_plan` (masdsl.runtime.probes)
+        return json.dumps(wrong_path(state.maze, state.position))
 
     def extra_view(self, state: PlanPathState) -> dict[str, Any]:
         return {"position": list(state.position), "goal": list(state.maze.goal)}

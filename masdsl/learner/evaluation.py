@@ -28,6 +28,7 @@ from masdsl.lang.workflow import Workflow
 from masdsl.learner import checkpoint as ckpt
 from masdsl.learner.export import export_checkpoint
 from masdsl.learner.metrics import eval_metrics, reply_counts
+from masdsl.learner.viewpage import log_view
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.engine_factory import build_engines, close_engines
 from masdsl.runtime.executor import rollout
@@ -114,9 +115,10 @@ def _evaluate_models(workflow: Workflow, plan: RunPlan, tasks: list[dict], progr
     m = eval_metrics(ro.records, ro.episodes, rollout=ro, replies=replies)
     run_dir.write_summary({"metrics": m, "errors": ro.errors, "workflow": workflow.name, "tasks": len(tasks),
                            "samples_per_task": tc.eval_samples, "temperature": tc.eval_temperature,
-                           "checkpoint": str(checkpoint) if checkpoint else None})
+                           "probe": tc.eval_probe, "checkpoint": str(checkpoint) if checkpoint else None})
     tracker.log_metrics(m, step=0)
     tracker.log_artifact(run_dir.records_path, "records")
+    log_view(run_dir.path, tracker, tc.grouping)  # the groups page, as the artifact view/view.html
     tracker.finish()
     return EvalResult(workflow.name, m, run_dir.path, run_dir.records_path, len(tasks), dict(ro.errors), checkpoint)
 
@@ -129,7 +131,7 @@ def evaluate(workflow: Workflow, env: Any, tasks: Sequence[dict], engines: Mappi
     roll = rollout(workflow, env, tasks, engines, mode="eval", samples=1, step=step, seed=plan.train.seed, plan=plan,
                    progress=progress, repeats=plan.train.eval_samples)
     write_records(eval_dir(run_dir) / f"step_{step:06d}.jsonl", roll.records)
-    result = {"step": step, **eval_metrics(roll.records, roll.episodes)}
+    result = {"step": step, **eval_metrics(roll.records, roll.episodes), "reward_errors/eval": float(roll.reward_errors)}
     tracker.log_metrics({k: v for k, v in result.items() if k != "step"}, step=step)
     tracker.log_text(transcript(roll.records[:40]), f"traces/eval_step{step:06d}.md")
     return result

@@ -42,7 +42,9 @@ from masdsl.config_schema import ADVANTAGE_MIN_K
 from masdsl.errors import UserError, did_you_mean
 from masdsl.lang.workflow import PolicySpec, Workflow
 from masdsl.runtime.models import model_problem
+from masdsl.runtime.probes import probe_problem
 from masdsl.runtime.placement import REPLAY_CANNOT_TRAIN, Placement, engine_problems, plan_placement
+from masdsl.runtime.schedule import describe, schedule_problems, trains_at
 from masdsl.tracking import validate as check_tracking
 
 DEFAULT_MAX_TOKENS = 256  # a role's reply budget when neither its `sample { }` nor an override sets one
@@ -85,6 +87,15 @@ class RunPlan:
     def tracking(self) -> TrackingConfig:
         return self.config.tracking
 
+    def trains_at(self, policy: str, step: int) -> bool:
+        """Whether `policy` updates at `step` (from 1) by its schedule (`masdsl.runtime.schedule`)."""
+        return trains_at(self.policies[policy], step, self.train.alternate, self.train.alternate_every)
+
+    def lr(self, policy: str) -> float:
+        """The policy's AdamW learning rate: its own `lr`, else `train.lr`."""
+        own = self.policies[policy].lr
+        return float(own) if own is not None else float(self.train.lr)
+
     def max_tokens(self, role: str) -> int:
         """The reply budget of `role`."""
         return int(self.samples[role].get("max_tokens", DEFAULT_MAX_TOKENS))
@@ -96,6 +107,9 @@ class RunPlan:
         out += [f"  {role}: {json.dumps(dict(s), sort_keys=True)}" for role, s in self.samples.items()]
         out.append("advantage estimator per role (its `advantage` line; grpo when it has none):")
         out += [f"  {role}: {name}" for role, name in self.advantages.items()]
+        out.append(f"training schedule per policy (steps 1..{self.train.steps}):")
+        out += [f"  {name}: {describe(spec, self.train.steps, self.train.lr, self.train.alternate, self.train.alternate_every)}"
+                for name, spec in self.policies.items()]
         out.append(f"engine context: max_model_len {self.max_model_len} (runtime.max_prompt_tokens + the longest max_tokens)")
         return out
 
@@ -127,7 +141,7 @@ def resolve_rollout(workflow: Workflow, cfg: Config) -> RunPlan:
     masdsl.runtime.plan.RunPlanError: `runtime.engine=replay` needs `runtime.replay_file=PATH`
     """
     specs = effective_policies(workflow, cfg)
-    found = engine_problems(cfg.runtime)
+    found = engine_problems(cfg.runtime) + [p for p in (probe_problem(workflow, cfg.train.eval_probe),) if p]
     if cfg.runtime.engine == "replay" and not cfg.runtime.replay_file:
         found.append("`runtime.engine=replay` needs `runtime.replay_file=PATH`")
     if found:
@@ -147,7 +161,10 @@ def run_problems(workflow: Workflow, cfg: Config, specs: Mapping[str, PolicySpec
     """Every reason `masdsl run` would refuse to start (empty when there is none)."""
     rt = cfg.runtime
     errors = train_problems(cfg.train) + engine_problems(rt) + role_problems(workflow, cfg)
+    errors += [p for p in (probe_problem(workflow, cfg.train.eval_probe),) if p]
     errors += advantage_problems(workflow, cfg)
+    trained = [n for n, s in specs.items() if not s.frozen and workflow.roles_of_policy(n)]
+    errors += schedule_problems(specs, trained, cfg.train.steps, cfg.train.alternate, cfg.train.alternate_every)
     if rt.engine == "replay":
         errors.append(REPLAY_CANNOT_TRAIN)
     if rt.learner_workers < 0:
@@ -238,7 +255,8 @@ def advantage_problems(workflow: Workflow, cfg: Config) -> list[str]:
 
 def effective_policies(workflow: Workflow, cfg: Config) -> dict[str, PolicySpec]:
     """The workflow's policies with the config's `policy.<name>.*` overrides applied (over
-    `policy."*".*`, every policy's): `model`, `lora` and `frozen` replace the file's;
+    `policy."*".*`, every policy's): `model`, `lora`, `frozen` and the schedule (`lr`, `train_every`,
+    `frozen_until`) replace the file's;
     `chat_template_kwargs` merge over the file's (these keys win). Unknown policy names and lora
     keys are errors.
 
@@ -262,7 +280,8 @@ def effective_policies(workflow: Workflow, cfg: Config) -> dict[str, PolicySpec]
         ov = policy_override(cfg, name)
         if ov is None:
             continue
-        changes = {k: getattr(ov, k) for k in ("model", "lora", "frozen") if getattr(ov, k) is not None}
+        changes = {k: getattr(ov, k) for k in ("model", "lora", "frozen", "lr", "train_every", "frozen_until")
+                   if getattr(ov, k) is not None}
         if ov.chat_template_kwargs:
             changes["chat_template_kwargs"] = {**(specs[name].chat_template_kwargs or {}), **ov.chat_template_kwargs}
         specs[name] = dataclasses.replace(specs[name], **changes)

@@ -13,6 +13,7 @@ from masdsl.runtime import prompts
 from masdsl.runtime.backends.base import GenRequest
 from masdsl.runtime.episodes import Episode, RoleStep, RunState
 from masdsl.runtime.plan import DEFAULT_MAX_TOKENS
+from masdsl.runtime.probes import probed_view
 from masdsl.runtime.sampling import derive_seed
 
 REPEAT_SEED_STRIDE = 1_000_003  # repeat j of a task samples with run seed + j * stride (eval@N, trajectory's K episodes)
@@ -54,6 +55,8 @@ def request_for(ep: Episode, role: RoleSpec, turn: int, ids: list[int], run: Run
 def role_steps(ep: Episode, run: RunState) -> list[RoleStep]:
     """The prompts of the current node's roles, all rendered against the pre-step state."""
     view = run.env.view(ep.state)
+    if run.mode == "eval":  # `train.eval_probe`: what an evaluation prompt sees, changed on purpose
+        view = probed_view(run.plan.train.eval_probe, run.env, ep.state, view)
     steps = []
     for name in roles_of(run.workflow, ep.node):
         role = run.workflow.roles[name]

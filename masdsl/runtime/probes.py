@@ -1,0 +1,73 @@
+"""Eval probes (`train.eval_probe`): evaluation prompts see the env changed on purpose, to test
+what a trained role relies on.
+
+A planner that reaches the goal may have learnt to plan, or only to repeat the plan a tool
+printed into its prompt. Two probes tell these apart, on the same eval tasks and weights:
+
+- `no_tool_output`: `env.tool_output` is empty in every prompt (a template's
+  `{% if env.tool_output %}` block then disappears): what the role does alone;
+- `wrong_plan`: `env.tool_output` is a wrong plan in every prompt, one the env writes
+  (`wrong_plan(state)`; Plan-Path: legal moves that end as far from the goal as the board
+  allows, `masdsl.envs.plan_path_probe`): whether the role follows what it is shown.
+
+Only prompts change, and only in evaluation rollouts (`masdsl eval`, `masdsl.evaluate` and the
+evaluations inside `masdsl run`): the env's state, its guards, rewards and success, and the
+tool's own scoring are untouched, so a probe's numbers compare with the plain evaluation's.
+
+>>> probed_view("no_tool_output", None, None, {"board": "A.G", "tool_output": '["R", "R"]'})
+{'board': 'A.G', 'tool_output': ''}
+>>> probed_view("none", None, None, {"tool_output": "x"})
+{'tool_output': 'x'}
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+from masdsl.config import PROBES
+from masdsl.lang.workflow import Workflow
+
+View = Mapping[str, Any]
+
+
+def _no_tool_output(env: Any, state: Any, view: View) -> View:
+    return {**view, "tool_output": ""}
+
+
+def _wrong_plan(env: Any, state: Any, view: View) -> View:
+    return {**view, "tool_output": env.wrong_plan(state)}
+
+
+PROBE_FNS: dict[str, Callable[[Any, Any, View], View] | None] = {
+    "none": None,
+    "no_tool_output": _no_tool_output,
+    "wrong_plan": _wrong_plan,
+}
+if tuple(PROBE_FNS) != PROBES:  # the config's allowed values are the probes implemented here
+    raise ImportError(f"masdsl.config.PROBES {PROBES} != the probes implemented {tuple(PROBE_FNS)}")
+
+
+def probed_view(probe: str, env: Any, state: Any, view: View) -> View:
+    """The `env.NAME` values an evaluation prompt sees under `probe`."""
+    fn = PROBE_FNS[probe]
+    return view if fn is None else fn(env, state, view)
+
+
+def probe_problem(workflow: Workflow, probe: str) -> str | None:
+    """Why `probe` cannot run on `workflow`'s env (None: it can), said before anything starts.
+
+    >>> import masdsl
+    >>> probe_problem(masdsl.load("workflows/coder_tester.mas"), "no_tool_output")
+    '`train.eval_probe=no_tool_output` changes `env.tool_output`, and env `code` has no such field'
+    >>> probe_problem(masdsl.load("workflows/plan_path_helper.mas"), "wrong_plan") is None
+    True
+    """
+    spec = workflow.registry.envs.get(workflow.env) if workflow.registry is not None else None
+    if probe == "none" or spec is None:
+        return None
+    if "tool_output" not in spec.fields:
+        return f"`train.eval_probe={probe}` changes `env.tool_output`, and env `{workflow.env}` has no such field"
+    if probe == "wrong_plan" and not callable(getattr(spec.factory, "wrong_plan", None)):
+        return (f"`train.eval_probe=wrong_plan` needs an env that writes a wrong plan (`wrong_plan(state)`, as "
+                f"plan_path does); env `{workflow.env}` does not")
+    return None
