@@ -142,6 +142,7 @@ def summary_table(result: Any) -> Any:
             table.add_row(f"{key} (before -> after)", f"{fmt(b)} -> {fmt(a)}")
     for label, value in learning_rows(result.history) + reply_rows(result.history, before, after):
         table.add_row(label, value)
+    table.add_row(*reward_error_row(result.history, getattr(result, "evals", None) or []))
     table.add_row("steps", f"{result.steps}")
     table.add_row("wall time", f"{result.wall_s:.1f} s")
     table.add_row("run folder", str(result.run_dir))
@@ -151,6 +152,17 @@ def summary_table(result: Any) -> Any:
     if result.ui_command:
         table.add_row("dashboard", result.ui_command)
     return table
+
+
+def reward_error_row(history: Any, evals: Any) -> tuple[str, str]:
+    """How many rewards raised (each scored 0: `train.fail_on_reward_error` stops the run instead).
+
+    >>> reward_error_row([{"reward_errors": 2.0}, {"reward_errors": 1.0}], [{"reward_errors/eval": 0.0}])
+    ('reward errors (scored 0)', '3 in training, 0 in evaluations')
+    """
+    train = sum(h.get("reward_errors", 0.0) for h in history)
+    evaluation = sum(e.get("reward_errors/eval", 0.0) for e in evals)
+    return "reward errors (scored 0)", f"{train:.0f} in training, {evaluation:.0f} in evaluations"
 
 
 def learning_rows(history: Any) -> list[tuple[str, str]]:

@@ -74,6 +74,7 @@ def train_step(session: TrainSession, state: TrainState, draw: Draw) -> dict[str
                            kl_on=tc.kl_coef > 0)
     metrics.update(role_metrics(records, roll.episodes, groups, adv))
     metrics["dynamic/rounds"] = float(rounds)
+    metrics["reward_errors"] = float(roll.reward_errors)  # rewards that raised, each scored 0
     metrics["dynamic/tasks"] = float(len({e.task_id for e in roll.episodes}))
     per_role = nonflat_by_role(groups, records)
     for role in tc.dynamic_sampling_roles or {}:

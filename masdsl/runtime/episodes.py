@@ -45,6 +45,7 @@ class Rollout:
     env_s: float
     truncated_prompts: int
     errors: dict[str, int] = field(default_factory=dict)  # failing expression / env step -> count
+    reward_errors: int = 0  # rewards (and team rewards) that raised and scored 0
 
 
 def merge_rollouts(parts: list[Rollout]) -> Rollout:
@@ -70,7 +71,7 @@ def merge_rollouts(parts: list[Rollout]) -> Rollout:
         errors.update(part.errors)
     return Rollout(records, [e for p in parts for e in p.episodes], sum(p.tokens_generated for p in parts),
                    sum(p.wall_s for p in parts), sum(p.gen_s for p in parts), sum(p.env_s for p in parts),
-                   sum(p.truncated_prompts for p in parts), dict(errors))
+                   sum(p.truncated_prompts for p in parts), dict(errors), sum(p.reward_errors for p in parts))
 
 
 @dataclass
@@ -125,6 +126,7 @@ class RunState:
     env_s: float = 0.0
     truncated_prompts: int = 0
     errors: Counter = field(default_factory=Counter)
+    reward_errors: int = 0  # rewards (and team rewards) that raised: `Rollout.reward_errors`
     fail_on_env: bool = False  # an env call failing after its retries raises StepFailed
     samples: dict[str, dict[str, Any]] = field(default_factory=dict)  # role -> effective `sample { }`
     chat_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)  # policy -> chat_template_kwargs

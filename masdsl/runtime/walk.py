@@ -103,6 +103,18 @@ def score_steps(steps: Sequence[RoleStep], run: RunState) -> None:
         for o in s.outcomes:
             for e in o.errors:
                 run.error(e)
+            reward_errors(s, o.errors, run)
+
+
+def reward_errors(s: RoleStep, errors: Sequence[str], run: RunState) -> None:
+    """Count a candidate's reward errors (its `Outcome.errors`: only rewards are evaluated there);
+    under `train.fail_on_reward_error` the first one stops the rollout with `StepFailed`."""
+    run.reward_errors += len(errors)
+    if errors and run.plan.train.fail_on_reward_error:
+        raise StepFailed(
+            f"{errors[0]} (task `{s.episode.task_id}`, turn {s.turn}); `train.fail_on_reward_error` stops the run "
+            "on a reward that raises (without it the reward scores 0 and is counted in `reward_errors`)",
+            role=s.role.name, task_id=s.episode.task_id, turn=s.turn, error=errors[0])
 
 
 def records_of(s: RoleStep, run: RunState) -> list[StepRecord]:
