@@ -1,4 +1,4 @@
-"""`masdsl` command line: check | graph | warm-start | run | sweep | eval | trace | export | fmt | new | lsp | env | completion.
+"""`masdsl` command line: check | graph | warm-start | run | sweep | eval | trace | view | export | fmt | new | lsp | env | completion.
 
 Each subcommand lives in `masdsl/commands/<name>.py` with `add_arguments(parser)` and
 `main(args) -> int`, imported only when used: `masdsl check` imports `commands/check.py` and
@@ -33,6 +33,7 @@ COMMANDS = {
     "sweep": "train every arm of an override grid on several seeds (Ray tasks), then compare them (MLflow)",
     "eval": "roll out a workflow on its eval split and report metrics by role and turn",
     "trace": "print readable transcripts of a run's episodes",
+    "view": "the AT-GRPO groups of a run as an HTML page: K candidates side by side, filters (--serve: on 127.0.0.1)",
     "warm-start": "a short supervised warm start on the env's demonstrations, before `run` (a model folder)",
     "export": "write a run's trained policies as Hugging Face folders (or PEFT adapters)",
     "fmt": "rewrite .mas files in the canonical layout (--check: list files that would change)",

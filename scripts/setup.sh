@@ -18,6 +18,16 @@ if ! command -v bwrap >/dev/null || ! command -v dot >/dev/null; then
   fi
 fi
 
+# chromium: the headless browser tests/test_view.py opens `masdsl view` pages in (skipped without it).
+if ! command -v chromium >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
+      || echo "setup: warning: could not install chromium; the browser tests of masdsl view are skipped" >&2
+  else
+    echo "setup: note: install chromium to run the browser tests of masdsl view" >&2
+  fi
+fi
+
 stamp="$VENV/.masdsl-setup"
 want=$(cat pyproject.toml scripts/setup.sh scripts/qwen-requirements.txt | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi

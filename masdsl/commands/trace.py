@@ -19,14 +19,11 @@ import json
 import os
 import sys
 from collections import defaultdict
-from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from masdsl.errors import UserError, did_you_mean
-from masdsl.runtime.records import StepRecord, read_records
-from masdsl.runtime.rundir import open_run
-
-EVAL_DIR = "eval"  # a training run's evaluations: eval/step_N.jsonl (masdsl.learner.evaluation.eval_dir)
+from masdsl.runtime.records import StepRecord
+from masdsl.runtime.rundir import EVAL_DIR, eval_files, open_run
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -120,11 +117,6 @@ def _check_filters(seen: dict[str, set], task: str | None, role: str | None) -> 
                         + f"; {what}s: {listed}")
 
 
-def eval_files(run_dir: Path) -> list[Path]:
-    """The evaluation records of a training run: `eval/step_N.jsonl`, by step."""
-    return sorted((Path(run_dir) / EVAL_DIR).glob("step_*.jsonl"))
-
-
 def steps_of(run: Any) -> list[int]:
     """The steps `--step` may name: those of records.jsonl, and -1 when there are evaluations."""
     steps = {r.step for r in run.records()}
@@ -152,9 +144,7 @@ def selected_records(run: Any, step: int | None) -> Iterator[tuple[StepRecord, s
         if step is None or r.step == step:
             yield r, None
     if step == -1:
-        for path in eval_files(run.path):
-            for r in read_records(path):
-                yield r, f"eval at step {r.step}"
+        yield from run.evaluations()
 
 
 def main(args: argparse.Namespace) -> int:

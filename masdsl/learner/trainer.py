@@ -40,6 +40,7 @@ from masdsl.learner.export import export_run
 from masdsl.learner.recovery import Recovery, take_unfinished
 from masdsl.learner.session import TrainSession, open_session, start_state
 from masdsl.learner.step import train_step
+from masdsl.learner.viewpage import log_view
 from masdsl.runtime.plan import resolve_run
 from masdsl.runtime.rundir import RECORDS
 from masdsl.tracking import start_run
@@ -115,6 +116,7 @@ def train(workflow: Workflow, cfg: Config, *, run_dir: str | Path, resume: str |
         raise
     finally:
         if tracker is not None:
+            log_view(run_dir, tracker, plan.train.grouping)  # the groups page, as the artifact view/view.html
             tracker.finish(status, checkpoint=ckpt.latest(run_dir))
         session.close()
     result = TrainResult(

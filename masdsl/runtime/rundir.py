@@ -7,6 +7,7 @@
     files/, files.json  the source and every local file it reads, copied, with their sha256
                     (`masdsl.runtime.run_files`: export and eval load the workflow from them)
     summary.json    the metrics of the run (written at the end by the command)
+    eval/step_N.jsonl  a training run's evaluations after N steps (`masdsl.learner.evaluation.eval_dir`)
 
 >>> import tempfile
 >>> from masdsl.runtime.records import StepRecord
@@ -34,6 +35,7 @@ GRAPH = "graph.mmd"
 CONFIG = "config.yaml"
 SOURCE = "workflow.mas"
 SUMMARY = "summary.json"
+EVAL_DIR = "eval"
 
 
 def mermaid(workflow: Any) -> str:
@@ -77,10 +79,22 @@ class RunDir:
     def records(self) -> Iterator[StepRecord]:
         return read_records(self.records_path) if self.records_path.exists() else iter(())
 
+    def evaluations(self) -> Iterator[tuple[StepRecord, str]]:
+        """A training run's evaluations (`eval/step_N.jsonl`, by step), each record labelled
+        `eval at step N` (`masdsl trace --step -1`, `masdsl view`)."""
+        for path in eval_files(self.path):
+            for r in read_records(path):
+                yield r, f"eval at step {r.step}"
+
     def write_summary(self, summary: dict[str, Any]) -> Path:
         out = self.path / SUMMARY
         out.write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
         return out
+
+
+def eval_files(run_dir: str | Path) -> list[Path]:
+    """The evaluation records of a training run: `eval/step_N.jsonl`, by step."""
+    return sorted((Path(run_dir) / EVAL_DIR).glob("step_*.jsonl"))
 
 
 def open_run(path: str | Path) -> RunDir:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 DUO = Path(__file__).parent / "data" / "duo_math.mas"  # roles reasoner/checker, policies thinker/critic
@@ -47,7 +48,10 @@ def test_masdsl_eval_on_the_tiny_model_is_tracked(mlflow_server, tiny_model_dir,
     assert "eval_reward/checker/turn0" in kids["critic"].data.metrics
     paths = artifact_paths(client, run.info.run_id)
     assert {"source/duo_math.mas", "config/resolved.yaml", "graph/workflow.mmd", "records/records.jsonl",
-            "plots/progress.png"} <= paths
+            "plots/progress.png", "view/view.html"} <= paths
+    page = Path(client.download_artifacts(run.info.run_id, "view/view.html", str(tmp_path))).read_text()
+    assert page.count('<section class="step" data-label="eval">') == 1  # one evaluation, of 2 tasks x 2 roles or more
+    assert page.count('data-role="reasoner"') >= 2 and page.count('data-role="checker"') >= 2
 
 
 TRAIN_METRICS = {"success/train", "groups/count", "groups/zero_variance_frac", "tokens/generated",
@@ -98,5 +102,9 @@ def test_masdsl_run_on_the_tiny_model_is_tracked(mlflow_server, tiny_model_dir, 
 
     paths = artifact_paths(client, run.info.run_id)
     assert {"source/duo_math.mas", "graph/workflow.mmd", "graph/workflow.dot", "config/resolved.yaml",
-            "plots/progress.png"} <= paths, paths
+            "plots/progress.png", "view/view.html"} <= paths, paths
+    page = Path(client.download_artifacts(run.info.run_id, "view/view.html", str(tmp_path))).read_text()
+    labels = re.findall(r'<section class="step" data-label="([^"]+)">', page)  # both rollouts, then the evaluations
+    assert len([x for x in labels if not x.startswith("eval ")]) == 2, labels  # train.steps=2
+    assert "eval at step 0" in labels and "eval at step 2" in labels
     assert len([p for p in paths if p.startswith("traces/")]) == 2  # evaluations at steps 0 and 2
