@@ -174,3 +174,14 @@ def test_a_role_k_below_one_or_under_trajectory_is_refused():
         resolve_config(wf.train, overrides=["sample.copier.samples=0"])
     with pytest.raises(RunPlanError, match="a role of its own K needs tree sampling"):
         resolve_run(wf, resolve_config(wf.train, overrides=["sample.copier.samples=2", "train.grouping=trajectory"]))
+
+
+def test_the_groups_table_shows_a_role_k_from_the_file():
+    from masdsl.lang.graph import groups_table, predicted_groups
+
+    text = (TOY / "toy_digits.mas").read_text().replace(
+        "sample { temperature: 1.0, max_tokens: 1 }\n  parse digit = digit(output)\n  reward same(digit, namer.digit)",
+        "sample { temperature: 1.0, max_tokens: 1, samples: 2 }\n  parse digit = digit(output)\n  reward same(digit, namer.digit)")
+    wf = masdsl.loads(text, name="toy_k2", base_dir=TOY)
+    assert {(g.role, g.size) for g in predicted_groups(wf, 4)} == {("namer", 4), ("copier", 2)}
+    assert any(line.split()[:4] == ["copier", "0", "shared", "2"] for line in groups_table(wf, 4).splitlines())
