@@ -211,3 +211,33 @@ def test_in_a_browser_the_page_works_without_a_network(tmp_path):
         urls = b.evaluate("performance.getEntriesByType('resource').map(e => e.name)")
         assert urls == []
         assert re.fullmatch(r"\d+ of 5 groups", b.evaluate("document.getElementById('count').textContent"))
+
+
+WORKFLOW = '''workflow toy "A coder and a tester."
+env code
+policy shared { model: "smollm2-135m-instruct" }
+role coder {
+  policy shared
+  prompt "Write it."
+  advantage rloo
+}
+role tester {
+  policy shared
+  prompt "Test it."
+}
+flow {
+  start -> coder -> tester -> end
+}
+'''
+
+
+def test_advantages_follow_each_roles_estimator_from_the_runs_workflow(tmp_path):
+    run = training_run(tmp_path)
+    (run / "workflow.mas").write_text(WORKFLOW)
+    assert main(["view", str(run), "--step", "0", "--out", str(tmp_path / "p.html")]) == 0
+    got = parse((tmp_path / "p.html").read_text())
+    # coder, RLOO by hand: (1, 0, .5) -> 1 - .25, 0 - .75, .5 - .5; tester (flat): 0 under any estimator
+    assert got.advantages == ["+0.750", "-0.750", "+0.000", "+0.000", "+0.000", "+0.000"]
+    (run / "workflow.mas").write_text("role {")  # unreadable: every role gets the default (GRPO)
+    assert main(["view", str(run), "--step", "0", "--out", str(tmp_path / "p.html")]) == 0
+    assert parse((tmp_path / "p.html").read_text()).advantages[:3] == ["+1.000", "-1.000", "+0.000"]

@@ -5,7 +5,7 @@ Records arrive as (record, label) pairs in file order (`masdsl.runtime.rundir.Ru
 then `RunDir.evaluations`); consecutive records with one label form a `Section` ("step 3",
 "eval", "eval at step 2"). A training step's advantages are recomputed from its records exactly
 as the step did (`masdsl.learner.grouping.group_records` with the run's grouping, then
-`masdsl.learner.advantages.compute_advantages`); an evaluation trains nothing, so its
+`masdsl.learner.advantages.compute_advantages` with each role's estimator); an evaluation trains nothing, so its
 candidates have no advantage, and its groups are keyed by episode too (repeated episodes of one
 task are separate decisions, not candidates of one).
 

@@ -116,7 +116,7 @@ def train(workflow: Workflow, cfg: Config, *, run_dir: str | Path, resume: str |
         raise
     finally:
         if tracker is not None:
-            log_view(run_dir, tracker, plan.train.grouping)  # the groups page, as the artifact view/view.html
+            log_view(run_dir, tracker, plan.train.grouping, plan.advantages)  # the artifact view/view.html
             tracker.finish(status, checkpoint=ckpt.latest(run_dir))
         session.close()
     result = TrainResult(

@@ -28,10 +28,13 @@ import sys
 from collections import deque
 from itertools import chain
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
+from masdsl.config_schema import DEFAULT_ADVANTAGE
+from masdsl.lang import ast as A
+from masdsl.lang.parse import parse_text
 from masdsl.learner.groupview import Candidate, Group, Section, sections
-from masdsl.runtime.rundir import CONFIG, RunDir
+from masdsl.runtime.rundir import CONFIG, SOURCE, RunDir
 
 PAGE = "view.html"  # in the run folder, and the artifact `view/view.html` of its MLflow run
 MAX_BYTES = 20_000_000  # a browser still opens a 20 MB page in a few seconds
@@ -209,23 +212,40 @@ def run_grouping(run_dir: Path) -> str:
         return "at"
 
 
+def run_estimators(run_dir: Path) -> dict[str, str]:
+    """Each role's `advantage` estimator, read from the run folder's copy of its workflow
+    (parsed only: nothing it imports runs); {} (the default for every role) when unreadable."""
+    try:
+        module, errors = parse_text((Path(run_dir) / SOURCE).read_text(encoding="utf-8"), str(SOURCE))
+    except OSError:
+        return {}
+    if module is None or errors:
+        return {}
+    return {r.name.name: (r.of(A.RoleAdvantage)[0].name.name if r.of(A.RoleAdvantage) else DEFAULT_ADVANTAGE)
+            for r in module.roles}
+
+
 def run_page(run: RunDir, pairs: Iterable | None = None, *, grouping: str | None = None,
-             max_bytes: int = MAX_BYTES) -> str:
+             estimators: Mapping[str, str] | None = None, max_bytes: int = MAX_BYTES) -> str:
     """The page of a run folder: `pairs` of (record, label), by default every rollout of
-    records.jsonl and then the training run's evaluations (`RunDir.evaluations`)."""
+    records.jsonl and then the training run's evaluations (`RunDir.evaluations`). The
+    advantages use the run's grouping and estimators (None: read from the run folder)."""
     if pairs is None:
         pairs = chain(((r, None) for r in run.records()), run.evaluations())
+    if estimators is None:
+        estimators = run_estimators(run.path)
     title = f"{run.path.parent.name}/{run.path.name}"
-    return render_page(sections(pairs, grouping or run_grouping(run.path)), title=title,
+    return render_page(sections(pairs, grouping or run_grouping(run.path), estimators), title=title,
                        subtitle=str(run.path.resolve()), max_bytes=max_bytes)
 
 
-def log_view(run_dir: Path, tracker: Any, grouping: str | None = None) -> Path | None:
+def log_view(run_dir: Path, tracker: Any, grouping: str | None = None,
+             estimators: Mapping[str, str] | None = None) -> Path | None:
     """Write the run's page to `<run_dir>/view.html` and log it as the artifact `view/view.html`.
     A bug here must not fail the run it describes: it is reported and skipped."""
     try:
         path = Path(run_dir) / PAGE
-        path.write_text(run_page(RunDir(Path(run_dir)), grouping=grouping), encoding="utf-8")
+        path.write_text(run_page(RunDir(Path(run_dir)), grouping=grouping, estimators=estimators), encoding="utf-8")
     except Exception as exc:  # noqa: BLE001 - the page is a convenience; the run's results are saved
         print(f"masdsl: could not write the groups page of {run_dir}: {exc}", file=sys.stderr)
         return None
