@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import os as _os
+
 __version__ = "0.1.0"
 
 __all__ = ["load", "loads", "train", "evaluate", "rollout", "TrainResult", "EvalResult", "Rollout", "__version__"]
@@ -34,3 +36,12 @@ def loads(text: str, name: str = "<string>", base_dir=None):
     from masdsl.lang import loads as _loads  # lazy: every `masdsl.*` import runs this file (the CLI too)
 
     return _loads(text, name=name, base_dir=base_dir)
+
+
+if _os.environ.get("MASDSL_QUIET_ENGINE") == "1":  # pragma: no cover - runs in vLLM's engine processes
+    # vLLM spawns its engine processes while masdsl builds an engine (quiet: vllm/environment.py);
+    # a spawned process re-imports the main script, hence masdsl, before vLLM: the one chance to
+    # hide what vLLM logs at import there
+    from masdsl.runtime.backends.vllm.logs import quiet_engine_process
+
+    quiet_engine_process()

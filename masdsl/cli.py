@@ -7,8 +7,9 @@ no other command module (never torch, the runtime or MLflow); only `masdsl --hel
 2 user error (also a bad command line), 3 internal error (a bug in masdsl), 130 interrupted (Ctrl-C).
 
 Global flags, accepted before the command or anywhere after it: `--debug` (tracebacks of
-internal errors), `--verbose` (the inference engines' start-up logs: sets `MASDSL_VERBOSE=1`,
-which `masdsl.runtime.backends.vllm.environment` reads), `-q`/`--quiet` (only warnings, errors
+internal errors), `-v`/`--verbose` (other libraries' logs: the inference engines' start-up logs,
+sets `MASDSL_VERBOSE=1`, which `masdsl.runtime.backends.vllm.environment` reads; without it
+`output.libraries` hides INFO lines and loading bars), `-q`/`--quiet` (only warnings, errors
 and results), `--color=auto|always|never` (and `NO_COLOR`; `masdsl.commands.output`),
 `-h`/`--help` (the command's help, even among a `run`/`eval` command's overrides).
 `masdsl --version` prints the installed version.
@@ -47,7 +48,7 @@ FULL_PARSER = ("completion",)  # commands that need every command's arguments
 
 VERBOSE_ENV = "MASDSL_VERBOSE"  # set by --verbose; read where engines start (vllm/environment.py)
 HELP_FLAGS = ("-h", "--help")
-GLOBAL_FLAGS = {"--debug": "debug", "--verbose": "verbose", "--quiet": "quiet", "-q": "quiet"}
+GLOBAL_FLAGS = {"--debug": "debug", "--verbose": "verbose", "-v": "verbose", "--quiet": "quiet", "-q": "quiet"}
 
 
 def version() -> str:
@@ -90,8 +91,9 @@ def add_global_flags(p: argparse.ArgumentParser, top: bool) -> None:
 
     default = {} if top else {"default": argparse.SUPPRESS}
     p.add_argument("--debug", action="store_true", help=shown("show Python tracebacks for internal errors"), **default)
-    p.add_argument("--verbose", action="store_true", **default,
-                   help=shown("show the inference engines' start-up logs (vLLM, Triton; hidden by default)"))
+    p.add_argument("-v", "--verbose", action="store_true", **default,
+                   help=shown("show other libraries' logs: the engines' start-up (vLLM, Triton), INFO lines, "
+                              "loading bars (hidden by default)"))
     p.add_argument("-q", "--quiet", action="store_true", **default,
                    help=shown("only warnings, errors and results: no progress bars or status lines"))
     p.add_argument("--color", choices=output.COLOR_MODES, metavar="WHEN", **({"default": "auto"} if top else default),
@@ -152,6 +154,7 @@ def prepare(args: argparse.Namespace) -> bool:
     output.configure(getattr(args, "color", "auto"), getattr(args, "quiet", False))
     if getattr(args, "verbose", False):
         os.environ[VERBOSE_ENV] = "1"  # inherited by the engine processes started later
+    output.libraries(getattr(args, "verbose", False))  # before the libraries load: they read it at import
     return asked_help
 
 

@@ -99,9 +99,11 @@ def local_ray(_ray_instance):
 
 @pytest.fixture(autouse=True)
 def _engine_log_environment():
-    """`masdsl --verbose` sets MASDSL_VERBOSE in this process for the engines it starts; a test
-    that runs the CLI in-process must not leave it (or vLLM's log level) to the tests after it."""
-    keys = ("MASDSL_VERBOSE", "VLLM_LOGGING_LEVEL")
+    """`masdsl --verbose` sets MASDSL_VERBOSE in this process for the engines it starts (and
+    without it, the libraries' quiet settings); a test that runs the CLI in-process must not
+    leave them (or vLLM's log level) to the tests after it."""
+    keys = ("MASDSL_VERBOSE", "VLLM_LOGGING_LEVEL",  # and what `masdsl.commands.output.libraries` sets
+            "HF_HUB_DISABLE_PROGRESS_BARS", "TRANSFORMERS_VERBOSITY", "MLFLOW_LOGGING_LEVEL")
     before = {k: os.environ.get(k) for k in keys}
     yield
     for k, v in before.items():

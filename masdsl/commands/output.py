@@ -7,6 +7,12 @@
   colour off); `always` colours even into a pipe (and wins over `NO_COLOR`); `never` never does.
 - `-q`/`--quiet`: only warnings, errors and the final results; no progress bars, no
   "loading models ..." lines.
+- `-v`/`--verbose` (`libraries(verbose)`): other libraries' logs as they come. Without it
+  their INFO lines and loading bars are hidden (`LIBRARY_ENV`).
+
+A console on a file or pipe (a log) is `WIDE`: rich wraps nothing there, so a long line or the
+`mlflow ui ...` command in a table stays one line; the training progress then prints plain
+lines instead of a bar (`masdsl.learner.display.Progress`).
 
 Every command asks here: `use_color(stream)` for plain text (diagnostics), `console()` for a
 rich console (tables, progress bars), `quiet()` before it prints progress.
@@ -17,6 +23,8 @@ rich console (tables, progress bars), `quiet()` before it prints progress.
 (True, True)
 >>> configure(); quiet()
 False
+>>> import io; console(stream=io.StringIO()).width == WIDE
+True
 >>> quiet_err = console(warnings_only=True)
 >>> with quiet_err.capture() as got:
 ...     quiet_err.print("step 1/3 ..."); quiet_err.print("warning: 40 % cut")
@@ -26,12 +34,21 @@ False
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import Any, TextIO
 
 COLOR_MODES = ("auto", "always", "never")
 _STATE: dict[str, Any] = {"color": "auto", "quiet": False}
+WIDE = 100_000  # a console's width on a file or pipe: no wrapping (tables are as wide as their content)
+# Set for the command and the processes it starts (Ray workers, vLLM's engine processes) unless
+# -v; a value the user set wins. Read by the libraries at import: the loading bars of
+# transformers / huggingface_hub ("Loading weights", "Writing model shards"), transformers'
+# logger, MLflow's INFO lines ("Started monitoring system metrics", "Creating initial MLflow
+# database tables").
+LIBRARY_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error",
+               "MLFLOW_LOGGING_LEVEL": "WARNING"}
 
 
 def configure(color: str = "auto", quiet: bool = False) -> None:
@@ -39,6 +56,41 @@ def configure(color: str = "auto", quiet: bool = False) -> None:
     if color not in COLOR_MODES:
         raise ValueError(f"color must be one of {COLOR_MODES}; got {color!r}")
     _STATE.update(color=color, quiet=bool(quiet))
+    from masdsl.runtime import heartbeat  # light: the runtime's start-up lines follow -q too
+
+    heartbeat.set_quiet(quiet)
+
+
+def libraries(verbose: bool = False) -> dict[str, str]:
+    """Hide other libraries' INFO lines and loading bars unless `verbose`: `LIBRARY_ENV` for
+    what is imported from now on (here and in child processes), the same settings for what this
+    process imported already. Returns the variables set.
+
+    >>> import os; saved = {k: os.environ.pop(k, None) for k in LIBRARY_ENV}
+    >>> os.environ["MLFLOW_LOGGING_LEVEL"] = "DEBUG"   # the user's own choice wins
+    >>> sorted(libraries()), os.environ["MLFLOW_LOGGING_LEVEL"], libraries(verbose=True)
+    (['HF_HUB_DISABLE_PROGRESS_BARS', 'TRANSFORMERS_VERBOSITY'], 'DEBUG', {})
+    >>> for k, v in saved.items(): _ = os.environ.pop(k) if v is None else os.environ.update({k: v})
+    """
+    if verbose:
+        return {}
+    applied = {k: v for k, v in LIBRARY_ENV.items() if k not in os.environ}
+    os.environ.update(applied)
+    # a library imported already (in-process use, tests) read its variable then: tell it now
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging  # imported already: free
+
+        if "TRANSFORMERS_VERBOSITY" in applied:
+            hf_logging.set_verbosity_error()
+        if "HF_HUB_DISABLE_PROGRESS_BARS" in applied:
+            hf_logging.disable_progress_bar()
+    if "huggingface_hub" in sys.modules and "HF_HUB_DISABLE_PROGRESS_BARS" in applied:
+        from huggingface_hub.utils import disable_progress_bars  # imported already: free
+
+        disable_progress_bars()
+    if "mlflow" in sys.modules and "MLFLOW_LOGGING_LEVEL" in applied:
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
+    return applied
 
 
 def color_mode() -> str:
@@ -61,27 +113,35 @@ def use_color(stream: TextIO | None = None) -> bool:
     if mode != "auto":
         return mode == "always"
     stream = sys.stderr if stream is None else stream
+    return is_terminal(stream) and not no_color_env()
+
+
+def is_terminal(stream: TextIO | None = None) -> bool:
+    """Whether `stream` (default stderr) is a terminal (not a file, a pipe or a closed stream)."""
+    stream = sys.stderr if stream is None else stream
     try:
-        tty = stream.isatty()
+        return bool(stream.isatty())
     except (AttributeError, ValueError):  # a closed or fake stream
-        tty = False
-    return tty and not no_color_env()
+        return False
 
 
-def console(stderr: bool = True, warnings_only: bool = False) -> Any:
-    """A rich Console for stderr (progress, tables about the run) or stdout (results).
+def console(stderr: bool = True, warnings_only: bool = False, stream: TextIO | None = None) -> Any:
+    """A rich Console for stderr (progress, tables about the run) or stdout (results); `stream`
+    instead of either (tests). On a file or pipe it is `WIDE`: nothing wraps.
 
     `warnings_only`: for code that reports through a console (the trainer's progress bar, its
     log lines, its final table) under `--quiet`: only lines that begin with `warning`/`error`
     and tables get through; no progress bar is drawn."""
     from rich.console import Console  # start-up: rich only for the commands that print with it
 
-    stream = sys.stderr if stderr else sys.stdout
-    color = use_color(stream)
+    target = stream if stream is not None else sys.stderr if stderr else sys.stdout
+    color = use_color(target)
     mode = _STATE["color"]
     kind = _warnings_only(Console) if warnings_only else Console
-    return kind(stderr=stderr, no_color=not color, color_system="auto" if color else None,
-                force_terminal=False if warnings_only else True if mode == "always" else None, highlight=color)
+    where = {"file": stream} if stream is not None else {"stderr": stderr}  # rich finds sys.stderr when it writes
+    return kind(**where, no_color=not color, color_system="auto" if color else None,
+                force_terminal=False if warnings_only else True if mode == "always" else None, highlight=color,
+                width=None if is_terminal(target) else WIDE)
 
 
 def _warnings_only(base: type) -> type:

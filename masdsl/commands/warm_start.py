@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import json
 from pathlib import Path
+from typing import Any
 
 from masdsl.commands import output
 
@@ -37,6 +38,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs=argparse.REMAINDER, help="dotted config overrides, e.g. policy.shared.model=NAME")
 
 
+def _logged(workflow: Any, cfg: Any, out: Path, run: dict[str, Any], err: Any) -> Any:
+    """`warm_start` with its progress as plain lines: the loss in a heartbeat every 30 s, a line at the end."""
+    from masdsl.learner.loglines import LogLines  # start-up: the commands import what they use when they run
+    from masdsl.learner.warm_start import warm_start  # start-up: as above
+
+    lines, phase = LogLines(err), []
+
+    def on_step(step: int, total: int, loss: float) -> None:
+        if not phase:  # started at the first step: the checks before it may still refuse
+            phase.append(lines.begin("warm start", total, unit="steps"))
+        lines.advance(phase[0], step - phase[0].done, note=f"loss {loss:.3f}")
+
+    with lines.live():
+        return warm_start(workflow, cfg, out, on_step=on_step, **run)
+
+
 def main(args: argparse.Namespace) -> int:
     import masdsl  # start-up: the commands import what they use when they run
     from masdsl.commands import split_options
@@ -57,6 +74,8 @@ def main(args: argparse.Namespace) -> int:
     run = {"roles": args.roles, **{k: defaults[k] if v is None else v for k, v in given.items()}}
     if output.quiet():
         info = warm_start(workflow, cfg, out, **run)
+    elif not output.is_terminal(err.file):  # a log file: plain lines, a heartbeat while it runs (loglines.py)
+        info = _logged(workflow, cfg, out, run, err)
     else:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # start-up
 

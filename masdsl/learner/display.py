@@ -1,5 +1,6 @@
-"""What a person sees during `masdsl run`: a live progress line, a final summary table, and a
-warning when a role's replies are often cut by its `max_tokens` (`cut_warnings`).
+"""What a person sees during `masdsl run`: a live progress line (on a terminal; plain lines in a
+log file, `loglines.py`), a final summary table, and a warning when a role's replies are often
+cut by its `max_tokens` (`cut_warnings`).
 
 >>> step_line(3, 10, {"reward/namer/turn0/mean": 0.5, "success/train": 0.25, "loss/p": 0.1})
 'step 3/10  namer/t0 0.50  success 0.25'
@@ -7,6 +8,12 @@ warning when a role's replies are often cut by its `max_tokens` (`cut_warnings`)
 'step 1/3  success 0.00  non-flat 25 %'
 >>> step_line(2, 3, {"success/train": 0.5, "cut/coder": 0.5, "cut/tester": 0.0, "parse_fail/tester": 0.25})
 'step 2/3  success 0.50  cut coder 50 %  parse-fail tester 25 %'
+
+Per role and policy, what the step measured besides (each when the metrics hold it):
+
+>>> step_line(4, 9, {"success/train": 0.5, "success/train/a": 1.0, "success/train/b": 0.25,
+...                  "entropy/p": 1.234, "kl/p": 0.0012, "kl_old/p": 0.0003})
+'step 4/9  success 0.50 (a 1.00, b 0.25)  entropy p 1.23  kl p 0.0012  kl-old p 0.0003'
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from typing import Any, Iterator, Mapping
 from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from masdsl.learner.loglines import LogLines, eval_line
 from masdsl.runtime.plan import RunPlan
 
 _REWARD = re.compile(r"^reward/(?P<role>[^/]+)/turn(?P<turn>\d+)/mean$")
@@ -33,7 +41,12 @@ def step_line(step: int, steps: int, metrics: Mapping[str, float]) -> str:
         if m:
             parts.append(f"{m['role']}/t{m['turn']} {value:.2f}")
     if "success/train" in metrics:
-        parts.append(f"success {metrics['success/train']:.2f}")
+        per_role = ", ".join(f"{r} {v:.2f}" for r, v in role_shares(metrics, "success/train").items())
+        parts.append(f"success {metrics['success/train']:.2f}" + (f" ({per_role})" if per_role else ""))
+    for what, label, digits in (("entropy", "entropy", 2), ("kl", "kl", 4), ("kl_old", "kl-old", 4)):
+        values = role_shares(metrics, what)  # per policy
+        if values:
+            parts.append(f"{label} " + ", ".join(f"{name} {v:.{digits}f}" for name, v in values.items()))
     if "groups/nonflat_frac" in metrics:  # the share of groups that carry a gradient
         parts.append(f"non-flat {100 * metrics['groups/nonflat_frac']:.0f} %")
     for what, label in (("cut", "cut"), ("parse_fail", "parse-fail")):  # only the roles it happened to
@@ -80,22 +93,36 @@ def cut_warnings(metrics: Mapping[str, float], budgets: Mapping[str, int], warne
     return out
 
 
+def on_terminal(console: Any) -> bool:
+    """Whether `console` writes to a terminal (not a file or pipe, whatever colours it was told to use)."""
+    try:
+        return bool(console.file.isatty())
+    except (AttributeError, ValueError):  # a closed or fake stream
+        return False
+
+
 class Progress:
-    """A rich progress bar whose description is the latest `step_line` (quiet when console=None)."""
+    """What a person sees while a run trains (nothing when console=None): on a terminal, a rich
+    progress bar whose description is the latest `step_line`; on a file or pipe, plain lines
+    (`loglines.LogLines`: one per phase, step and evaluation, a heartbeat in a long phase)."""
 
     def __init__(self, console: Any, steps: int, start: int = 0) -> None:
         self.console, self.steps = console, steps
         self.budgets: dict[str, int] = {}  # role -> max_tokens (`role_budgets`), for the cut warnings
         self._warned: set[str] = set()  # roles warned about (once per run)
         self._bar = None
-        if console is not None:
-
+        self._lines = LogLines(console) if console is not None and not on_terminal(console) else None
+        if console is not None and self._lines is None:
             self._bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), console=console, transient=False)
             self._task = self._bar.add_task("training", total=steps, completed=start)
 
     @contextmanager
     def live(self) -> Iterator["Progress"]:
+        if self._lines is not None:
+            with self._lines.live():
+                yield self
+            return
         if self._bar is None:
             yield self
             return
@@ -103,11 +130,17 @@ class Progress:
             yield self
 
     def status(self, text: str) -> None:
-        if self._bar is not None:
+        """What runs now (`step 2/3: update`); in a log, a phase whose line comes when it ends."""
+        if self._lines is not None:
+            self._lines.begin(text)
+        elif self._bar is not None:
             self._bar.update(self._task, description=text)
 
     def counter(self, what: str, total: int) -> Any:
         """A `progress(n)` callback for a rollout: shows `what: done/total episodes`."""
+        if self._lines is not None:
+            lines, phase = self._lines, self._lines.begin(what, total)
+            return lambda n: lines.advance(phase, n)
         done = [0]
         self.status(f"{what} 0/{total} episodes")
 
@@ -118,13 +151,22 @@ class Progress:
         return advance
 
     def step(self, step: int, metrics: Mapping[str, float]) -> None:
-        if self._bar is not None:
+        if self._lines is not None:
+            self._lines.step(step_line(step, self.steps, metrics), metrics)
+        elif self._bar is not None:
             self._bar.update(self._task, completed=step, description=step_line(step, self.steps, metrics))
         for line in cut_warnings(metrics, self.budgets, self._warned, when=f" at step {step}"):
             self.log(line)
 
+    def evaluated(self, step: int, metrics: Mapping[str, float]) -> None:
+        """An evaluation's result, in a log (`eval_line`); the terminal shows it in the final table."""
+        if self._lines is not None:
+            self._lines.say(eval_line(step, self.steps, metrics))
+
     def log(self, text: str) -> None:
-        if self.console is not None:
+        if self._lines is not None:
+            self._lines.say(text)
+        elif self.console is not None:
             (self._bar.console if self._bar is not None else self.console).print(text, highlight=False)
 
 

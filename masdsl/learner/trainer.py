@@ -199,8 +199,10 @@ def _draw(session: TrainSession, cursor: int) -> tuple[list[dict], int]:
 
 def _evaluate(session: TrainSession, step: int, tracker: Any) -> dict[str, float]:
     n = len(session.eval_rows) * session.plan.train.eval_samples
-    return evaluate(session.workflow, session.env, session.eval_rows, session.engines, session.plan, step,
-                    session.run_dir, tracker, session.show.counter(f"evaluating (step {step})", n))
+    result = evaluate(session.workflow, session.env, session.eval_rows, session.engines, session.plan, step,
+                      session.run_dir, tracker, session.show.counter(f"evaluating (step {step})", n))
+    session.show.evaluated(step, result)  # in a log file, a line with the result
+    return result
 
 
 def _due(step: int, every: int, last: int) -> bool:

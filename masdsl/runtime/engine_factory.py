@@ -29,6 +29,7 @@ from masdsl.lang.workflow import PolicySpec, Workflow
 from masdsl.runtime import actors
 from masdsl.runtime.backends import build_engine, engine_kwargs, hf_engine_on, vllm_available, vllm_engine
 from masdsl.runtime.backends.base import Engine
+from masdsl.runtime.heartbeat import starting
 from masdsl.runtime.placement import REPLAY_CANNOT_TRAIN, engine_gpus
 from masdsl.runtime.plan import RunPlan
 from masdsl.runtime.replicas import ReplicatedEngine
@@ -96,7 +97,7 @@ def build_engines(workflow: Workflow, plan: RunPlan,
         if rt.ray:
             actors.init_ray(rt)
             by_model[spec.model] = _replicas(plan, len(models), lambda gpus: actors.RemoteEngine(
-                partial(_from_name, spec, plan), num_gpus=gpus))
+                partial(_from_name, spec, plan), num_gpus=gpus), f"engine {rt.engine} for {spec.model} (Ray actor)")
         else:
             by_model[spec.model] = _from_name(spec, plan)
     return {name: by_model[spec.model] for name, spec in plan.policies.items()}
@@ -140,16 +141,19 @@ def _remote_engine(kind: str, p: LiveWeights, kw: dict[str, Any], plan: RunPlan,
     on_gpu = str(plan.runtime.device).startswith("cuda")
     threads = None if on_gpu else torch.get_num_threads()  # sample as the driver would
     return _replicas(plan, n_remote, lambda gpus: actors.RemoteEngine(
-        partial(actors.engine_from_folder, kind, p.model_path, kw, threads), num_gpus=gpus))
+        partial(actors.engine_from_folder, kind, p.model_path, kw, threads), num_gpus=gpus),
+        f"engine {kind} for {p.model_path} (Ray actor)")
 
 
-def _replicas(plan: RunPlan, n_models: int, start: Callable[[float], Engine]) -> Engine:
+def _replicas(plan: RunPlan, n_models: int, start: Callable[[float], Engine], what: str) -> Engine:
     """`runtime.engine_replicas` engine actors from `start(num_gpus)`: the one engine, or a
-    `ReplicatedEngine` over them (a failed start closes those already up)."""
-    gpus, made = engine_gpus(plan.runtime, n_models), []
+    `ReplicatedEngine` over them (a failed start closes those already up). Each start is
+    announced as `what` (`heartbeat.starting`: the actor's own output does not reach this process)."""
+    gpus, made, n = engine_gpus(plan.runtime, n_models), [], plan.runtime.engine_replicas
     try:
-        for _ in range(plan.runtime.engine_replicas):
-            made.append(start(gpus))
+        for i in range(n):
+            with starting(what if n == 1 else f"{what} {i + 1}/{n}"):
+                made.append(start(gpus))
     except BaseException:
         for e in made:
             e.close()

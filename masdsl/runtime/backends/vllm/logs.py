@@ -78,6 +78,15 @@ def expected_reload_warnings(names: set[str]) -> Iterator[None]:
         logger.removeFilter(quiet)
 
 
+def quiet_engine_process() -> None:
+    """In an engine process vLLM spawned while masdsl was quiet (`environment.QUIET_ENGINE_ENV`,
+    read by `masdsl/__init__.py`): `STARTUP_LOGGERS` at ERROR for the process's life. vLLM logs
+    the Triton notice at import, before its logging is configured, so neither `VLLM_LOGGING_LEVEL`
+    nor anything vLLM does later applies to it."""
+    for name in STARTUP_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 @contextlib.contextmanager
 def quiet_startup(quiet: bool = True) -> Iterator[None]:
     """For the block (when `quiet`): `STARTUP_LOGGERS` at ERROR and FutureWarnings ignored.
