@@ -176,7 +176,7 @@ def _file_or_sample(source: str, path: str, split: str | None, convert: Callable
     return load_rows(path, split or "all", convert)
 
 
-@data_source("apps", fields=("id", "prompt", "tests", "solution"))
+@data_source("apps", fields=("id", "prompt", "tests", "solution"), paths=("path",))
 def apps(path: str = "train", split: str | None = None) -> list[dict]:
     """APPS (codeparrot/apps) rows: `problem_id`, `question`, `input_output` (JSON text with
     `inputs`, `outputs` and, for call-based problems, `fn_name`), `solutions`, `starter_code`.
@@ -206,7 +206,7 @@ def apps(path: str = "train", split: str | None = None) -> list[dict]:
 _PY_LANGS = {3, "PYTHON3", "3"}  # CodeContests' Language enum: 1 = PYTHON (2), 3 = PYTHON3
 
 
-@data_source("codecontests", fields=("id", "prompt", "tests", "solution"))
+@data_source("codecontests", fields=("id", "prompt", "tests", "solution"), paths=("path",))
 def codecontests(path: str = "train", split: str | None = None) -> list[dict]:
     """CodeContests (deepmind/code_contests) rows: `name`, `description`, `public_tests`,
     `private_tests`, `generated_tests` (each {input: [...], output: [...]}), `solutions`
@@ -255,7 +255,7 @@ def decode_lcb_tests(value: Any) -> list:
     return json.loads(obj) if isinstance(obj, (str, bytes)) else obj
 
 
-@data_source("livecodebench", fields=("id", "prompt", "tests", "solution"))
+@data_source("livecodebench", fields=("id", "prompt", "tests", "solution"), paths=("path",))
 def livecodebench(path: str = "train", split: str | None = None) -> list[dict]:
     """LiveCodeBench (livecodebench/code_generation_lite) rows: `question_id`, `question_title`,
     `question_content`, `starter_code`, `public_test_cases`, `private_test_cases` (JSON or

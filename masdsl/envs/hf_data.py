@@ -151,7 +151,7 @@ def load_hf(name: str, split: str = "train", subset: str | None = None, cache_di
         return where, ds
 
 
-@data_source("hf")
+@data_source("hf", paths=("cache_dir",), names=("name",))
 def hf(name: str, split: str = "train", subset: str | None = None, part: str = "all",
        cache_dir: str | None = None, revision: str | None = None) -> list[dict]:
     """Rows of a Hugging Face dataset on this machine: a `save_to_disk` folder or the `datasets`
@@ -162,7 +162,7 @@ def hf(name: str, split: str = "train", subset: str | None = None, part: str = "
     return select(keyed_rows(enumerate(ds, 1), where), part)
 
 
-@data_source("parquet")
+@data_source("parquet", paths=("path",))
 def parquet(path: str, split: str = "all") -> list[dict]:
     """Rows of a parquet or Arrow file, checked like a JSONL file's; `split` "train" or "eval"
     keeps the hash split of the ids, "all" (default) every row."""

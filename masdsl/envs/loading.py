@@ -103,6 +103,45 @@ def read_rows(path: str | Path) -> list[tuple[int, Any]]:
     return [(n, json_line(line, path, n)) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
 
 
+def scan_jsonl(path: str | Path, unique_ids: bool = True) -> tuple[dict | None, int | None, str]:
+    """Read every line of a JSONL file, as `load_jsonl` would, keeping nothing but the first row:
+    (the first row, the line of the first mistake, what is wrong there); (row, None, "") when
+    every line is right (row None: no rows). What `masdsl check` asks of a data file.
+    `unique_ids=False`: an `id` may repeat (a data source that keys its rows by other fields).
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "t.jsonl")
+    >>> _ = open(p, "w").write('{"id": "a"}\\n\\n{"id": "b" "q": 1}\\n')
+    >>> scan_jsonl(p)
+    ({'id': 'a'}, 3, "not valid JSON (Expecting ',' delimiter, column 12)")
+    >>> _ = open(p, "w").write('{"id": "a"}\\n[1, 2]\\n')
+    >>> scan_jsonl(p)[1:]
+    (2, 'a JSON list, not an object (a row is one object per line: {"id": ..., ...})')
+    """
+    first, seen, n = None, {}, 0
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line.rstrip("\r\n"))
+                except json.JSONDecodeError as exc:
+                    return first, n, f"not valid JSON ({exc.msg}, column {exc.colno})"
+                if not isinstance(row, dict):
+                    kind = {list: "a JSON list", str: "a JSON string"}.get(type(row), f"the JSON value `{line.strip()[:20]}`")
+                    return first, n, kind + ', not an object (a row is one object per line: {"id": ..., ...})'
+                first = row if first is None else first
+                if unique_ids and row.get("id") is not None:
+                    key = str(row["id"])
+                    if key in seen:
+                        return first, n, f"the id {key!r} again (first on line {seen[key]}): ids must be unique"
+                    seen[key] = n
+    except UnicodeDecodeError as exc:
+        return first, n + 1, f"not UTF-8 text ({exc.reason})"
+    return first, None, ""
+
+
 def load_jsonl(path: str | Path, *, required: Iterable[str] = ()) -> list[dict]:
     """Rows of a JSONL file (or a JSON list). A row without `id` gets `row-N` (N: its line);
     ids must be unique; every field in `required` must be present.

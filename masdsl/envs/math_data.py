@@ -46,14 +46,14 @@ def _qa_rows(path: str, split: str, prefix: str, question_keys: tuple[str, ...],
     return load_rows(path, split, convert)
 
 
-@data_source("aime", fields=("id", "question", "answer"))
+@data_source("aime", fields=("id", "question", "answer"), paths=("path",))
 def aime(path: str, split: str = "all") -> list[dict]:
     """AIME 2024/2025 rows (e.g. Maxwell-Jia/AIME_2024, yentinglin/aime_2025): `id`/`ID`,
     `problem`/`Problem`/`question`, `answer`/`Answer` (an integer 0-999)."""
     return _qa_rows(path, split, "aime", ("problem", "question"), ("answer",))
 
 
-@data_source("olympiadbench", fields=("id", "question", "answer"))
+@data_source("olympiadbench", fields=("id", "question", "answer"), paths=("path",))
 def olympiadbench(path: str, split: str = "all") -> list[dict]:
     """OlympiadBench rows (Hothan/OlympiadBench, text-only subsets): `id`, `question`,
     `final_answer` (a list of LaTeX strings, joined with ", ")."""

@@ -79,6 +79,8 @@ class DataSourceSpec:
     fn: Callable[..., list[dict]]
     fields: tuple[str, ...] = ()
     doc: str = ""
+    paths: tuple[str, ...] = ()  # parameters that are file or folder paths (relative: to the .mas file)
+    names: tuple[str, ...] = ()  # parameters that are a folder (next to the .mas file) or else a name
 
 
 @dataclass
@@ -182,11 +184,14 @@ def env(name: str, *, fields: tuple[str, ...] = ()):
     return register
 
 
-def data_source(name: str, *, fields: tuple[str, ...] = ()):
-    """Register a data source `fn(split, *args, **kwargs) -> list[dict]` (rows need an `id`)."""
+def data_source(name: str, *, fields: tuple[str, ...] = (), paths: tuple[str, ...] = (), names: tuple[str, ...] = ()):
+    """Register a data source `fn(split, *args, **kwargs) -> list[dict]` (rows need an `id`).
+    `paths`: its parameters that are paths, read relative to the `.mas` file; `names`: those that
+    are a folder there or else a name (`masdsl.envs.data_paths`)."""
 
     def register(fn: Callable[..., list[dict]]) -> Callable[..., list[dict]]:
-        REGISTRY.data_sources[name] = DataSourceSpec(name, fn, tuple(fields), inspect.getdoc(fn) or "")
+        REGISTRY.data_sources[name] = DataSourceSpec(name, fn, tuple(fields), inspect.getdoc(fn) or "",
+                                                     tuple(paths), tuple(names))
         return fn
 
     return register

@@ -19,13 +19,13 @@ one diagnostic). Policies and roles are checked in `masdsl.lang.check_roles`, th
 from __future__ import annotations
 
 import inspect
-import json
 from pathlib import Path
 from typing import Any
 
 from masdsl.config import ConfigError, plainly_valid, resolve_config
 from masdsl.envs.hf_data import hf, parquet, saved_fields, saved_splits
-from masdsl.envs.loading import TABLE_SUFFIXES, table_fields
+from masdsl.envs.data_paths import SPLIT_WORDS, resolve_args
+from masdsl.envs.loading import TABLE_SUFFIXES, keyed_rows, read_rows, scan_jsonl, table_fields
 from masdsl.envs.registry import load_builtins
 from masdsl.errors import DataError, did_you_mean
 from masdsl.lang import ast as A
@@ -117,18 +117,29 @@ def _jsonl_fields(c: Ctx, lit: A.StrLit) -> set[str] | None:
         except DataError as exc:
             c.error("bad-data-file", f"data file `{lit.value}` cannot be read: {exc}", lit.span)
             return None
-    try:
-        with path.open(encoding="utf-8") as fh:
-            first = next((line for line in fh if line.strip()), None)
-        row = json.loads(first) if first is not None else None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        c.error("bad-data-file", f"data file `{lit.value}` is not valid JSONL: {exc}", lit.span)
-        return None
-    if not isinstance(row, dict):
+    ok, row = _scan_rows(c, lit.value, path, lit.span)
+    if ok and row is None:
         c.error("bad-data-file", f"data file `{lit.value}` must hold one JSON object per line", lit.span,
-                label="the first row is not an object" if row is not None else "the file is empty")
-        return None
-    return set(row)
+                label="the file is empty")
+    return set(row) if row is not None else None
+
+
+def _scan_rows(c: Ctx, written: str, path: Path, span: Span, unique_ids: bool = True) -> tuple[bool, dict | None]:
+    """Every row of a JSONL (or JSON list, or gzipped) data file, read as the run reads it; the
+    first malformed one is `bad-data-file` naming its line. (no mistake, the first row or None)."""
+    try:
+        if path.suffix in (".json", ".gz"):
+            rows = keyed_rows(read_rows(path), path)
+            return True, (rows[0] if rows else None)
+        first, line, problem = scan_jsonl(path, unique_ids)
+    except (OSError, DataError) as exc:
+        c.error("bad-data-file", f"data file `{written}` cannot be read: {exc}", span)
+        return False, None
+    if line is not None:
+        c.error("bad-data-file", f"data file `{written}` has a malformed row at line {line}: {problem}", span,
+                label=f"line {line} of this file", notes=(f"{path}:{line}",))
+        return False, None
+    return True, first
 
 
 def _arg(call: A.Call, index: int, name: str) -> A.Expr | None:
@@ -139,8 +150,9 @@ def _arg(call: A.Call, index: int, name: str) -> A.Expr | None:
 
 def _local_fields(c: Ctx, call: A.Call, fn, args: list, kwargs: dict) -> set[str] | None:
     """The task fields of `hf(folder, split)` or `parquet(path)` when the data is on this machine
-    (read from its metadata or schema, no row loaded; paths as the data source reads them, from
-    the current directory); None (anything goes) when it is not, as for a hub name."""
+    (read from its metadata or schema, no row loaded; `args`, `kwargs` with their paths resolved as
+    the data source reads them, relative to the `.mas` file); None (anything goes) when it is not,
+    as for a hub name."""
     bound = inspect.signature(fn).bind(*args, **kwargs)
     bound.apply_defaults()
     a = bound.arguments
@@ -165,6 +177,22 @@ def _local_fields(c: Ctx, call: A.Call, fn, args: list, kwargs: dict) -> set[str
         return None
     found = saved_fields(name, split)
     return set(found) if found is not None else None
+
+
+def _check_data_files(c: Ctx, call: A.Call, spec, args: list, kwargs: dict) -> None:
+    """Every row of the JSONL files a data source's path arguments name (`apps("x.jsonl")`), when
+    they are on this machine (a file not here is the run's to report: it may live elsewhere)."""
+    sig = inspect.signature(spec.fn)
+    names, given = list(sig.parameters), sig.bind_partial(*args, **kwargs).arguments
+    r_args, r_kwargs = resolve_args(spec, args, kwargs, c.base_dir)
+    resolved = sig.bind_partial(*r_args, **r_kwargs).arguments
+    for name in spec.paths:
+        if not isinstance(given.get(name), str) or given[name] in SPLIT_WORDS:
+            continue
+        path = Path(resolved[name]).expanduser()
+        if path.is_file() and path.suffix not in TABLE_SUFFIXES:
+            node = _arg(call, names.index(name), name)
+            _scan_rows(c, str(given[name]), path, node.span if node is not None else call.span, unique_ids=False)
 
 
 def check_data(c: Ctx) -> None:
@@ -200,8 +228,10 @@ def check_data(c: Ctx) -> None:
             if why:
                 c.error("wrong-arity", f"bad arguments for data source `{name}`: {why}", d.call.span)
             elif spec.fn in (hf, parquet):
-                fields.append(_local_fields(c, d.call, spec.fn, *lits))
+                fields.append(_local_fields(c, d.call, spec.fn, *resolve_args(spec, *lits, c.base_dir)))
                 continue
+            else:
+                _check_data_files(c, d.call, spec, *lits)
         fields.append(set(spec.fields) if spec.fields else None)
     if fields and all(f is not None for f in fields):
         c.task_fields = set.intersection(*fields) | {"id"}

@@ -77,9 +77,7 @@ def _policy(p: A.PolicyDecl) -> PolicySpec:
     d = A.to_python(p.block)
     model, lora, frozen = d.pop("model"), d.pop("lora", None), bool(d.pop("frozen", False))
     chat = d.pop("chat_template_kwargs", None)
-    lr, every, until = d.pop("lr", None), d.pop("train_every", 1), d.pop("frozen_until", 0)
-    return PolicySpec(p.name.name, str(model), lora, frozen, d, p.span, chat_template_kwargs=chat,
-                      lr=float(lr) if lr is not None else None, train_every=every, frozen_until=until)
+    return PolicySpec(p.name.name, str(model), lora, frozen, d, p.span, chat_template_kwargs=chat)
 
 
 def _data(c: Ctx, d: A.DataDecl) -> DataSpec:
@@ -87,7 +85,7 @@ def _data(c: Ctx, d: A.DataDecl) -> DataSpec:
         return DataSpec(d.split.name, None, (), {}, c.resolve(d.path.value), d.span)
     args = tuple(literal(a) for a in d.call.args)
     kwargs = {k.name.name: literal(k.value) for k in d.call.kwargs}
-    return DataSpec(d.split.name, d.call.func.name, args, kwargs, None, d.span)
+    return DataSpec(d.split.name, d.call.func.name, args, kwargs, None, d.span, c.base_dir)
 
 
 def build_workflow(c: Ctx, name: str, path: Path | None = None) -> Workflow:

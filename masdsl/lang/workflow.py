@@ -81,11 +81,6 @@ class PolicySpec:
     span: Span | None = None
     # extra keyword arguments of `tokenizer.apply_chat_template`, e.g. {"enable_thinking": False}
     chat_template_kwargs: Mapping[str, Any] | None = None
-    # its schedule (masdsl.runtime.schedule): AdamW lr (None: train.lr), updates at steps N, 2N, ...,
-    # none at steps 1..frozen_until
-    lr: float | None = None
-    train_every: int = 1
-    frozen_until: int = 0
 
 
 @dataclass(frozen=True)
@@ -118,6 +113,7 @@ class DataSpec:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     path: Path | None = None  # JSONL file, resolved relative to the .mas file
     span: Span | None = None
+    base_dir: Path | None = None  # the .mas file's folder: the data source's relative paths are read from it
 
 
 @dataclass

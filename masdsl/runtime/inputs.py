@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from masdsl.config import SandboxConfig
+from masdsl.envs.data_paths import resolve_args
 from masdsl.envs.datasets import load_jsonl
 from masdsl.envs.registry import load_builtins
 from masdsl.errors import DataError, UserError, did_you_mean
@@ -48,7 +49,8 @@ def load_split(workflow: Workflow, split: str) -> list[dict]:
         source = (workflow.registry or load_builtins()).data_sources.get(spec.source)
         if source is None:
             raise UserError(f"{where}unknown data source `{spec.source}`")
-        rows = list(source.fn(*spec.args, **dict(spec.kwargs)))
+        args, kwargs = resolve_args(source, spec.args, spec.kwargs, spec.base_dir)  # relative to the .mas file
+        rows = list(source.fn(*args, **kwargs))
     elif spec.path is not None:
         rows = list(load_jsonl(Path(spec.path)))
     else:

@@ -24,7 +24,7 @@ FIX = {
  "unknown-env": "Use a registered environment (`code`, `math`, `sudoku`, `sokoban`, `plan_path`) or register your own with `@env` in a file you `import`.",
  "unknown-data-source": "Use a registered data source (for example `humaneval`, `math_small`, `sudoku`), give a JSONL path in quotes, or register one with `@data_source`.",
  "missing-file": "Paths resolve relative to the `.mas` file. Create the file or fix the path. Until a missing `import` file is there, names it would register are not reported as unknown (its error lists them).",
- "bad-data-file": "A JSONL file holds one JSON object per line, each with a unique string `id`.",
+ "bad-data-file": "A JSONL file holds one JSON object per line, each with a unique string `id`. `masdsl check` reads every line of each local data file the workflow names (a quoted file, and the files of `apps(...)`, `aime(...)`, ...) and names the first bad one; the note gives it as `FILE:LINE`, for an editor to open.",
  "import-error": "Fix the error in your Python file (the note shows its own traceback lines). Until it imports, names it may register are not reported as unknown; the error's last note lists them.",
  "duplicate-registration": "Give each `@function`, `@parser`, `@env` and `@data_source` its own name, or import only one of the files. Functions and parsers share one set of names; environments and data sources have their own (an env and a data source may share a name).",
  "unknown-function": "Use a registered function (the hint names the closest) or register it with `@function` in a file you `import`.",
