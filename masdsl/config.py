@@ -228,8 +228,9 @@ def policy_override(cfg: Config, name: str) -> PolicyOverride | None:
 
     >>> cfg = resolve_config(overrides=['policy.*.model=big', "policy.*.chat_template_kwargs.a=1",
     ...                                 "policy.p.chat_template_kwargs.b=2"])
-    >>> policy_override(cfg, "p"), policy_override(cfg, "q").model, policy_override(resolve_config(), "p")
-    (PolicyOverride(model='big', lora=None, frozen=None, chat_template_kwargs={'a': 1, 'b': 2}), 'big', None)
+    >>> ov = policy_override(cfg, "p")
+    >>> (ov.model, ov.chat_template_kwargs, ov.lr), policy_override(cfg, "q").model, policy_override(resolve_config(), "p")
+    (('big', {'a': 1, 'b': 2}, None), 'big', None)
     """
     given = [o for o in ((cfg.policy or {}).get(ALL_POLICIES), (cfg.policy or {}).get(name)) if o is not None]
     if not given:

@@ -5,7 +5,7 @@
 executor accept); `RESERVED` the names a role cannot take.
 
 >>> sorted(POLICY_KEYS)
-['chat_template_kwargs', 'frozen', 'lora', 'model']
+['chat_template_kwargs', 'frozen', 'frozen_until', 'lora', 'lr', 'model', 'train_every']
 """
 
 from __future__ import annotations
@@ -24,7 +24,12 @@ RESERVED = {"start", "end", "task", "env", "turn", "output", "role", "history", 
 SAMPLE_KEYS = {"temperature": "number", "top_p": "number", "top_k": "number", "min_p": "number",
                "max_tokens": "number", "stop": "list", "seed": "number", "repetition_penalty": "number",
                "samples": "number"}
-POLICY_KEYS = {"model": "str", "lora": "block", "frozen": "bool", "chat_template_kwargs": "block"}
+POLICY_KEYS = {"model": "str", "lora": "block", "frozen": "bool", "chat_template_kwargs": "block", "lr": "number",
+               "train_every": "number", "frozen_until": "number"}
+# the schedule keys of a policy block (masdsl.runtime.schedule): (test, what the value must be)
+SCHEDULE_RANGES = {"lr": (lambda v: v > 0, "positive (the policy's AdamW learning rate)"),
+                   "train_every": (lambda v: isinstance(v, int) and v >= 1, "a whole number of at least 1"),
+                   "frozen_until": (lambda v: isinstance(v, int) and v >= 0, "a whole number of at least 0 (a step)")}
 
 
 def _value_kind(v: A.AnyValue) -> str:
@@ -62,8 +67,8 @@ def _check_sample_ranges(c: Ctx, block: A.Block) -> None:
 
 
 def check_policies(c: Ctx) -> None:
-    """`policy NAME { model: "...", lora: {...}, frozen: true, chat_template_kwargs: {...} }`:
-    unique names, a `model`."""
+    """`policy NAME { model: "...", lora: {...}, frozen: true, chat_template_kwargs: {...}, lr: 1e-5,
+    train_every: 2, frozen_until: 10 }`: unique names, a `model`, schedule values in range."""
     seen: dict[str, A.PolicyDecl] = {}
     for p in c.module.policies:
         if p.name.name in seen:
@@ -71,9 +76,28 @@ def check_policies(c: Ctx) -> None:
                     label="second declaration", related=((seen[p.name.name].name.span, "first declared here"),))
         seen.setdefault(p.name.name, p)
         _check_block_keys(c, p.block, POLICY_KEYS, f"policy `{p.name.name}`", strict=False)
+        for e in p.block.entries:
+            rule = SCHEDULE_RANGES.get(e.key.name)
+            if rule and _value_kind(e.value) == NUMBER and not rule[0](e.value.value):
+                c.error("invalid-value", f"`{e.key.name}` of policy `{p.name.name}` must be {rule[1]}, got {e.value.value}",
+                        e.value.span)
         if p.block.get("model") is None:
             c.error("missing-statement", f"policy `{p.name.name}` has no `model`", p.name.span,
                     help='add `model: "smollm2-135m-instruct"` (or a model folder or hub name)')
+    _check_alternate(c, seen)
+
+
+def _check_alternate(c: Ctx, policies: dict[str, A.PolicyDecl]) -> None:
+    """`train { alternate: ["a", "b"] }` names declared policies (the run plan checks the rest)."""
+    entry = c.module.trains[0].block.get("alternate") if c.module.trains else None
+    if entry is None or not isinstance(entry.value, A.ListValue):
+        return
+    for item in entry.value.items:
+        name = item.value if isinstance(item, A.Value) else None
+        if isinstance(name, str) and name not in policies:
+            c.error("unknown-policy", f"`alternate` names unknown policy `{name}`", item.span,
+                    label="not a declared policy", notes=(f"policies: {_ticks(policies)}",),
+                    help=did_you_mean(name, policies, fmt='`"{}"`'))
 
 
 def _once(c: Ctx, role: A.RoleDecl, kind: type, word: str, required: bool) -> Any:

@@ -77,7 +77,9 @@ def _policy(p: A.PolicyDecl) -> PolicySpec:
     d = A.to_python(p.block)
     model, lora, frozen = d.pop("model"), d.pop("lora", None), bool(d.pop("frozen", False))
     chat = d.pop("chat_template_kwargs", None)
-    return PolicySpec(p.name.name, str(model), lora, frozen, d, p.span, chat_template_kwargs=chat)
+    lr, every, until = d.pop("lr", None), d.pop("train_every", 1), d.pop("frozen_until", 0)
+    return PolicySpec(p.name.name, str(model), lora, frozen, d, p.span, chat_template_kwargs=chat,
+                      lr=float(lr) if lr is not None else None, train_every=every, frozen_until=until)
 
 
 def _data(c: Ctx, d: A.DataDecl) -> DataSpec:

@@ -64,6 +64,8 @@ def fingerprint(workflow: Workflow) -> dict[str, str]:
         parts.update({f"policy.{name}.model": p.model, f"policy.{name}.lora": p.lora, f"policy.{name}.frozen": p.frozen,
                       f"policy.{name}.options": dict(p.options),
                       f"policy.{name}.chat_template_kwargs": p.chat_template_kwargs})
+        if (p.lr, p.train_every, p.frozen_until) != (None, 1, 0):  # only when set: older checkpoints still match
+            parts[f"policy.{name}.schedule"] = {"lr": p.lr, "train_every": p.train_every, "frozen_until": p.frozen_until}
     for name, r in wf.roles.items():
         parts.update({f"role.{name}.policy": r.policy, f"role.{name}.system": r.system,
                       f"role.{name}.prompt": r.prompt, f"role.{name}.sample": dict(r.sample),
@@ -107,7 +109,8 @@ def changes(old: Mapping[str, str], new: Mapping[str, str],
 def is_setting(part: str) -> bool:
     """A part the command line overrides anyway (`train.<key>`, `sample.<role>.<key>`): what trained
     weights are does not depend on it, so evaluating or exporting a checkpoint ignores it."""
-    return part.startswith("train.") or (part.startswith("role.") and part.endswith((".sample", ".advantage")))
+    return (part.startswith("train.") or (part.startswith("role.") and part.endswith((".sample", ".advantage")))
+            or (part.startswith("policy.") and part.endswith(".schedule")))
 
 
 def expr_text(node: Any) -> str:

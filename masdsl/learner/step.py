@@ -66,7 +66,8 @@ def train_step(session: TrainSession, state: TrainState, draw: Draw) -> dict[str
     keep = kept_rows(kept, len(records))
     session.sleep_engines()  # runtime.vllm_sleep_mode: the learner gets the engines' GPU memory
     try:
-        updates = update_policies(session.learners, session.policies, UpdateBatch(records, adv, keep), log=show.log)
+        due = {n: lr for n, lr in session.learners.items() if session.plan.trains_at(n, step + 1)}  # the schedule
+        updates = update_policies(due, session.policies, UpdateBatch(records, adv, keep), log=show.log)
     finally:
         session.wake_engines()
     metrics = step_metrics(records, roll.episodes, gstats, updates, kept_groups=len(kept),

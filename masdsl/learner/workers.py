@@ -64,12 +64,12 @@ UPDATE_TIMEOUT_S = 3600.0
 COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=10)  # a dead peer usually fails a collective at once
 
 
-def build_optimizer(params: Sequence[Any], tc: TrainConfig) -> Any:
-    """AdamW (`train.lr`, `train.weight_decay`), fused where torch has the kernel: on CPU one
-    step of SmolLM2-135M takes 0.14 s fused vs 0.70 s for the default per-tensor loop."""
+def build_optimizer(params: Sequence[Any], tc: TrainConfig, lr: float | None = None) -> Any:
+    """AdamW (`lr`: the policy's own, else `train.lr`; `train.weight_decay`), fused where torch has
+    the kernel: on CPU one step of SmolLM2-135M takes 0.14 s fused vs 0.70 s for the default loop."""
     params = list(params)
     fusable = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
-    return torch.optim.AdamW(params, lr=tc.lr, weight_decay=tc.weight_decay, fused=fusable or None)
+    return torch.optim.AdamW(params, lr=tc.lr if lr is None else lr, weight_decay=tc.weight_decay, fused=fusable or None)
 
 
 def references(policies: Mapping[str, Policy], plan: RunPlan) -> dict[str, KLReference]:
@@ -133,7 +133,7 @@ class LearnerWorker:
         model = self.shard.wrap(model)
         self.policy = Policy(shell["name"], shell["spec"], shell["roles"], model, tok, shell["model_path"],
                              compute_dtype=plan.runtime.dtype)
-        self.optimizer = build_optimizer(self.policy.parameters(), plan.train)
+        self.optimizer = build_optimizer(self.policy.parameters(), plan.train, plan.lr(self.policy.name))
         self._states = (0, self.shard.full_optimizer_state(self.optimizer), None)  # empty: no collective
         self.plan = plan
         if plan.train.kl_coef > 0:

@@ -127,7 +127,8 @@ def child_tags(workflow: Any, policy: str, kind: str) -> dict[str, str]:
 
 def child_params(workflow: Any, policy: str) -> dict[str, str]:
     spec = workflow.policies[policy]
-    raw = {"policy": policy, "model": spec.model, "lora": spec.lora, "frozen": spec.frozen}
+    raw = {"policy": policy, "model": spec.model, "lora": spec.lora, "frozen": spec.frozen, "lr": spec.lr,
+           "train_every": spec.train_every, "frozen_until": spec.frozen_until}
     raw |= {f"options.{k}": v for k, v in dict(spec.options).items()}
     raw["roles"] = ",".join(workflow.roles_of_policy(policy))
     return params_of(raw)
