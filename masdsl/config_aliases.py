@@ -22,13 +22,14 @@ import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
-from masdsl.config_schema import NAMED_SECTIONS, Config
+from masdsl.config_schema import ADVANTAGES, DEFAULT_ADVANTAGE, GROUPINGS, NAMED_SECTIONS, Config
 
 
 @dataclass(frozen=True)
 class Alias:
     """Another library's name for a masdsl key: `libraries` say whose (`TRL`, `verl`, ...),
-    `target` is the masdsl key, `note` how they differ (empty when they do the same)."""
+    `target` is the masdsl key ("": no key does its job, `note` says what does), `note` how they
+    differ (empty when they do the same)."""
 
     libraries: tuple[str, ...]
     target: str
@@ -38,8 +39,8 @@ class Alias:
 _ROWS_PER_STEP = "masdsl counts candidate replies (rows) per optimizer step"
 _TASKS = "masdsl counts tasks per step, each sampled `train.samples` times per role turn"
 _STEPS = "masdsl counts steps, each of `train.batch` tasks"
-_GROUPS = ("masdsl's advantage is always GRPO's group-normalised one; `train.grouping` chooses the groups "
-           "(at, agent, turn, trajectory)")
+_ESTIMATOR = (f"each role names its estimator in the `.mas` file, `advantage NAME` in the role ({', '.join(ADVANTAGES)}; "
+              f"{DEFAULT_ADVANTAGE} without the line), and `train.grouping` forms the groups ({', '.join(GROUPINGS)})")
 _KL_IN_REWARD = ("verl puts this KL into the reward; masdsl's `train.kl_coef` weighs a KL loss term, like verl's "
                  "`actor_rollout_ref.actor.kl_loss_coef`")
 _ACCUMULATE = ("masdsl accumulates gradients by itself: `train.mini_batch_size` sets the rows per optimizer step, "
@@ -99,8 +100,8 @@ _ROWS: tuple[tuple[str, str, str, str], ...] = (
     ("num_iterations", "TRL", "train.ppo_epochs", ""),
     ("max_epochs", "OpenRLHF", "train.ppo_epochs", ""),
     ("actor_rollout_ref.actor.ppo_epochs", "verl", "train.ppo_epochs", ""),
-    ("algorithm.adv_estimator", "verl", "train.grouping", _GROUPS),
-    ("advantage_estimator", "OpenRLHF", "train.grouping", _GROUPS),
+    ("algorithm.adv_estimator", "verl", "", _ESTIMATOR),
+    ("advantage_estimator", "OpenRLHF", "", _ESTIMATOR),
     ("loss_type", "TRL", "train.loss", ""),
     ("max_norm", "OpenRLHF", "train.max_grad_norm", ""),
     ("actor_rollout_ref.actor.grad_clip", "verl", "train.max_grad_norm", ""),
@@ -205,6 +206,8 @@ def ecosystem_hint(key: str) -> str | None:
     """
     section, rest = _split(key)
     alias = aliases().get(key) or aliases().get(rest)
+    if alias is not None and not alias.target:
+        return f"{_whose(alias.libraries)}; no masdsl config key: {alias.note}"
     if alias is not None:
         note = f": {alias.note}" if alias.note else ""
         return f"{_whose(alias.libraries)}; masdsl calls it {_shown(alias.target, section)}{note}"
