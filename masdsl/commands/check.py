@@ -7,7 +7,8 @@ then planned as `masdsl run` plans it (`masdsl.runtime.plan.resolve_run`), with 
 block, the `--config` files and the dotted overrides (a word with `=`, or `~key`): what the run
 would refuse is printed as `FILE: MESSAGE`, the message exactly as `masdsl run` gives it. Exit 0
 when every file is valid, 2 when any has errors. Warnings never change the exit status. A file
-that cannot be read is reported on stderr. No model loads, no data is read, nothing starts.
+that cannot be read is reported on stderr. No model loads and nothing starts; the local data files
+the workflow names are read line by line (the first malformed row is `bad-data-file`).
 
 `--json` prints one JSON document on stdout instead: `{"ok": bool, "files": [{"file", "ok",
 "error" (null, or why the file could not be read), "summary" ({"roles", "edges", "max_turns"}
