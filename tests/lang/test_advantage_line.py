@@ -143,3 +143,13 @@ def test_a_missing_or_quoted_name_is_a_named_syntax_error(registry):
         a = analyze(text, "w.mas", None, registry=registry)
         (d,) = a.errors
         assert (d.code, d.message, d.span.col) == ("syntax", "missing estimator name after `advantage`", col)
+
+
+def test_a_role_s_own_k_is_the_one_checked(registry):
+    own_one = with_advantage("rloo").replace('prompt "Write asserts for {{ task.prompt }}"\n',
+                                             'prompt "Write asserts for {{ task.prompt }}"\n  sample { samples: 1 }\n')
+    assert [e[:3] for e in _errors(own_one, registry)] == [("estimator-group-size", 25, 13)]
+    wf = analyze(with_advantage("rloo"), "w.mas", None, registry=registry).workflow
+    assert advantage_problems(wf, resolve_config(wf.train, overrides=["sample.tester.samples=1"])) == [
+        "role `tester`: `advantage rloo` needs groups of at least 2 candidates; its K (`sample.tester.samples`) is 1"]
+    assert advantage_problems(wf, resolve_config(wf.train, overrides=["train.samples=1", "sample.tester.samples=2"])) == []
