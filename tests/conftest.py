@@ -102,8 +102,9 @@ def _engine_log_environment():
     """`masdsl --verbose` sets MASDSL_VERBOSE in this process for the engines it starts (and
     without it, the libraries' quiet settings); a test that runs the CLI in-process must not
     leave them (or vLLM's log level) to the tests after it."""
-    keys = ("MASDSL_VERBOSE", "VLLM_LOGGING_LEVEL",  # and what `masdsl.commands.output.libraries` sets
-            "HF_HUB_DISABLE_PROGRESS_BARS", "TRANSFORMERS_VERBOSITY", "MLFLOW_LOGGING_LEVEL")
+    from masdsl.commands.output import LIBRARY_ENV  # what `output.libraries` sets without -v
+
+    keys = ("MASDSL_VERBOSE", "VLLM_LOGGING_LEVEL", *LIBRARY_ENV)
     before = {k: os.environ.get(k) for k in keys}
     yield
     for k, v in before.items():

@@ -46,9 +46,9 @@ WIDE = 100_000  # a console's width on a file or pipe: no wrapping (tables are a
 # -v; a value the user set wins. Read by the libraries at import: the loading bars of
 # transformers / huggingface_hub ("Loading weights", "Writing model shards"), transformers'
 # logger, MLflow's INFO lines ("Started monitoring system metrics", "Creating initial MLflow
-# database tables").
+# database tables"), Ray's ("Started a local Ray instance").
 LIBRARY_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error",
-               "MLFLOW_LOGGING_LEVEL": "WARNING"}
+               "MLFLOW_LOGGING_LEVEL": "WARNING", "RAY_LOGGER_LEVEL": "warning"}
 
 
 def configure(color: str = "auto", quiet: bool = False) -> None:
@@ -69,7 +69,7 @@ def libraries(verbose: bool = False) -> dict[str, str]:
     >>> import os; saved = {k: os.environ.pop(k, None) for k in LIBRARY_ENV}
     >>> os.environ["MLFLOW_LOGGING_LEVEL"] = "DEBUG"   # the user's own choice wins
     >>> sorted(libraries()), os.environ["MLFLOW_LOGGING_LEVEL"], libraries(verbose=True)
-    (['HF_HUB_DISABLE_PROGRESS_BARS', 'TRANSFORMERS_VERBOSITY'], 'DEBUG', {})
+    (['HF_HUB_DISABLE_PROGRESS_BARS', 'RAY_LOGGER_LEVEL', 'TRANSFORMERS_VERBOSITY'], 'DEBUG', {})
     >>> for k, v in saved.items(): _ = os.environ.pop(k) if v is None else os.environ.update({k: v})
     """
     if verbose:
@@ -88,8 +88,9 @@ def libraries(verbose: bool = False) -> dict[str, str]:
         from huggingface_hub.utils import disable_progress_bars  # imported already: free
 
         disable_progress_bars()
-    if "mlflow" in sys.modules and "MLFLOW_LOGGING_LEVEL" in applied:
-        logging.getLogger("mlflow").setLevel(logging.WARNING)
+    for module, key in (("mlflow", "MLFLOW_LOGGING_LEVEL"), ("ray", "RAY_LOGGER_LEVEL")):
+        if module in sys.modules and key in applied:
+            logging.getLogger(module).setLevel(logging.WARNING)
     return applied
 
 
