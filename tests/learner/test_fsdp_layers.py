@@ -34,7 +34,7 @@ def batch():
         prompt = [rng.randrange(5, 500) for _ in range(rng.randrange(3, 9))]
         for _ in range(4 if g < 3 else 1):
             resp = [rng.randrange(5, 500) for _ in range(1 if g == 1 else rng.randrange(2, 7))]
-            recs.append(StepRecord(step=0, episode=0, task_id="t", role="r", turn=0, node="r", candidate=0,
+            recs.append(StepRecord(step=0, episode=0, task_id="t", role="rs"[g % 2], turn=0, node="r", candidate=0,
                                    selected=True, policy="p", prompt_ids=prompt, response_ids=resp,
                                    logprobs=[float("nan")] * len(resp), reward=0.0, reward_team=0.0,
                                    reward_local=0.0, finish_reason="stop", parse_ok=True))
@@ -118,7 +118,8 @@ def rank_main(rank, port, model_dirs, out):
             weights, stats = update(model_dir, (FsdpShard if fsdp else Shard)(rank, WORLD), probe)
             total = sum(p.numel() for p in probe.model.parameters()) if fsdp else 0  # DTensor: the whole size
             torch.save({"weights": weights, "grad_norm": stats.grad_norm, "steps": stats.optimizer_steps,
-                        "loss": stats.loss,
+                        "loss": stats.loss, "entropy": stats.entropy, "kl_old": stats.kl_old,
+                        "role_clip": stats.role_clip_frac,
                         **({"seen": probe.seen, "bad": probe.bad, "peak": max(probe.gathered), "total": total,
                             "layer": sum(p.numel() for p in probe.layers[0].parameters())} if fsdp else {})},
                        result_file(out, case, fsdp, rank))
@@ -176,5 +177,9 @@ def test_per_layer_fsdp_equals_data_parallel_and_keeps_other_layers_sharded(mode
         assert g["steps"] == one_stats.optimizer_steps == 6
         assert g["grad_norm"] == pytest.approx(ddp[0]["grad_norm"], rel=1e-5)
         assert g["loss"] == pytest.approx(ddp[0]["loss"], rel=1e-5, abs=1e-8)
+        # what the update measures, summed over the ranks: the rows of both, each once
+        assert g["entropy"] == pytest.approx(one_stats.entropy, rel=1e-5) and g["entropy"] > 0
+        assert g["kl_old"] == pytest.approx(one_stats.kl_old, rel=1e-3) and g["kl_old"] > 0
+        assert g["role_clip"] == pytest.approx(one_stats.role_clip_frac, abs=1e-9) and set(g["role_clip"]) == {"r", "s"}
         assert g["seen"] > 0 and g["bad"] == []
         assert g["peak"] < g["total"] - 2 * g["layer"]  # never more than 2 of the 4 layers gathered
