@@ -17,6 +17,8 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -108,6 +110,7 @@ def scan_jsonl(path: str | Path, unique_ids: bool = True) -> tuple[dict | None, 
     (the first row, the line of the first mistake, what is wrong there); (row, None, "") when
     every line is right (row None: no rows). What `masdsl check` asks of a data file.
     `unique_ids=False`: an `id` may repeat (a data source that keys its rows by other fields).
+    Remembered per file until it changes (size or mtime): the language server checks on every edit.
 
     >>> import tempfile, os
     >>> p = os.path.join(tempfile.mkdtemp(), "t.jsonl")
@@ -118,6 +121,12 @@ def scan_jsonl(path: str | Path, unique_ids: bool = True) -> tuple[dict | None, 
     >>> scan_jsonl(p)[1:]
     (2, 'a JSON list, not an object (a row is one object per line: {"id": ..., ...})')
     """
+    stat = os.stat(path)
+    return _scan_jsonl(str(path), stat.st_mtime_ns, stat.st_size, unique_ids)
+
+
+@lru_cache(maxsize=32)
+def _scan_jsonl(path: str, mtime_ns: int, size: int, unique_ids: bool) -> tuple[dict | None, int | None, str]:
     first, seen, n = None, {}, 0
     try:
         with open(path, encoding="utf-8") as fh:

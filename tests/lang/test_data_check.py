@@ -112,3 +112,12 @@ def test_analyze_reports_the_line_in_its_diagnostic(tmp_path):
     a = analyze(mas.read_text(), str(mas), mas.parent)
     (d,) = [d for d in a.diagnostics if d.code == "bad-data-file"]
     assert d.label == "line 2 of this file" and d.notes == (f"{tmp_path / 'wf' / 'data' / 'train.jsonl'}:2",)
+
+
+def test_a_fixed_file_is_read_again(tmp_path):
+    """The scan is remembered per file (the language server checks on every edit) until the file
+    changes: fixing the line clears the error."""
+    mas = project(tmp_path, lines(ROWS[:1]) + "{oops}\n")
+    assert any(d.code == "bad-data-file" for d in analyze(mas.read_text(), str(mas), mas.parent).diagnostics)
+    (tmp_path / "wf" / "data" / "train.jsonl").write_text(lines(ROWS))
+    assert not analyze(mas.read_text(), str(mas), mas.parent).diagnostics
