@@ -22,7 +22,7 @@ import pytest
 
 from masdsl import cli
 from masdsl.commands import output
-from masdsl.learner.display import Progress, summary_table
+from masdsl.learner.display import Progress, print_summary
 from masdsl.learner.loglines import LogLines
 from masdsl.runtime import heartbeat
 
@@ -119,13 +119,19 @@ def test_a_long_mlflow_ui_command_is_never_broken_in_a_file():
                              mlflow_run_id="abc", ui_command=ui)
     f = io.StringIO()
     console = output.console(stream=f)
-    console.print(summary_table(result))
+    print_summary(console, result)
     console.print("warning: " + "x " * 100, highlight=False)  # a long line: one line too
-    text = f.getvalue()
-    assert len(ui) > 160 and any(ui in line and "dashboard" in line for line in text.splitlines()), text
-    assert any(line.startswith("warning: ") and len(line) > 200 for line in text.splitlines())
-    # a terminal keeps its width (the table fits the screen there)
-    assert output.console(stream=_Tty()).width != output.WIDE
+    text = f.getvalue().splitlines()
+    assert len(ui) > 160 and f"dashboard: {ui}" in text, text
+    assert any(line.startswith("warning: ") and len(line) > 200 for line in text)
+    assert any("/r/r" in line and len(line) > 120 for line in text)  # the run folder's row: one line
+    # a terminal keeps its width (a table fits the screen there), and the command still its own line
+    tty = _Tty()
+    print_summary(output.console(stream=tty), result)
+    assert output.console(stream=_Tty()).width != output.WIDE and f"dashboard: {ui}" in tty.getvalue().splitlines()
+    quiet = io.StringIO()  # -q keeps the final results
+    print_summary(output.console(stream=quiet, warnings_only=True), result)
+    assert "masdsl run: w" in quiet.getvalue() and f"dashboard: {ui}" in quiet.getvalue().splitlines()
 
 
 class _Tty(io.StringIO):
@@ -185,8 +191,8 @@ def test_a_run_into_files_prints_each_step_while_it_runs(tmp_path, tiny_model_di
         assert not tail.startswith(("step ", "eval", "evaluating", "masdsl:")), tail
     assert not any(n in log for n in NOISE), log[-3000:]
     assert "eval at step 0/3  success" in log and "eval at step 3/3  success" in log
-    ui = next(line for line in lines if "mlflow ui --backend-store-uri" in line and "dashboard" in line)
-    assert re.search(r"mlflow ui --backend-store-uri sqlite:///\S+/mlflow\.db", ui), ui
+    ui = next(line for line in lines if line.startswith("dashboard: "))
+    assert re.fullmatch(r"dashboard: mlflow ui --backend-store-uri sqlite:///\S+/mlflow\.db", ui), ui
     assert len(lines) < 80, log  # a rate a log can bear
     assert out.read_text() == ""  # progress is on stderr; stdout holds results only (--json)
 

@@ -131,8 +131,9 @@ def console(stderr: bool = True, warnings_only: bool = False, stream: TextIO | N
     instead of either (tests). On a file or pipe it is `WIDE`: nothing wraps.
 
     `warnings_only`: for code that reports through a console (the trainer's progress bar, its
-    log lines, its final table) under `--quiet`: only lines that begin with `warning`/`error`
-    and tables get through; no progress bar is drawn."""
+    log lines, its final table) under `--quiet`: only lines that begin with `warning`/`error`,
+    tables and rich `Text` (results printed with it: the dashboard command) get through; no
+    progress bar is drawn."""
     from rich.console import Console  # start-up: rich only for the commands that print with it
 
     target = stream if stream is not None else sys.stderr if stderr else sys.stdout
@@ -147,12 +148,13 @@ def console(stderr: bool = True, warnings_only: bool = False, stream: TextIO | N
 
 def _warnings_only(base: type) -> type:
     from rich.table import Table  # start-up: as above
+    from rich.text import Text  # start-up: as above
 
     def kept(obj: Any) -> bool:
-        return isinstance(obj, Table) or isinstance(obj, str) and obj.lstrip().lower().startswith(("warning", "error"))
+        return isinstance(obj, (Table, Text)) or isinstance(obj, str) and obj.lstrip().lower().startswith(("warning", "error"))
 
     class WarningsOnly(base):  # type: ignore[misc, valid-type]
-        """A console that drops everything but warnings, errors and tables (progress, status lines)."""
+        """A console that drops everything but warnings, errors, tables and `Text` (progress, status lines)."""
 
         def print(self, *objects: Any, **kwargs: Any) -> None:
             if objects and all(kept(o) for o in objects):

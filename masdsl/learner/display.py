@@ -24,6 +24,7 @@ from typing import Any, Iterator, Mapping
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from masdsl.learner.loglines import LogLines, eval_line
 from masdsl.runtime.plan import RunPlan
@@ -191,9 +192,16 @@ def summary_table(result: Any) -> Any:
     table.add_row("checkpoints", "\n".join(str(p) for p in result.checkpoints) or "-")
     if result.mlflow_run_id:
         table.add_row("MLflow run", result.mlflow_run_id)
-    if result.ui_command:
-        table.add_row("dashboard", result.ui_command)
     return table
+
+
+def print_summary(console: Any, result: Any) -> None:
+    """The end-of-run table, then the command that opens the dashboard on a line of its own,
+    never wrapped: a table folds a long value to the screen's width, and a command broken in
+    two cannot be pasted. (A `Text`, so that `--quiet`'s console keeps it with the table.)"""
+    console.print(summary_table(result))
+    if result.ui_command:
+        console.print(Text(f"dashboard: {result.ui_command}"), soft_wrap=True)
 
 
 def reward_error_row(history: Any, evals: Any) -> tuple[str, str]:

@@ -34,7 +34,7 @@ from masdsl.config import Config, ConfigError, to_yaml
 from masdsl.errors import StepFailed
 from masdsl.lang.workflow import Workflow
 from masdsl.learner import checkpoint as ckpt
-from masdsl.learner.display import Progress, summary_table
+from masdsl.learner.display import Progress, print_summary
 from masdsl.learner.evaluation import evaluate, greedy_repeats_warning
 from masdsl.learner.export import export_run
 from masdsl.learner.recovery import Recovery, take_unfinished
@@ -125,7 +125,7 @@ def train(workflow: Workflow, cfg: Config, *, run_dir: str | Path, resume: str |
         getattr(tracker, "run_id", None), tracker.ui_command(), time.perf_counter() - t_start,
     )
     if console is not None:
-        console.print(summary_table(result))
+        print_summary(console, result)
     return result
 
 
