@@ -14,7 +14,9 @@ checkpoints and its MLflow record are (on stderr). `--json` also prints the summ
 A step that cannot be completed (an env call still failing after `runtime.env_retries`
 retries, an engine actor that keeps dying) ends the command with exit status 2 and one line
 naming the step, the role, task and error, the checkpoint saved from before that step, and
-the `masdsl run FILE --resume RUN_DIR` that continues it (`masdsl.errors.StepFailed`).
+the `masdsl run FILE --resume RUN_DIR` that continues it (`masdsl.errors.StepFailed`). Ctrl-C
+(SIGINT) prints the same command for the newest complete checkpoint, and exits 130; the resumed
+run continues the same MLflow run (docs/tracking.md, "Resuming").
 
 `--multirun` (`-m`, Hydra's flag) runs `masdsl sweep` on the same overrides instead.
 """
@@ -23,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +97,22 @@ def resolve(args: argparse.Namespace, workflow: Any) -> tuple[Any, Path | None, 
     return cfg, run_dir, ck
 
 
+def resume_hint(args: argparse.Namespace, run_dir: str | Path) -> str:
+    """What Ctrl-C prints: the exact command that continues the run from its newest complete
+    checkpoint (the overrides given now again: the checkpoint may predate them), or that none was
+    saved yet."""
+    from masdsl.learner import checkpoint  # start-up: as above (torch is loaded by now)
+
+    given = " ".join(shlex.quote(o) for o in args.overrides)
+    last = checkpoint.latest(run_dir)
+    if last is None:  # nothing to resume: the same command again (with its --config files)
+        configs = "".join(f" --config {shlex.quote(c)}" for c in args.config or ())
+        return (f"masdsl: interrupted before the first checkpoint of {run_dir} (train.checkpoint_every); "
+                f"start again with: masdsl run {shlex.quote(args.file)}{configs}" + (f" {given}" if given else ""))
+    return (f"masdsl: interrupted; {last.name} is saved; continue with: masdsl run {shlex.quote(args.file)} "
+            f"--resume {shlex.quote(str(run_dir))}" + (f" {given}" if given else ""))
+
+
 def print_config(cfg: Any, workflow: Any) -> int:
     """`--print-config` (`--cfg job`): the resolved configuration as YAML on stdout, every key;
     its policy and role names checked against the workflow. No model loads, nothing starts."""
@@ -155,7 +175,11 @@ def main(args: argparse.Namespace) -> int:
     if output.quiet():  # no progress bar or start-up lines: the warnings and the final table only
         err = output.console(stderr=True, warnings_only=True)
     err.print(f"run folder {run_dir}", highlight=False, markup=False)
-    result = train(workflow, cfg, run_dir=run_dir, resume=ck, console=err)
+    try:
+        result = train(workflow, cfg, run_dir=run_dir, resume=ck, console=err)
+    except KeyboardInterrupt:  # the trainer has closed its engines and marked the MLflow run KILLED
+        print(resume_hint(args, run_dir), file=sys.stderr, flush=True)
+        raise
     summary = {
         "workflow": workflow.name, "steps": result.steps, "eval_before": result.eval_before,
         "eval_after": result.eval_after, "checkpoints": [str(p) for p in result.checkpoints],

@@ -200,7 +200,7 @@ def _run_on_ray(file: str, configs: list[str], remaining: list[Trial], folder: P
                     step = latest_step(folder / "trials" / trial.folder)
                     if step is not None and seen.get(trial.id) != step:
                         seen[trial.id] = step
-                        say(f"trial {trial.id}: sampling step {step + 1}/{steps}")
+                        say(f"trial {trial.id}: step {step}/{steps}")  # records of update N say N
                 continue
             trial = pending.pop(ready[0])
             yield trial, ray.get(ready[0])

@@ -105,7 +105,9 @@ def train(workflow: Workflow, cfg: Config, *, run_dir: str | Path, resume: str |
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(to_yaml(plan.config))
         _truncate_records(run_dir / RECORDS, state.step)
-        tracker = start_run(workflow, plan.config, kind="run", run_dir=run_dir)
+        tracker = start_run(workflow, plan.config, kind="run", run_dir=run_dir, resume=resume is not None)
+        for point in [*state.history, *state.evals]:  # resumed: the plot at the end draws the whole run
+            tracker.remember({k: v for k, v in point.items() if k != "step"}, step=point["step"])
         with show.live():
             saved = _loop(session, state, tracker, on_step)  # 3. evaluate, then step until train.steps
         if tracker.wants_models and saved:  # tracking.log_models / register: HF folders of the final policies

@@ -44,6 +44,9 @@ class NullTracker(Tracker):
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         pass
 
+    def remember(self, metrics: dict[str, float], step: int) -> None:
+        pass
+
     def log_artifact(self, path: Path, artifact_path: str | None = None, policy: str | None = None) -> None:
         pass
 
@@ -75,8 +78,13 @@ def validate(cfg: Any) -> None:
         resolve_uri(cfg.tracking.uri)
 
 
-def start_run(workflow: Any, cfg: Any, *, kind: Literal["run", "eval"], run_dir: Path) -> Tracker:
+def start_run(workflow: Any, cfg: Any, *, kind: Literal["run", "eval"], run_dir: Path,
+              resume: bool = False) -> Tracker:
     """Open the MLflow runs for one command; never raises once the settings are valid.
+
+    `resume`: `masdsl run --resume` continues the MLflow run the run folder names (`mlflow.json`,
+    written when a training run's parent run is created): one run per training, its curves
+    continuous, instead of a KILLED run and a new one (docs/tracking.md, "Resuming").
 
     Raises TrackingError (a UserError) for a malformed `tracking.uri` or a missing mlflow.
     An unreachable server is not an error: calls are buffered until it answers.
@@ -93,4 +101,4 @@ def start_run(workflow: Any, cfg: Any, *, kind: Literal["run", "eval"], run_dir:
             "tracking needs mlflow: install `masdsl[train]`, or set `tracking.enabled=false`"
         ) from None
     apply_http_defaults()
-    return Tracker(workflow, cfg, kind=kind, run_dir=Path(run_dir), uri=uri)
+    return Tracker(workflow, cfg, kind=kind, run_dir=Path(run_dir), uri=uri, resume=resume)

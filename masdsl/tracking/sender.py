@@ -7,9 +7,11 @@ An action the outbox has to keep is also written to `<run_dir>/metrics.jsonl` (s
 same `Sender` later, even when the server never answered during the run: the run and its child
 runs are then created by resend, with their original start time, params and tags.
 
-    {"op": "create_parent", "experiment": ..., "run_name": ..., "tags": {...}, "start_time": ms}
+    {"op": "create_parent", "experiment": ..., "run_name": ..., "tags": {...}, "start_time": ms,
+     "resume_run_id": id or None}                  (an id: continue that run, RUNNING again, if it exists)
     {"op": "create_child", "policy": p, "tags": {...}, "params": {...}, "start_time": ms}
-    {"op": "params" | "tags", "policy": p or None, "params" | "tags": {...}}
+    {"op": "params" | "tags", "policy": p or None, "params" | "tags": {...}}   (params: "resume": true
+                                                       keeps a changed value as a `masdsl.resumed.<key>` tag)
     {"op": "metrics", "step": s, "timestamp": ms, "metrics": {...}}       (parent, routed to children)
     {"op": "artifact", "policy": p or None, "path": local file or folder, "artifact_path": ...}
     {"op": "text", "policy": p or None, "text": ..., "artifact_file": ...}
@@ -50,6 +52,8 @@ class Sender:
 
     # -- runs --------------------------------------------------------------------------------
     def _create_parent(self, a: dict[str, Any]) -> str | None:
+        if self.run_id is None and a.get("resume_run_id") and self._reopen(a["resume_run_id"]):
+            return self.run_id
         if self.run_id is None:
             self.experiment_id = experiment_id(self.client, a["experiment"])
             run = self.client.create_run(self.experiment_id, start_time=a.get("start_time"),
@@ -57,6 +61,23 @@ class Sender:
             self.run_id = run.info.run_id
             return self.run_id
         return None
+
+    def _reopen(self, run_id: str) -> bool:
+        """Continue `run_id` and its child runs (`masdsl run --resume`): RUNNING again, the same
+        curves. False when the store does not hold it (deleted, another database): a new run."""
+        from mlflow.exceptions import MlflowException  # heavy, optional: mlflow, only when tracking is on
+
+        try:
+            run = self.client.get_run(run_id)
+        except MlflowException:
+            return False
+        if run.info.lifecycle_stage != "active":
+            return False
+        self.run_id, self.experiment_id = run_id, run.info.experiment_id
+        self._find_children()
+        for rid in [run_id, *self.child_ids.values()]:
+            self.client.update_run(rid, status="RUNNING")
+        return True
 
     def _create_child(self, a: dict[str, Any]) -> str | None:
         policy = a["policy"]
@@ -95,7 +116,12 @@ class Sender:
 
     # -- data --------------------------------------------------------------------------------
     def _params(self, a: dict[str, Any]) -> None:
-        self.log_dicts(self.target(a.get("policy")), params=a["params"])
+        run_id, params, tags = self.target(a.get("policy")), a["params"], {}
+        if a.get("resume"):  # MLflow refuses to change a logged param: a resumed run's new value is a tag
+            logged = self.client.get_run(run_id).data.params
+            tags = {f"masdsl.resumed.{k}": v for k, v in params.items() if k in logged and logged[k] != v}
+            params = {k: v for k, v in params.items() if k not in logged}
+        self.log_dicts(run_id, params=params, tags=tags)
 
     def _tags(self, a: dict[str, Any]) -> None:
         self.log_dicts(self.target(a.get("policy")), tags=a["tags"])

@@ -29,6 +29,7 @@ from masdsl.tracking.outbox import Op, Outbox, short
 from masdsl.tracking.sender import Sender
 
 PLOT_FILE = "progress.png"
+RUN_FILE = "mlflow.json"  # in the run folder: the parent run's id, so that --resume continues it
 WEIGHT_SUFFIXES = (".safetensors", ".pt")  # a checkpoint's policies/<policy><suffix>, newest format first
 UNSENT_DIR = "unsent"  # texts that could not be sent are written here for `resend`
 SYSTEM_METRICS_INTERVAL_S = 10.0  # MLflow's default; $MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL wins
@@ -46,7 +47,7 @@ class Tracker:
     """Logs one masdsl run to MLflow. Create it with `masdsl.tracking.start_run`."""
 
     def __init__(self, workflow: Any, cfg: Any, *, kind: str, run_dir: Path, uri: str,
-                 finish_wait_s: float = 10.0, retry_every_s: float = 5.0) -> None:
+                 finish_wait_s: float = 10.0, retry_every_s: float = 5.0, resume: bool = False) -> None:
         from mlflow.tracking import MlflowClient  # heavy, optional: mlflow, only when tracking is on
 
         self.workflow, self.cfg, self.kind = workflow, cfg, kind
@@ -70,7 +71,7 @@ class Tracker:
             lambda: store.reachable(uri), say=say, retry_every_s=retry_every_s,
             where=f"; they are also kept in {self.metrics_file}",
         )
-        self._begin()
+        self._begin(self._resumed_run() if resume else None)
 
     @property
     def run_id(self) -> str | None:
@@ -91,12 +92,36 @@ class Tracker:
         return bool(self.cfg.tracking.log_models or self.cfg.tracking.register)
 
     # -- start -------------------------------------------------------------------------------
-    def _begin(self) -> None:
+    def _resumed_run(self) -> str | None:
+        """The parent run id the run folder names (`mlflow.json`), when it is in this store."""
+        try:
+            saved = json.loads((self.run_dir / RUN_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if saved.get("uri") != self.uri:
+            say(f"the run folder's MLflow run {saved.get('run_id')} is in {saved.get('uri')}, not {self.uri}: "
+                "this run gets a new one")
+            return None
+        return saved.get("run_id")
+
+    def _remember_run(self) -> None:
+        """`mlflow.json`: the parent run's id in the run folder, for `--resume` (training runs)."""
+        if self.kind != "run":
+            return
+        try:
+            (self.run_dir / RUN_FILE).write_text(json.dumps({"run_id": self.run_id, "experiment_id": self.experiment_id,
+                                                             "uri": self.uri}) + "\n", encoding="utf-8")
+        except OSError as exc:
+            say(f"cannot write {self.run_dir / RUN_FILE}: {exc}")
+
+    def _begin(self, resume_run_id: str | None = None) -> None:
         wf, kind = self.workflow, self.kind
         self._put({"op": "create_parent", "experiment": self.experiment_name, "start_time": self._started_ms,
-                   "run_name": f"{kind} {self.run_dir.name}",
+                   "run_name": f"{kind} {self.run_dir.name}", "resume_run_id": resume_run_id,
                    "tags": {"masdsl.run_dir": str(self.run_dir.resolve())}}, "create parent run", essential=True)
-        self._put({"op": "params", "params": lineage.params_of(flatten(self.cfg))}, "log params")
+        # resumed: a param the overrides changed (train.steps=20) cannot be logged again; the sender keeps it as a tag
+        self._put({"op": "params", "params": lineage.params_of(flatten(self.cfg)), "resume": bool(resume_run_id)},
+                  "log params")
         self._put({"op": "tags", "tags": lineage.parent_tags(wf, self.cfg, kind)}, "set tags")
         for policy in wf.policies:
             self._put({"op": "create_child", "policy": policy, "start_time": self._started_ms,
@@ -166,6 +191,14 @@ class Tracker:
             if clean:
                 self._put({"op": "metrics", "step": int(step), "timestamp": now_ms(), "metrics": clean},
                           f"metrics step {step}")
+
+    def remember(self, metrics: dict[str, float], step: int) -> None:
+        """Metrics logged before (by the run a resumed one continues): kept for the progress plot
+        that `finish()` draws, not sent again."""
+        with self._lock:
+            for raw, value in metrics.items():
+                if isinstance(value, (int, float)):
+                    self.history.setdefault(lineage.metric_key(raw), []).append((int(step), float(value)))
 
     def log_artifact(self, path: Path, artifact_path: str | None = None, policy: str | None = None) -> None:
         """Upload a file or folder (sent later if the server is down; it must still exist) to the
@@ -279,6 +312,7 @@ class Tracker:
     def _send(self, action: dict[str, Any]) -> None:
         created = self.sender.apply(action)
         if action["op"] == "create_parent" and created:
+            self._remember_run()
             self._start_system_metrics()
         if "key" in action:  # it was written to the journal: resend must not apply it again
             self._append_row({"done": action["key"], "run_id": created})

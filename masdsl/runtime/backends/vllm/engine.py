@@ -28,7 +28,9 @@ from masdsl.runtime.backends.vllm.supervision import (
     child_pids,
     raise_if_engine_dies,
     reap_when_parent_dies,
+    shared_segments,
     stop_reaper,
+    unlink_segments,
 )
 from masdsl.runtime.backends.vllm.weights import TRANSPORTS, WeightSyncExtension, checkpoint_names, send_weights
 
@@ -138,7 +140,9 @@ class VLLMEngine(LocalEngine):
 
             before = child_pids()
             self.llm = LLM(**kwargs)
-            self._reaper = reap_when_parent_dies(sorted(child_pids() - before))
+            engine_pids = sorted(child_pids() - before)
+            self._reaper = reap_when_parent_dies(engine_pids)
+            self._segments = shared_segments(engine_pids)  # removed by close(): vLLM leaves one behind
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.tokenizer.padding_side = "left"
 
@@ -203,6 +207,7 @@ class VLLMEngine(LocalEngine):
             if core is not None and hasattr(core, "shutdown"):
                 core.shutdown()
             del llm
+            unlink_segments(getattr(self, "_segments", ()))
         reaper, self._reaper = getattr(self, "_reaper", None), None
         stop_reaper(reaper)
         if self.lora_folders is not None:

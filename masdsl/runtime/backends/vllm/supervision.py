@@ -7,6 +7,11 @@ while `vllm.LLM` is built).
   killer), they would be left running, holding the model and a share of the CPUs, and a
   `--resume`d run would start a second set beside them. A small watchdog process notices its
   parent is gone (it is re-parented) and SIGKILLs them; `VLLMEngine.close()` stops it first.
+- `shared_segments`, `unlink_segments`: vLLM's engine core creates its executor's broadcast
+  queue as a POSIX shared-memory segment and leaves it behind when the core is stopped, so the
+  owner ended (after Ctrl-C too) with `resource_tracker: There appear to be 1 leaked
+  shared_memory objects`. The engine notes the segments its processes map once they are up and
+  removes those still there after it closed them.
 - `raise_if_engine_dies`: vLLM 0.32's synchronous client notices a dead engine core (its
   monitor thread sets `engine_dead`) but never wakes the caller blocked on its output queue, so
   `generate` would wait forever. The context manager turns that into `StepFailed`.
@@ -19,9 +24,12 @@ import os
 import subprocess
 import sys
 import threading
-from typing import Any, Iterator
+from multiprocessing import shared_memory
+from typing import Any, Iterable, Iterator
 
 from masdsl.errors import StepFailed
+
+SHM_PREFIX = "/dev/shm/psm_"  # where Python's SharedMemory puts its segments (Linux)
 
 
 def child_pids() -> set[int]:
@@ -57,6 +65,34 @@ def reap_when_parent_dies(pids: list[int]) -> subprocess.Popen | None:
     return subprocess.Popen([sys.executable, "-c", _REAPER, str(os.getpid()), *map(str, pids)],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
+
+
+def shared_segments(pids: Iterable[int]) -> set[str]:
+    """Names of the live POSIX shared-memory segments of Python's `SharedMemory` (`/dev/shm/psm_*`)
+    that the processes `pids` map (read from /proc/PID/maps; none where there is no /proc)."""
+    names: set[str] = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    path = line.rstrip("\n").split(maxsplit=5)[5:]
+                    if path and path[0].startswith(SHM_PREFIX) and not path[0].endswith("(deleted)"):
+                        names.add(path[0][len("/dev/shm/"):])
+        except OSError:  # exited meanwhile, or no /proc
+            continue
+    return names
+
+
+def unlink_segments(names: Iterable[str]) -> None:
+    """Remove the segments `names` that still exist (and tell this process's resource tracker,
+    which would otherwise warn of them at exit). Call it once their processes are stopped."""
+    for name in names:
+        try:
+            segment = shared_memory.SharedMemory(name=name)
+        except OSError:  # already removed by its creator
+            continue
+        segment.close()
+        segment.unlink()
 
 
 def stop_reaper(reaper: subprocess.Popen | None) -> None:
