@@ -15,7 +15,8 @@ default. Reported per run: the process's resident memory after loading (`load_gb
 over the whole run (`peak_gb`, the kernel's high-water mark `ru_maxrss`), the update's extra
 (`peak_gb - load_gb`) and its wall seconds. A watchdog stops a run whose resident memory passes
 `--cap-gb`, or when the machine's available memory falls under 1.5 GB (other work shares it):
-the run is then recorded as stopped, with what it had reached. The runs go one after another.
+the run is then recorded as stopped, with what it had reached. The runs go one after another;
+each is merged into `--out` (a (path, budget) measured again replaces its older run).
 """
 
 from __future__ import annotations
@@ -160,13 +161,23 @@ def main() -> int:
                    "exit": done.returncode, "machine_before": before}
             print(json.dumps(run), flush=True)
             runs.append(run)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"command": " ".join([".venv/bin/python", *sys.argv]), "model": args.model,
-                               "cores": os.cpu_count(), "memory_gb": round(meminfo_gb("MemTotal"), 1),
-                               "runs": runs}, indent=1) + "\n")
-    print(f"wrote {out}")
+    write(Path(args.out), args.model, runs)
     return 0
+
+
+def write(out: Path, model: str, runs: list[dict]) -> None:
+    """Merge `runs` into `out`: a (path, budget) measured again replaces its older run, others stay
+    (on a shared machine the runs can be taken one at a time, when there is memory for each)."""
+    command = " ".join([".venv/bin/python", *sys.argv])
+    key = lambda r: (r.get("path"), r.get("micro_batch_tokens"))  # noqa: E731
+    old = json.loads(out.read_text())["runs"] if out.is_file() else []
+    new = {key(r) for r in runs}
+    merged = [r for r in old if key(r) not in new] + [{**r, "command": command} for r in runs]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"model": model, "cores": os.cpu_count(), "memory_gb": round(meminfo_gb("MemTotal"), 1),
+                               "runs": sorted(merged, key=lambda r: (-r["micro_batch_tokens"], r["path"]))},
+                              indent=1) + "\n")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -127,3 +127,17 @@ def test_models_that_change_logits_after_the_head_keep_the_full_path(models):
     model.config.final_logit_softcapping = None
     model.config.model_type = "cohere"
     assert not supports_chunks(model)
+
+
+def test_under_the_models_own_gradient_checkpointing(models):
+    """`train.gradient_checkpointing` (transformers' per-layer checkpoints, in train mode) around
+    the chunks' own checkpoints: the same values and gradients as the full logits."""
+    by_kind, pad = models
+    model = copy.deepcopy(by_kind["tied"])
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    full, mask, full_grads = scored(model, "plain", WHOLE, pad)
+    chunked, _, grads = scored(model, "plain", CHUNKS, pad)
+    assert torch.allclose(chunked * mask, full * mask, atol=1e-5, rtol=0)
+    for n, g in grads.items():
+        assert torch.allclose(g, full_grads[n], atol=1e-5, rtol=1e-4), n
