@@ -172,9 +172,17 @@ def test_bad_input_exits_2(full_run, argv, message, capsys):
 
 
 def test_export_needs_the_workflow_when_its_copy_does_not_load(lora_run, tmp_path, capsys):
+    """A run folder of an earlier version kept only `workflow.mas` (no `files.json` with the files
+    it imports): an `import "toy_env.py"` relative to it does not load, and the message says what to do."""
     _, run_dir = lora_run
     (run_dir / "workflow.mas").write_text((TOY / "toy_digits_lora.mas").read_text())  # a relative import
-    assert main(["export", str(run_dir), "--out", str(tmp_path)]) == 2
-    assert "--workflow FILE" in capsys.readouterr().err
-    assert main(["export", str(run_dir), "--out", str(tmp_path), "--workflow", str(lora_run[0])]) == 0
-    assert (tmp_path / "copier_p" / "adapter_model.safetensors").is_file()
+    (run_dir / "files.json").rename(run_dir / "files.json.hidden")
+    try:
+        assert main(["export", str(run_dir), "--out", str(tmp_path)]) == 2
+        assert "--workflow FILE" in capsys.readouterr().err
+        assert main(["export", str(run_dir), "--out", str(tmp_path), "--workflow", str(lora_run[0])]) == 0
+        assert (tmp_path / "copier_p" / "adapter_model.safetensors").is_file()
+    finally:
+        (run_dir / "files.json.hidden").rename(run_dir / "files.json")
+    assert main(["export", str(run_dir), "--out", str(tmp_path / "own")]) == 0  # this version's folder: alone
+    assert (tmp_path / "own" / "copier_p" / "adapter_model.safetensors").is_file()
