@@ -63,3 +63,27 @@ def contract_problem(env: Any) -> str | None:
         return None
     return (f"env `{type(env).__name__}` lacks {', '.join(missing)} of the Env contract "
             "(masdsl.envs.base.Env; `limits = None`: the sandbox defaults)")
+
+
+LOST_PENALTY = -1.0  # the reward of a step whose env was lost, unless the env sets `lost_penalty`
+
+
+def lost(state: Any) -> str | None:
+    """Why the episode of `state` cannot go on (None: it can). An env that lives outside the
+    process (`env http(...)`) answers a state whose `lost` names the failure, rather than raising,
+    so that the failure reaches the runtime as data through any worker pool (threads, Ray).
+
+    >>> class S: lost = "server gone"
+    >>> lost(S()), lost((0, ()))
+    ('server gone', None)
+    """
+    reason = getattr(state, "lost", None)
+    return reason if isinstance(reason, str) and reason else None
+
+
+def end_episode(env: Any, state: Any) -> None:
+    """Tell an env that keeps episodes elsewhere (an env server) that this one ended; an env
+    without `end_episode` needs no telling."""
+    hook = getattr(env, "end_episode", None)
+    if callable(hook):
+        hook(state)

@@ -69,6 +69,9 @@ class EnvSpec:
     factory: Callable[..., Any]
     fields: tuple[str, ...] = ()
     doc: str = ""
+    # fields known only from the env's arguments (`env http(url)` asks its server): called by the
+    # checker with the `.mas` arguments; raises `UserError` when it cannot tell
+    fields_from: Callable[..., tuple[str, ...]] | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,7 @@ BUILTIN_MODULES = (
     "masdsl.envs.sokoban",
     "masdsl.envs.plan_path",
     "masdsl.envs.datasets",
+    "masdsl.envs.http_env",
 )
 
 
@@ -174,11 +178,12 @@ def parser(name: str, *, returns: ValueType = "any", empty: Any = None):
     return register
 
 
-def env(name: str, *, fields: tuple[str, ...] = ()):
-    """Register an environment class (see `masdsl.envs.base.Env`)."""
+def env(name: str, *, fields: tuple[str, ...] = (), fields_from: Callable[..., tuple[str, ...]] | None = None):
+    """Register an environment class (see `masdsl.envs.base.Env`); `fields_from(*args, **kwargs)`:
+    its fields from its arguments, for an env whose fields depend on them."""
 
     def register(cls: Callable[..., Any]) -> Callable[..., Any]:
-        REGISTRY.envs[name] = EnvSpec(name, cls, tuple(fields), inspect.getdoc(cls) or "")
+        REGISTRY.envs[name] = EnvSpec(name, cls, tuple(fields), inspect.getdoc(cls) or "", fields_from)
         return cls
 
     return register

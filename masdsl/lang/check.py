@@ -27,7 +27,7 @@ from masdsl.envs.hf_data import hf, parquet, saved_fields, saved_splits
 from masdsl.envs.data_paths import SPLIT_WORDS, resolve_args
 from masdsl.envs.loading import TABLE_SUFFIXES, keyed_rows, read_rows, scan_jsonl, table_fields
 from masdsl.envs.registry import load_builtins
-from masdsl.errors import DataError, did_you_mean
+from masdsl.errors import DataError, UserError, did_you_mean
 from masdsl.lang import ast as A
 from masdsl.lang import templates as T
 from masdsl.lang.check_exprs import check_exprs, check_parses
@@ -98,10 +98,23 @@ def check_env(c: Ctx) -> None:
         return
     c.env_name = spec.name
     c.env_fields = set(spec.fields) if spec.fields else None
-    if decl.call is not None and _literal_args(c, decl.call) is not None:
+    args = _literal_args(c, decl.call) if decl.call is not None else None
+    if args is not None:
         why = _bind(spec.factory, len(decl.call.args), [k.name.name for k in decl.call.kwargs])
         if why:
             c.error("wrong-arity", f"bad arguments for environment `{spec.name}`: {why}", decl.call.span)
+        elif spec.fields_from is not None:
+            _fields_from(c, spec, decl.call, args)
+
+
+def _fields_from(c: Ctx, spec, call: A.Call, args: tuple[list, dict]) -> None:
+    """The fields of an env that learns them from its arguments (`env http(url)` asks its server)."""
+    try:
+        c.env_fields = set(spec.fields_from(*args[0], **args[1])) or None
+    except UserError as exc:
+        c.error("env-unreachable", f"cannot learn the fields of environment `{spec.name}`: {exc}", call.span,
+                label="its fields are asked here",
+                help="or declare the fields, `fields=[\"total\", ...]`, to check without the server")
 
 
 def _jsonl_fields(c: Ctx, lit: A.StrLit) -> set[str] | None:

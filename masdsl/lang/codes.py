@@ -20,6 +20,7 @@ ERRORS: dict[str, str] = {
     "unknown-policy": "a role names a policy that is not declared",
     "unknown-role": "an edge or expression names a role that is not declared",
     "unknown-env": "the `env` is not a registered environment",
+    "env-unreachable": "the fields of an `env http(...)` are unknown: its server does not answer, or not in protocol 1",
     "unknown-data-source": "a `data` line calls a data source that is not registered",
     "missing-file": "a data file, prompt file or import file does not exist",
     "bad-data-file": "a JSONL data file cannot be read",

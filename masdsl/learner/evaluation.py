@@ -131,7 +131,8 @@ def evaluate(workflow: Workflow, env: Any, tasks: Sequence[dict], engines: Mappi
     roll = rollout(workflow, env, tasks, engines, mode="eval", samples=1, step=step, seed=plan.train.seed, plan=plan,
                    progress=progress, repeats=plan.train.eval_samples)
     write_records(eval_dir(run_dir) / f"step_{step:06d}.jsonl", roll.records)
-    result = {"step": step, **eval_metrics(roll.records, roll.episodes), "reward_errors/eval": float(roll.reward_errors)}
+    result = {"step": step, **eval_metrics(roll.records, roll.episodes), "reward_errors/eval": float(roll.reward_errors),
+              "env_lost/eval": float(roll.env_lost)}
     tracker.log_metrics({k: v for k, v in result.items() if k != "step"}, step=step)
     tracker.log_text(transcript(roll.records[:40]), f"traces/eval_step{step:06d}.md")
     return result

@@ -281,12 +281,13 @@ def eval_metrics(records: Sequence[StepRecord], episodes: Sequence[Any], rollout
 def run_figures(ro: Rollout) -> dict[str, float]:
     """What a rollout cost: `episodes`, `tokens_generated`, `tokens_per_s` (over wall time),
     `wall_s`, `gen_s`, `env_s`, `truncated_episodes`, `truncated_prompts`, `expression_errors`, and
-    `reward_errors` (those of them that were rewards: each scored 0)."""
+    `reward_errors` (those of them that were rewards: each scored 0), and `env_lost` (episodes
+    ended by a failed env server, `env http`)."""
     return {
         "episodes": float(len(ro.episodes)), "tokens_generated": float(ro.tokens_generated),
         "tokens_per_s": ro.tokens_generated / ro.wall_s if ro.wall_s > 0 else 0.0,
         "wall_s": ro.wall_s, "gen_s": ro.gen_s, "env_s": ro.env_s,
         "truncated_episodes": float(sum(e.truncated for e in ro.episodes)),
         "truncated_prompts": float(ro.truncated_prompts), "expression_errors": float(sum(ro.errors.values())),
-        "reward_errors": float(ro.reward_errors),
+        "reward_errors": float(ro.reward_errors), "env_lost": float(ro.env_lost),
     }

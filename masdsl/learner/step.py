@@ -76,6 +76,7 @@ def train_step(session: TrainSession, state: TrainState, draw: Draw) -> dict[str
     metrics.update(role_metrics(records, roll.episodes, groups, adv))
     metrics["dynamic/rounds"] = float(rounds)
     metrics["reward_errors"] = float(roll.reward_errors)  # rewards that raised, each scored 0
+    metrics["env_lost"] = float(roll.env_lost)  # episodes ended by a failed env server (env http)
     metrics["dynamic/tasks"] = float(len({e.task_id for e in roll.episodes}))
     per_role = nonflat_by_role(groups, records)
     for role in tc.dynamic_sampling_roles or {}:

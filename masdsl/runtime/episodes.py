@@ -33,6 +33,7 @@ class EpisodeResult:
     truncated: bool  # ended by max_turns rather than by reaching `end`
     rewards_by_role_turn: dict[tuple[str, int], float]  # reward of the selected candidate
     sample: int = 0  # which of the `repeats` independent episodes of this task (0-based)
+    lost: str | None = None  # why the env lost this episode (`masdsl.envs.base.lost`), if it did
 
 
 @dataclass
@@ -46,6 +47,7 @@ class Rollout:
     truncated_prompts: int
     errors: dict[str, int] = field(default_factory=dict)  # failing expression / env step -> count
     reward_errors: int = 0  # rewards (and team rewards) that raised and scored 0
+    env_lost: int = 0  # episodes ended because their env was lost (an env server failed)
 
 
 def merge_rollouts(parts: list[Rollout]) -> Rollout:
@@ -71,7 +73,8 @@ def merge_rollouts(parts: list[Rollout]) -> Rollout:
         errors.update(part.errors)
     return Rollout(records, [e for p in parts for e in p.episodes], sum(p.tokens_generated for p in parts),
                    sum(p.wall_s for p in parts), sum(p.gen_s for p in parts), sum(p.env_s for p in parts),
-                   sum(p.truncated_prompts for p in parts), dict(errors), sum(p.reward_errors for p in parts))
+                   sum(p.truncated_prompts for p in parts), dict(errors), sum(p.reward_errors for p in parts),
+                   sum(p.env_lost for p in parts))
 
 
 @dataclass
@@ -92,6 +95,7 @@ class Episode:
     done: bool = False
     truncated: bool = False
     repeat: int = 0  # which independent episode of this task (rollout's `repeats`)
+    lost: str | None = None  # the env lost the episode: it ended there
 
 
 @dataclass
@@ -127,6 +131,7 @@ class RunState:
     truncated_prompts: int = 0
     errors: Counter = field(default_factory=Counter)
     reward_errors: int = 0  # rewards (and team rewards) that raised: `Rollout.reward_errors`
+    env_lost: int = 0  # episodes whose env was lost: `Rollout.env_lost`
     fail_on_env: bool = False  # an env call failing after its retries raises StepFailed
     samples: dict[str, dict[str, Any]] = field(default_factory=dict)  # role -> effective `sample { }`
     chat_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)  # policy -> chat_template_kwargs

@@ -106,7 +106,7 @@ def rollout(
     finally:
         pool.close()
     return Rollout(records, [r for r in results if r is not None], run.tokens, time.perf_counter() - t0,
-                   run.gen_s, run.env_s, run.truncated_prompts, dict(run.errors), run.reward_errors)
+                   run.gen_s, run.env_s, run.truncated_prompts, dict(run.errors), run.reward_errors, run.env_lost)
 
 
 def _check_arguments(workflow: Workflow, env: Any, engines: Mapping[str, Any], *, mode: str,

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from masdsl.envs.base import LOST_PENALTY, lost
 from masdsl.lang.workflow import EvalContext, Expr
 
 
@@ -132,6 +133,7 @@ class Outcome:
     errors: list[str] = field(default_factory=list)
     env_s: float = 0.0
     failed: bool = False  # the env step itself failed (after retries): scored 0
+    lost: str | None = None  # the env lost the episode (`masdsl.envs.base.lost`): scored its penalty
 
 
 def run_env_job(env: Any, job: EnvJob) -> list[Outcome]:
@@ -144,6 +146,11 @@ def run_env_job(env: Any, job: EnvJob) -> list[Outcome]:
     for cand in job.candidates:
         t0 = time.perf_counter()
         state = env.apply(job.state, job.role, cand)
+        reason = lost(state)
+        if reason is not None:  # the env server failed: no view to score, the penalty instead
+            penalty = float(getattr(env, "lost_penalty", LOST_PENALTY))
+            outcomes.append(Outcome(state, penalty, None, penalty, [], time.perf_counter() - t0, lost=reason))
+            continue
         fields = {**job.fields, job.role: cand}
         ctx = EvalContext(task=job.task, state=state, env_view=env.view(state), fields=fields, turn=job.turn, role=job.role,
                           limits=env.limits)

@@ -16,6 +16,7 @@ import time
 from collections import defaultdict
 from typing import Any, Mapping, Sequence
 
+from masdsl.envs.base import end_episode, lost
 from masdsl.errors import StepFailed
 from masdsl.lang.workflow import EvalContext
 from masdsl.runtime.episodes import MAX_STEPS, Episode, EpisodeResult, RoleStep, RunState
@@ -74,8 +75,21 @@ def new_episode(index: int, task: Mapping[str, Any], run: RunState, repeat: int 
     ep = Episode(index, task, task_id, run.env.reset(task), {name: initial_fields(r) for name, r in wf.roles.items()},
                  repeat=repeat)
     ep.turns = {name: 0 for name in wf.roles}
-    follow(ep, run)
+    if not lose_if_lost(ep, run):
+        follow(ep, run)
     return ep
+
+
+def lose_if_lost(ep: Episode, run: RunState) -> bool:
+    """End the episode when its env lost it (an env server failed: `masdsl.envs.base.lost`), with
+    the reason tallied in `Rollout.errors` and counted in `Rollout.env_lost`; the run goes on."""
+    reason = lost(ep.state)
+    if reason is None:
+        return False
+    ep.lost, ep.done = reason, True
+    run.env_lost += 1
+    run.error(f"episode of task `{ep.task_id}` lost (its step scored the env's penalty): {reason}")
+    return True
 
 
 def score_steps(steps: Sequence[RoleStep], run: RunState) -> None:
@@ -157,7 +171,8 @@ def advance(steps: Sequence[RoleStep], run: RunState) -> None:
             ep.rewards[(s.role.name, s.turn)] = o.reward
             ep.locals.append(o.local)
         ep.last_turn, ep.steps = max(s.turn for s in group), ep.steps + 1
-        follow(ep, run)
+        if not lose_if_lost(ep, run):
+            follow(ep, run)
 
 
 def apply_group_winners(groups: Sequence[Sequence[RoleStep]], run: RunState) -> None:
@@ -183,6 +198,9 @@ def apply_group_winners(groups: Sequence[Sequence[RoleStep]], run: RunState) -> 
 def finish(ep: Episode, run: RunState) -> EpisodeResult:
     """Score the ended episode (success, final reward) and fill its records."""
     wf, errors = run.workflow, []
+    end_episode(run.env, ep.state)
+    if ep.lost:
+        return _lost_result(ep)
     ctx = EvalContext(task=ep.task, state=ep.state, env_view=run.env.view(ep.state), fields=ep.fields, turn=ep.last_turn,
                       limits=run.env.limits)
     if wf.success is not None:
@@ -200,3 +218,12 @@ def finish(ep: Episode, run: RunState) -> EpisodeResult:
     for r in ep.records:
         r.episode_success, r.episode_reward = success, final
     return EpisodeResult(ep.task_id, success, team, dict(ep.turns), ep.truncated, dict(ep.rewards), ep.repeat)
+
+
+def _lost_result(ep: Episode) -> EpisodeResult:
+    """A lost episode failed: success 0, and its final reward the mean of its steps' (the last one
+    the env's penalty), with no team reward (the env's view it would read is gone)."""
+    final = sum(ep.locals) / len(ep.locals) if ep.locals else 0.0
+    for r in ep.records:
+        r.episode_success, r.episode_reward = 0.0, final
+    return EpisodeResult(ep.task_id, 0.0, None, dict(ep.turns), ep.truncated, dict(ep.rewards), ep.repeat, ep.lost)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from masdsl.envs.http_env import HttpEnv, declared_fields
 from masdsl.envs.registry import DataSourceSpec, EnvSpec, FunctionSpec, Registry, _arity
 
 HERE = Path(__file__).parent
@@ -73,7 +74,8 @@ def make_registry() -> Registry:
     """Names the test workflows use, with the shapes of the real ones (see /tmp/common.md)."""
     return Registry(
         envs={"code": EnvSpec("code", CodeEnv, ("failures", "code", "tests")),
-              "sudoku": EnvSpec("sudoku", GridEnv, ("board", "tool_output", "moves"))},
+              "sudoku": EnvSpec("sudoku", GridEnv, ("board", "tool_output", "moves")),
+              "http": EnvSpec("http", HttpEnv, (), fields_from=declared_fields)},
         data_sources={"humaneval": DataSourceSpec("humaneval", humaneval, ("id", "prompt", "entry_point", "tests", "solution")),
                       "sudoku": DataSourceSpec("sudoku", sudoku, ("id", "seed", "size", "puzzle"))},
         functions={f.name: f for f in [

@@ -22,6 +22,7 @@ FIX = {
  "unknown-policy": "Declare the policy (`policy NAME { model: \"...\" }`) or fix the name on the role's `policy` line.",
  "unknown-role": "Declare the role, or fix the name (the hint names the closest role).",
  "unknown-env": "Use a registered environment (`code`, `math`, `sudoku`, `sokoban`, `plan_path`) or register your own with `@env` in a file you `import`.",
+ "env-unreachable": "Start the env's server first (`masdsl serve-env ENV --port PORT`, docs/data.md#environments-over-http) with the same masdsl version, or declare the fields the workflow reads, `env http(\"http://127.0.0.1:8765\", fields=[\"total\", \"target\"])`: then `masdsl check` asks no server, and the run checks the server has them.",
  "unknown-data-source": "Use a registered data source (for example `humaneval`, `math_small`, `sudoku`), give a JSONL path in quotes, or register one with `@data_source`.",
  "missing-file": "Paths resolve relative to the `.mas` file. Create the file or fix the path. Until a missing `import` file is there, names it would register are not reported as unknown (its error lists them).",
  "bad-data-file": "A JSONL file holds one JSON object per line, each with a unique string `id`. `masdsl check` reads every line of each local data file the workflow names (a quoted file, and the files of `apps(...)`, `aime(...)`, ...) and names the first bad one; the note gives it as `FILE:LINE`, for an editor to open.",
