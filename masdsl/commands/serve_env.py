@@ -24,7 +24,7 @@ from masdsl.errors import UserError, did_you_mean
 from masdsl.lang.imports import import_file
 from masdsl.sandbox import limits_from_config
 
-DEFAULT_PORT = 8765
+DEFAULT_PORT = 8766  # `masdsl view --serve` takes 8765
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

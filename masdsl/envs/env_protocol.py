@@ -24,7 +24,7 @@ masdsl.envs.env_protocol.ProtocolError: the reply to /v1/apply: field `state` is
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Mapping
 
 PROTOCOL = 1
 PREFIX = f"/v{PROTOCOL}"
@@ -71,7 +71,7 @@ def jsonable(value: Any) -> Any:
     """
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]

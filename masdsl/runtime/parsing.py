@@ -12,9 +12,9 @@ role's implicit `ok` field to False; fields always include `output` and `ok`.
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any, Mapping
 
+from masdsl.envs.env_protocol import jsonable
 from masdsl.lang.workflow import EvalContext, Expr, RoleSpec
 from masdsl.runtime.sampling import describe_error
 
@@ -50,14 +50,4 @@ def json_safe(value: Any) -> Any:
     >>> json_safe({"a": (1, 2), "b": {3}, "c": None})
     {'a': [1, 2], 'b': '{3}', 'c': None}
     """
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    try:
-        json.dumps(value)
-        return value
-    except (TypeError, ValueError):
-        return repr(value)
+    return jsonable(value)  # the env protocol's conversion: a record reads as a served env's view does

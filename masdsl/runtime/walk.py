@@ -198,9 +198,8 @@ def apply_group_winners(groups: Sequence[Sequence[RoleStep]], run: RunState) -> 
 def finish(ep: Episode, run: RunState) -> EpisodeResult:
     """Score the ended episode (success, final reward) and fill its records."""
     wf, errors = run.workflow, []
-    end_episode(run.env, ep.state)
     if ep.lost:
-        return _lost_result(ep)
+        return _lost_result(ep, run)
     ctx = EvalContext(task=ep.task, state=ep.state, env_view=run.env.view(ep.state), fields=ep.fields, turn=ep.last_turn,
                       limits=run.env.limits)
     if wf.success is not None:
@@ -217,13 +216,15 @@ def finish(ep: Episode, run: RunState) -> EpisodeResult:
         run.error(e)
     for r in ep.records:
         r.episode_success, r.episode_reward = success, final
+    end_episode(run.env, ep.state)
     return EpisodeResult(ep.task_id, success, team, dict(ep.turns), ep.truncated, dict(ep.rewards), ep.repeat)
 
 
-def _lost_result(ep: Episode) -> EpisodeResult:
+def _lost_result(ep: Episode, run: RunState) -> EpisodeResult:
     """A lost episode failed: success 0, and its final reward the mean of its steps' (the last one
     the env's penalty), with no team reward (the env's view it would read is gone)."""
     final = sum(ep.locals) / len(ep.locals) if ep.locals else 0.0
     for r in ep.records:
         r.episode_success, r.episode_reward = 0.0, final
+    end_episode(run.env, ep.state)
     return EpisodeResult(ep.task_id, 0.0, None, dict(ep.turns), ep.truncated, dict(ep.rewards), ep.repeat, ep.lost)

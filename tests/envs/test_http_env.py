@@ -81,10 +81,13 @@ def served(env, name="http_counter", fields=("total", "moves", "target"), handle
         server.server_close()
 
 
-def workflow(tmp_path, env_line):
+def workflow(tmp_path, env_line, success=True):
+    """The test workflow with `env ENV_LINE`; `success=False` leaves out its `success` line (the
+    env's own `success` decides)."""
     (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in TASKS))
     path = tmp_path / "w.mas"
-    path.write_text(WORKFLOW.format(module=COUNTER, env=env_line))
+    text = WORKFLOW.format(module=COUNTER, env=env_line)
+    path.write_text(text if success else text.replace("success env.total >= env.target\n", ""))
     return masdsl.load(path)
 
 
@@ -129,6 +132,23 @@ def test_a_rollout_through_the_server_equals_the_env_in_process(tmp_path, counte
     assert "Total 3 of 10" in next(r[6] for r in records if r[:2] == ("t1", 1))
     assert episodes == [("t1", 1.0, 16.0, {"a": 3}, False), ("t2", 1.0, 11.0, {"a": 1}, False)]
     assert remote.env_lost == 0 and not remote.errors
+
+
+def test_success_comes_from_the_server_and_ended_episodes_are_closed(tmp_path, counter):
+    server = make_server(counter(target=10), "http_counter", ("total", "moves", "target"))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        wf = workflow(tmp_path, f'http("{url}")', success=False)
+        assert wf.success is None
+        ro = roll(tmp_path, wf)
+        assert server.RequestHandlerClass.host.sessions() == 0  # each episode's session closed at its end
+    finally:
+        server.shutdown()
+        server.server_close()
+    local = roll(tmp_path, workflow(tmp_path, "http_counter(target=10)", success=False))
+    assert [e.success for e in ro.episodes] == [e.success for e in local.episodes] == [1.0, 1.0]
+    assert summary(ro) == summary(local)
 
 
 def test_serve_env_killed_mid_episode_loses_the_episode_with_the_penalty(tmp_path, counter):
