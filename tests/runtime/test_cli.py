@@ -33,7 +33,7 @@ def test_eval_prints_the_table_and_writes_the_run_folder(tmp_path, capsys):
         assert any(label in line and value in line for line in out.splitlines()), (label, out)
     (run,) = (tmp_path / "toy").iterdir()
     assert {p.name for p in run.iterdir()} == {"records.jsonl", "graph.mmd", "config.yaml", "workflow.mas", "summary.json",
-                                               "files", "files.json"}  # files: the workflow's own copies
+                                               "files", "files.json", "view.html"}  # files: the workflow's own copies
     records = list(read_records(run / "records.jsonl"))
     assert [(r.task_id, r.role, r.turn) for r in records] == [
         ("eval0", "a", 0), ("eval0", "b", 0), ("eval1", "a", 0), ("eval1", "b", 0), ("eval1", "a", 1), ("eval1", "b", 1)]
