@@ -36,6 +36,9 @@ from masdsl.envs.registry import env
 from masdsl.errors import UserError
 
 CHECK_TIMEOUT_S = 5.0  # `masdsl check` asks the server once, and never waits longer than this
+# The editor's checker runs on every keystroke: a server's answer (or silence) is kept this long
+ASK_AGAIN_S = 10.0
+_ASKED: dict[str, tuple[float, tuple[str, ...] | UserError]] = {}
 
 
 class Unreachable(Exception):
@@ -124,8 +127,17 @@ def declared_fields(url: str, timeout_s: float = 10.0, retries: int = 2, penalty
     within `CHECK_TIMEOUT_S`); same parameters as `HttpEnv`."""
     if fields is not None:
         return tuple(fields)
-    client = Client(_base(url), min(float(timeout_s), CHECK_TIMEOUT_S), retries=0)
-    return tuple(handshake(client)["fields"])
+    base = _base(url)
+    asked = _ASKED.get(base)
+    if asked is None or time.monotonic() - asked[0] > ASK_AGAIN_S:
+        try:
+            asked = (time.monotonic(), tuple(handshake(Client(base, min(float(timeout_s), CHECK_TIMEOUT_S), retries=0))["fields"]))
+        except UserError as exc:
+            asked = (time.monotonic(), exc)
+        _ASKED[base] = asked
+    if isinstance(asked[1], UserError):
+        raise asked[1]
+    return asked[1]
 
 
 def _base(url: str) -> str:
