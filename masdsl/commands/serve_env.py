@@ -2,7 +2,7 @@
 that name it with `env http("http://H:P")` (protocol: docs/data.md, "Environments over HTTP").
 
 ENV is a registered env with literal arguments, as a `.mas` file writes it (`plan_path`,
-`plan_path(size=5)`), or `MODULE:ENV`, where MODULE is a Python file (`envs/my_env.py`) or an
+`plan_path(gamma=1.0)`), or `MODULE:ENV`, where MODULE is a Python file (`envs/my_env.py`) or an
 importable module (`mypkg.envs`) and ENV an env it registers with `@env` or a class it defines
 (`envs/my_env.py:Counter(target=3)`).
 """
@@ -29,7 +29,7 @@ DEFAULT_PORT = 8766  # `masdsl view --serve` takes 8765
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("env", metavar="ENV",
-                   help="a registered env, with literal arguments as in a .mas file (`plan_path(size=5)`), "
+                   help="a registered env, with literal arguments as in a .mas file (`plan_path(gamma=1.0)`), "
                         "or MODULE:ENV (a .py file or a module, and an env it registers or a class it defines)")
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"the port (default: {DEFAULT_PORT}; 0: any free port)")
@@ -40,8 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def parse_target(text: str) -> tuple[str | None, str, list, dict]:
     """(module or None, env name, args, kwargs) of an ENV argument.
 
-    >>> parse_target("plan_path(size=5)")
-    (None, 'plan_path', [], {'size': 5})
+    >>> parse_target("plan_path(gamma=1.0)")
+    (None, 'plan_path', [], {'gamma': 1.0})
     >>> parse_target("envs/my_env.py:Counter(3)")
     ('envs/my_env.py', 'Counter', [3], {})
     """
