@@ -27,8 +27,8 @@ from typing import Any, Iterable, Iterator
 from masdsl.config import to_yaml
 from masdsl.errors import UserError
 from masdsl.lang.graph import to_mermaid
-from masdsl.runtime.records import StepRecord, read_records, write_records
 from masdsl.runtime import run_files
+from masdsl.runtime.records import StepRecord, read_records, write_records
 
 RECORDS = "records.jsonl"
 GRAPH = "graph.mmd"
@@ -64,9 +64,9 @@ class RunDir:
         (path / GRAPH).write_text(mermaid(workflow), encoding="utf-8")
         (path / CONFIG).write_text(to_yaml(cfg), encoding="utf-8")
         (path / SOURCE).write_text(workflow.source or "", encoding="utf-8")
+        run_files.keep(path, workflow)  # the folder works alone: export after the originals moved
         return rd
 
-        run_files.keep(path, workflow)  # the folder works alone: export after the originals moved
     @property
     def records_path(self) -> Path:
         return self.path / RECORDS
