@@ -12,7 +12,7 @@ of a tool's stdout, played by the env, scored with the workflow's planner reward
 - without `--run`: the tool is the one-line program `print(json.dumps(grid.shortest_path(board)))`
   run in the sandbox (the helper itself, no model);
 - with `--run RUN`: the tool is the model's own greedy eval reply at every eval step the run
-  recorded (`RUN/eval/step_*/records.jsonl`), so "the warm-started tool + a parsing planner" and
+  recorded (`RUN/eval/step_N.jsonl`), so "the warm-started tool + a parsing planner" and
   "the trained tool + a parsing planner" are measured on the same boards.
 
 Writes one JSON line per source to stdout.
@@ -29,6 +29,7 @@ from masdsl.config import SandboxConfig
 from masdsl.envs.parsers import actions
 from masdsl.runtime.inputs import load_split, make_env
 from masdsl.runtime.records import read_records
+from masdsl.runtime.rundir import eval_files
 
 HELPER_PROGRAM = "import sys, json, grid\nprint(json.dumps(grid.shortest_path(sys.stdin.read())))\n"
 
@@ -78,9 +79,9 @@ def main() -> int:
     tasks = load_split(wf, "eval")[: args.tasks]
     print(json.dumps(summary("helper: grid.shortest_path printed", env, tasks, {t["id"]: HELPER_PROGRAM for t in tasks})))
     if args.run is not None:
-        for step_dir in sorted((args.run / "eval").glob("step_*")):
-            programs = tool_programs(step_dir / "records.jsonl")
-            print(json.dumps(summary(f"tool of {args.run.name} at eval {step_dir.name}", env, tasks, programs)))
+        for records_file in eval_files(args.run):
+            programs = tool_programs(records_file)
+            print(json.dumps(summary(f"tool of {args.run.name} at eval {records_file.stem}", env, tasks, programs)))
     return 0
 
 
