@@ -183,7 +183,8 @@ def summary_table(result: Any) -> Any:
             b, a = before.get(key), after.get(key)
             fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
             table.add_row(f"{key} (before -> after)", f"{fmt(b)} -> {fmt(a)}")
-    for label, value in learning_rows(result.history) + reply_rows(result.history, before, after):
+    for label, value in learning_rows(result.history) + role_rows(result.history, before, after) \
+            + reply_rows(result.history, before, after):
         table.add_row(label, value)
     table.add_row(*reward_error_row(result.history, getattr(result, "evals", None) or []))
     table.add_row("steps", f"{result.steps}")
@@ -213,6 +214,31 @@ def reward_error_row(history: Any, evals: Any) -> tuple[str, str]:
     train = sum(h.get("reward_errors", 0.0) for h in history)
     evaluation = sum(e.get("reward_errors/eval", 0.0) for e in evals)
     return "reward errors (scored 0)", f"{train:.0f} in training, {evaluation:.0f} in evaluations"
+
+
+def role_rows(history: Any, before: Any, after: Any) -> list[tuple[str, str]]:
+    """What each role could learn and what moved: the share of its groups that carried a
+    gradient (`nonflat/<role>`) and its eval reward per turn, before -> after. A role whose
+    groups were all flat received no gradient at all, whatever its reward did.
+
+    >>> role_rows([{"nonflat/tool": 0.0, "nonflat/planner": 0.5}, {"nonflat/tool": 0.0, "nonflat/planner": 1.0}],
+    ...           {"eval_reward/tool/turn0": 5.8, "eval_reward/planner/turn0": 3.2},
+    ...           {"eval_reward/tool/turn0": 5.8, "eval_reward/planner/turn0": 5.8})
+    [('role planner', 'non-flat groups 75 %; eval reward turn 0 3.200 -> 5.800'), ('role tool', 'no gradient (every group flat); eval reward turn 0 5.800 -> 5.800')]
+    """
+    roles = sorted({k.split("/", 1)[1] for h in history for k in h if k.startswith("nonflat/")})
+    rows = []
+    for role in roles:
+        shares = [h[f"nonflat/{role}"] for h in history if f"nonflat/{role}" in h]
+        share = sum(shares) / len(shares) if shares else 0.0
+        text = "no gradient (every group flat)" if share == 0 else f"non-flat groups {100 * share:.0f} %"
+        turns = sorted({k for k in {**before, **after} if k.startswith(f"eval_reward/{role}/turn")})
+        for key in turns:
+            b, a = before.get(key), after.get(key)
+            fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+            text += f"; eval reward turn {key.rsplit('turn', 1)[1]} {fmt(b)} -> {fmt(a)}"
+        rows.append((f"role {role}", text))
+    return rows
 
 
 def learning_rows(history: Any) -> list[tuple[str, str]]:

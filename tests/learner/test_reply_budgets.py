@@ -215,7 +215,7 @@ def test_a_training_run_counts_warns_and_takes_the_every_role_budget(tiny_model_
     budget = {"namer": 2, "copier": 1}
     assert all(len(r.response_ids) <= budget[r.role] for r in records)
     assert all(len(r.response_ids) == budget[r.role] for r in records if r.finish_reason == "length")
-    for step, h in enumerate(result.history):
+    for step, h in enumerate(result.history, start=1):  # update N's rollout records carry step N
         mine = [r for r in records if r.step == step]
         assert {k: v for k, v in h.items() if k.startswith(("cut/", "parse_fail/"))} == shares_from(mine)
     assert {"eval_cut/namer", "eval_parse_fail/copier"} <= set(result.eval_before)
