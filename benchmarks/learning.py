@@ -157,7 +157,8 @@ def summarise(results: list[dict]) -> list[dict]:
     seeds: the rate over distinct eval tasks, its Wilson interval (n = tasks, not tasks x seeds),
     the seeds' spread and, where a run kept its per-task outcomes, McNemar's p per seed."""
     rows = []
-    for label, arm in (("single agent", "single+grpo"), ("MAS (untrained)", "mas+at")):
+    # "before RL": the starting weights, a warm start when `--warm-start` gives one (not untrained then)
+    for label, arm in (("single agent, before RL", "single+grpo"), ("MAS, before RL", "mas+at")):
         rs = [r for r in results if r["arm"] == arm][:1]  # greedy step-0 evaluation: the same for every seed
         if rs:
             k = round(rs[0]["before"] * rs[0]["n_eval"])
