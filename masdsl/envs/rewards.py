@@ -21,6 +21,7 @@ True
 from __future__ import annotations
 
 import builtins
+import math
 from typing import Any, Sequence
 
 from masdsl.envs.parsers import asserts
@@ -116,6 +117,25 @@ def agree(a: Any, b: Any) -> bool:
     (True, False)
     """
     return equivalent(a, b)
+
+
+@function("is_number", returns="bool")
+def is_number(text: Any) -> bool:
+    """Whether `text` is one number, as a program's answer line or a boxed answer may print it
+    (thousands commas, a leading `$` and surrounding spaces allowed): a tool's "valid answer".
+
+    >>> is_number("1,234"), is_number(" -3.5 "), is_number("$12"), is_number(7)
+    (True, True, True, True)
+    >>> is_number("x = 3"), is_number(""), is_number(None), is_number("nan")
+    (False, False, False, False)
+    """
+    if isinstance(text, bool) or text is None:
+        return False
+    s = str(text).strip().lstrip("$").replace(",", "").strip()
+    try:
+        return math.isfinite(float(s))
+    except ValueError:
+        return False
 
 
 @function("run_answer", returns="str")

@@ -209,7 +209,14 @@ class RoleAdvantage:
     span: Span
 
 
-RoleItem = Union[RolePolicy, RoleSystem, RolePrompt, RoleSample, RoleParse, RoleReward, RoleAdvantage]
+@dataclass(frozen=True)
+class RoleMetric:
+    name: Ident  # reported as `skill/<split>/<role>/<name>`; never a reward
+    expr: Expr
+    span: Span
+
+
+RoleItem = Union[RolePolicy, RoleSystem, RolePrompt, RoleSample, RoleParse, RoleReward, RoleAdvantage, RoleMetric]
 
 
 @dataclass(frozen=True)

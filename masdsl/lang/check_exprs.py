@@ -33,10 +33,12 @@ def check_parses(c: Ctx) -> None:
 
 
 def check_exprs(c: Ctx) -> None:
-    """Rewards and `team` are numbers; `success` a bool or number; `alpha` a literal in [0, 10]."""
+    """Rewards, metrics and `team` are numbers; `success` a bool or number; `alpha` a literal in [0, 10]."""
     for name, r in c.roles.items():
         for rw in r.of(A.RoleReward):
             _expect(c, rw.expr, infer(c, rw.expr, Scope(role=name)), {"number", "bool"}, "a reward")
+        for m in r.of(A.RoleMetric):
+            _expect(c, m.expr, infer(c, m.expr, Scope(role=name)), {"number", "bool"}, f"metric `{m.name.name}`")
     for t in c.module.teams:
         _expect(c, t.expr, infer(c, t.expr, Scope()), {"number", "bool"}, "`team`")
     for s in c.module.successes:

@@ -1,5 +1,6 @@
 """Checker rules for policies and roles: `policy NAME { ... }` keys, and each `role`'s one
-`policy`, one `prompt`, optional `system`/`reward`/`sample`/`advantage` lines and its `parse` fields.
+`policy`, one `prompt`, optional `system`/`reward`/`sample`/`advantage` lines, its `parse` fields and
+its `metric` lines.
 
 `SAMPLE_KEYS` are the options a `sample { }` block accepts (also what `masdsl.config` and the
 executor accept); `RESERVED` the names a role cannot take.
@@ -100,6 +101,16 @@ def _check_alternate(c: Ctx, policies: dict[str, A.PolicyDecl]) -> None:
                     help=did_you_mean(name, policies, fmt='`"{}"`'))
 
 
+def _check_metric_names(c: Ctx, role: A.RoleDecl) -> None:
+    """`metric NAME = expr`: names unique within the role (each becomes `skill/<split>/<role>/<NAME>`)."""
+    seen: dict[str, A.RoleMetric] = {}
+    for m in role.of(A.RoleMetric):
+        first = seen.setdefault(m.name.name, m)
+        if first is not m:
+            c.error("duplicate-name", f"metric `{m.name.name}` is declared twice in role `{role.name.name}`", m.name.span,
+                    related=((first.name.span, "first here"),), help="give each metric of a role its own name")
+
+
 def _once(c: Ctx, role: A.RoleDecl, kind: type, word: str, required: bool) -> Any:
     items = role.of(kind)
     if kind is A.RoleParse:
@@ -162,6 +173,7 @@ def check_roles(c: Ctx) -> None:
             _check_block_keys(c, sample.block, SAMPLE_KEYS, "`sample`", strict=True)
             _check_sample_ranges(c, sample.block)
         _check_advantage(c, r)
+        _check_metric_names(c, r)
         fields = {"output": STR, "ok": BOOL}
         for p in r.of(A.RoleParse):
             fname = p.name.name

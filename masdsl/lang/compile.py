@@ -64,6 +64,7 @@ def _role(c: Ctx, r: A.RoleDecl, expr) -> RoleSpec:
         sample=A.to_python(sample[0].block) if sample else {}, parses=parses,
         reward=expr(rewards[0].expr, name) if rewards else None, span=r.span, prompt_span=prompt_item.text.span,
         advantage=advantage[0].name.name if advantage else DEFAULT_ADVANTAGE,
+        metrics=tuple((m.name.name, expr(m.expr, name)) for m in r.of(A.RoleMetric)),
     )
 
 

@@ -163,11 +163,11 @@ class _Parser(Reader):
         if kw == "advantage":
             name = self.ident()
             return A.RoleAdvantage(name, self.span(a, self.i - 1))
-        if kw == "parse":
+        if kw in ("parse", "metric"):
             name = self.ident()
             self.take("=")
             e = self.expr()
-            return A.RoleParse(name, e[0], self.span(a, e[2]))
+            return (A.RoleParse if kw == "parse" else A.RoleMetric)(name, e[0], self.span(a, e[2]))
         e = self.expr()
         return A.RoleReward(e[0], self.span(a, e[2]))
 

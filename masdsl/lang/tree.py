@@ -133,6 +133,10 @@ class ToAst(Transformer):
     def role_advantage(self, meta, c):
         return A.RoleAdvantage(self._id(c[0]), self._s(meta))
 
+    @v_args(meta=True)
+    def role_metric(self, meta, c):
+        return A.RoleMetric(self._id(c[0]), c[1], self._s(meta))
+
     # flow
     @v_args(meta=True)
     def flow_decl(self, meta, c):

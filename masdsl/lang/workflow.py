@@ -108,6 +108,7 @@ class RoleSpec:
     span: Span | None = None
     prompt_span: Span | None = None
     advantage: str = "grpo"  # the `advantage NAME` line: the estimator of its groups (config_schema.ADVANTAGES)
+    metrics: tuple[tuple[str, Expr], ...] = ()  # the `metric NAME = expr` lines: measured, never rewarded
 
 
 @dataclass(frozen=True)

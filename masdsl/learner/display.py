@@ -27,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from masdsl.learner.loglines import LogLines, eval_line
+from masdsl.learner.skills import skill_rows
 from masdsl.runtime.plan import RunPlan
 
 _REWARD = re.compile(r"^reward/(?P<role>[^/]+)/turn(?P<turn>\d+)/mean$")
@@ -184,7 +185,7 @@ def summary_table(result: Any) -> Any:
             fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
             table.add_row(f"{key} (before -> after)", f"{fmt(b)} -> {fmt(a)}")
     for label, value in learning_rows(result.history) + role_rows(result.history, before, after) \
-            + reply_rows(result.history, before, after):
+            + skill_rows(before, after) + reply_rows(result.history, before, after):
         table.add_row(label, value)
     table.add_row(*reward_error_row(result.history, getattr(result, "evals", None) or []))
     table.add_row("steps", f"{result.steps}")

@@ -28,6 +28,7 @@ from masdsl.lang.workflow import Workflow
 from masdsl.learner import checkpoint as ckpt
 from masdsl.learner.export import export_checkpoint
 from masdsl.learner.metrics import eval_metrics, reply_counts
+from masdsl.learner.skills import SkillCounts, skill_counts
 from masdsl.learner.viewpage import log_view
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.engine_factory import build_engines, close_engines
@@ -99,10 +100,12 @@ def _evaluate_models(workflow: Workflow, plan: RunPlan, tasks: list[dict], progr
         run_dir = RunDir.create(workflow, plan.config)
         tracker = start_run(workflow, plan.config, kind="eval", run_dir=run_dir.path)
         replies: dict[str, list[int]] = {}  # role -> replies, cut, parse failed: the records go to disk
+        skills: SkillCounts = {}
 
         def stream(records: list[StepRecord]) -> None:
             run_dir.write_records(records)
             reply_counts(records, replies)
+            skill_counts(records, skills)
 
         ro = rollout(workflow, env, tasks, engines, mode="eval", samples=1, step=-1, seed=tc.seed,
                      plan=plan, on_records=stream, progress=progress, keep_records=False, repeats=tc.eval_samples)
@@ -112,7 +115,7 @@ def _evaluate_models(workflow: Workflow, plan: RunPlan, tasks: list[dict], progr
         raise
     finally:
         close_engines(engines)
-    m = eval_metrics(ro.records, ro.episodes, rollout=ro, replies=replies)
+    m = eval_metrics(ro.records, ro.episodes, rollout=ro, replies=replies, skills=skills)
     run_dir.write_summary({"metrics": m, "errors": ro.errors, "workflow": workflow.name, "tasks": len(tasks),
                            "samples_per_task": tc.eval_samples, "temperature": tc.eval_temperature,
                            "probe": tc.eval_probe, "checkpoint": str(checkpoint) if checkpoint else None})

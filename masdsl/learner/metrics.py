@@ -17,6 +17,7 @@ import resource
 import sys
 from typing import Any, Iterable, Mapping, Sequence
 
+from masdsl.learner.skills import SkillCounts, skill_counts, skill_shares
 from masdsl.runtime.executor import Rollout
 from masdsl.runtime.records import StepRecord
 
@@ -149,7 +150,8 @@ def role_metrics(records: Sequence[StepRecord], episodes: Sequence[Any], groups:
     - `nonflat/<role>`: the share of the groups holding the role's candidates whose advantages are
       not all 0 (the groups it learns from; in `turn` and `trajectory` grouping a group may hold
       several roles and counts for each);
-    - `adv_abs/<role>`: the mean |advantage| over all the role's candidates (flat groups' 0 included).
+    - `adv_abs/<role>`: the mean |advantage| over all the role's candidates (flat groups' 0 included);
+    - `skill/train/<role>/<name>[/turn<t>]`: the role's `metric` lines over every sampled candidate.
 
     >>> from types import SimpleNamespace as R
     >>> from masdsl.learner.grouping import Group
@@ -175,6 +177,7 @@ def role_metrics(records: Sequence[StepRecord], episodes: Sequence[Any], groups:
     out.update({f"nonflat/{role}": k / n for role, (n, k) in counts.items()})
     for role in roles:
         out[f"adv_abs/{role}"] = mean([abs(a) for r, a in zip(records, advantages) if r.role == role])
+    out.update(skill_shares(skill_counts(records), "train"))  # every sampled candidate
     return out
 
 
@@ -225,7 +228,8 @@ def solved(success: Any) -> bool:
 
 
 def eval_metrics(records: Sequence[StepRecord], episodes: Sequence[Any], rollout: Rollout | None = None,
-                 replies: Mapping[str, Sequence[int]] | None = None) -> dict[str, float]:
+                 replies: Mapping[str, Sequence[int]] | None = None,
+                 skills: SkillCounts | None = None) -> dict[str, float]:
     """Evaluation summary, the one function `masdsl eval` and the trainer's evaluation share.
 
     - `success/eval`: mean success over all episodes (N episodes per task: that is mean@N);
@@ -238,6 +242,8 @@ def eval_metrics(records: Sequence[StepRecord], episodes: Sequence[Any], rollout
     - `eval_cut/<role>`, `eval_parse_fail/<role>`: the shares of the role's replies cut by
       `max_tokens` and whose parse failed (`reply_shares`), from `records` or, for a rollout
       that streamed its records away, the `replies` counted on the way (`reply_counts`);
+    - `skill/eval/<role>/<name>[/turn<t>]`: the roles' `metric` lines (`masdsl.learner.skills`),
+      from `records` or the `skills` counted on the way;
     - with `rollout` (an `executor.Rollout`): also the run's figures (`run_figures`).
 
     >>> from types import SimpleNamespace as E
@@ -273,6 +279,7 @@ def eval_metrics(records: Sequence[StepRecord], episodes: Sequence[Any], rollout
             out[f"pass@{k}/eval"] = round(mean(estimates), 6)
     if records or replies:
         out.update(reply_shares(replies if replies is not None else reply_counts(records), prefix="eval_"))
+    out.update(skill_shares(skills if skills is not None else skill_counts(records), "eval"))
     if rollout is not None:
         out.update(run_figures(rollout))
     return out

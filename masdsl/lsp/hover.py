@@ -57,6 +57,8 @@ def role_doc(state: DocState, name: str) -> str:
         lines.append(f"- sample `{_block(state.text, s.block)}`")
     for rw in r.of(A.RoleReward):
         lines.append(f"- reward `{state.text[rw.expr.span.start:rw.expr.span.end]}`")
+    for m in r.of(A.RoleMetric):
+        lines.append(f"- metric `{m.name.name}` = `{state.text[m.expr.span.start:m.expr.span.end]}` (measured, not rewarded)")
     adv = next((a.name.name for a in r.of(A.RoleAdvantage)), "grpo")
     lines.append(f"- advantage `{adv}`: {ADVANTAGES.get(adv, 'not an estimator')}")
     return "\n".join(lines)

@@ -115,7 +115,7 @@ class Index:
             elif isinstance(item, A.RoleParse):
                 self._add("field", item.name, decl=True, owner=r.name.name, node=item)
                 self._walk(item.expr, r.name.name)
-            elif isinstance(item, A.RoleReward):
+            elif isinstance(item, (A.RoleReward, A.RoleMetric)):
                 self._walk(item.expr, r.name.name)
             elif isinstance(item, A.RoleSample):
                 self._keys(item.block, "sample")

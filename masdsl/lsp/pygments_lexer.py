@@ -13,7 +13,7 @@ from pygments.token import Comment, Keyword, Name, Number, Operator, Punctuation
 
 from masdsl.lang.vocabulary import STATEMENTS
 
-ITEMS = ("system", "prompt", "file", "sample", "parse", "reward", "advantage", "max_turns", "when")
+ITEMS = ("system", "prompt", "file", "sample", "parse", "reward", "advantage", "metric", "max_turns", "when")
 
 
 class MasLexer(RegexLexer):

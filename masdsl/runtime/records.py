@@ -40,6 +40,7 @@ class StepRecord:
     source_line: int | None = None  # .mas line of the node, for error messages
     gen_s: float = 0.0
     env_s: float = 0.0
+    metrics: dict[str, float] = field(default_factory=dict)  # the role's `metric NAME = expr` values
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), default=str)

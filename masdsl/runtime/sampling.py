@@ -120,6 +120,7 @@ class EnvJob:
     reward: Expr | None = None
     team: Expr | None = None
     alpha: float = 1.0
+    metrics: tuple[tuple[str, Expr], ...] = ()  # the role's `metric` lines: measured on the same view
 
 
 @dataclass
@@ -134,6 +135,7 @@ class Outcome:
     env_s: float = 0.0
     failed: bool = False  # the env step itself failed (after retries): scored 0
     lost: str | None = None  # the env lost the episode (`masdsl.envs.base.lost`): scored its penalty
+    metrics: dict[str, float] = field(default_factory=dict)  # the role's `metric` values (never in the reward)
 
 
 def run_env_job(env: Any, job: EnvJob) -> list[Outcome]:
@@ -157,7 +159,9 @@ def run_env_job(env: Any, job: EnvJob) -> list[Outcome]:
         errors: list[str] = []
         local = evaluate_number(job.reward, ctx, f"reward of `{job.role}`", errors) or 0.0
         team = evaluate_number(job.team, ctx, "team reward", errors)
-        outcomes.append(Outcome(state, combined_reward(team, local, job.alpha), team, local, errors, time.perf_counter() - t0))
+        metrics = {name: evaluate_number(expr, ctx, f"metric `{name}` of `{job.role}`", errors) or 0.0 for name, expr in job.metrics}
+        outcomes.append(Outcome(state, combined_reward(team, local, job.alpha), team, local, errors, time.perf_counter() - t0,
+                                metrics=metrics))
     return outcomes
 
 

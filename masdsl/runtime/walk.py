@@ -101,7 +101,7 @@ def score_steps(steps: Sequence[RoleStep], run: RunState) -> None:
         for e in errors:
             run.error(e)
         jobs.append(EnvJob(ep.task, ep.state, ep.fields, s.role.name, s.turn, s.fields, s.role.reward,
-                           run.workflow.team, run.workflow.alpha))
+                           run.workflow.team, run.workflow.alpha, s.role.metrics))
     t0 = time.perf_counter()
     results = run.pool.map(run_env_job, jobs)
     run.env_s += time.perf_counter() - t0
@@ -143,7 +143,7 @@ def records_of(s: RoleStep, run: RunState) -> list[StepRecord]:
             reward_team=0.0 if o.team is None else o.team, reward_local=o.local, finish_reason=c.finish_reason,
             parse_ok=bool(f["ok"]), fields=json_safe({k: v for k, v in f.items() if k != "output"}),
             prompt_text=s.prompt_text, response_text=c.text, truncated_prompt=s.truncated,
-            source_line=getattr(span, "line", None), gen_s=s.gen_s, env_s=o.env_s,
+            source_line=getattr(span, "line", None), gen_s=s.gen_s, env_s=o.env_s, metrics=o.metrics,
         )
         for i, (c, f, o) in enumerate(zip(s.candidates, s.fields, s.outcomes))
     ]
