@@ -37,7 +37,7 @@ from typing import Any, Iterator
 import torch
 from torch.utils.checkpoint import checkpoint
 
-LOGIT_CHUNK_ELEMENTS = 1 << 25  # logits per chunk: 128 MB in float32
+from masdsl.runtime.gpu_plan import LOGIT_CHUNK_ELEMENTS  # the memory model counts one chunk at a time
 
 # Causal LMs (transformers 5.19) whose logits are `lm_head(hidden_states[:, slice_indices, :])`
 # and nothing more when no labels are given.

@@ -20,9 +20,9 @@ What is counted, per learner rank (the driver is rank 0 of 1 without learner wor
 - activations of one micro-batch of `train.micro_batch_tokens` tokens: `layer_activation_bytes`
   per layer (exact count of what autograd saves in a Qwen3 layer, checked against transformers
   in tests/runtime/test_gpu_plan.py); with gradient checkpointing the layer inputs plus one layer
-  recomputed; plus logits: 12 bytes x vocab per scored (response) token, the backward peak of the
-  float32 log-softmax (saved output, incoming and outgoing gradient). Scored tokens are the
-  response share of the budget at the longest prompt and response.
+  recomputed; plus logits, scored in checkpointed chunks (`masdsl.learner.logit_chunks`): 12 bytes
+  (float32 logits, softmax, gradient) x min(`LOGIT_CHUNK_ELEMENTS`, vocab x scored tokens) + 4 bytes
+  per scored token. Scored tokens: the response share of the budget at the longest prompt and response.
 - a vLLM engine reserves `vllm_gpu_memory_utilization` of each of its GPUs: bfloat16 weights
   (2P / TP) and the KV cache pool; the KV cache the rollout asks for is 2 x layers x kv_heads x
   head_dim x 2 bytes per token, for batch x K x (roles acting at once) sequences of prompt +
@@ -45,6 +45,7 @@ from masdsl.lang.workflow import Workflow
 from masdsl.runtime.plan import RunPlan
 
 GIB = 2**30
+LOGIT_CHUNK_ELEMENTS = 1 << 25  # logits per chunk of the learner's scoring (128 MB in float32)
 
 
 @dataclass(frozen=True)
@@ -238,7 +239,7 @@ def activation_bytes(m: ModelDims, r: Recipe) -> float:
         body = m.layers * (4 if master else 2) * m.hidden * tokens + layer
     else:
         body = m.layers * layer
-    return body + 12.0 * m.vocab * scored
+    return body + 12.0 * min(LOGIT_CHUNK_ELEMENTS, m.vocab * scored) + 4.0 * scored
 
 
 def plan(m: ModelDims, r: Recipe) -> Plan:
@@ -246,7 +247,7 @@ def plan(m: ModelDims, r: Recipe) -> Plan:
 
     >>> p = plan(QWEN3_1_7B, Recipe("one GPU", sleep=True, util=0.35))
     >>> [(g.what, round(g.rollout / GIB, 1), round(g.update / GIB, 1)) for g in p.gpus]
-    [('driver: learner + engine', 47.2, 36.0)]
+    [('driver: learner + engine', 47.2, 34.8)]
     """
     learner = learner_parts(m, r)
     keep = learner["weights"] + learner["AdamW"]  # between updates (gradients are freed)
