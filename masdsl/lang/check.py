@@ -39,6 +39,7 @@ from masdsl.lang.context import bind as _bind
 from masdsl.lang.context import ticks as _ticks
 from masdsl.lang.errors import Diagnostic
 from masdsl.lang.exprs import NotLiteral, literal
+from masdsl.lang.judge import check_judges
 from masdsl.lang.source import Span
 
 SPLITS = ("train", "eval")
@@ -344,7 +345,7 @@ def check_warnings(c: Ctx) -> None:
 
 
 RULES = (check_singletons, check_imports, check_env, check_data, check_policies, check_roles, check_parses,
-         check_exprs, check_flow, check_templates, check_train, check_warnings, note_unchecked)
+         check_exprs, check_flow, check_templates, check_judges, check_train, check_warnings, note_unchecked)
 
 
 def run_checks(module: A.Module, text: str, base_dir: Path | None = None, registry=None) -> Ctx:

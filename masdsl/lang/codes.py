@@ -17,7 +17,7 @@ ERRORS: dict[str, str] = {
     "duplicate-statement": "a statement that may appear once (workflow, env, flow, ...) appears twice",
     "missing-statement": "a required statement or key is missing",
     "reserved-name": "a role or field uses a name the language reserves",
-    "unknown-policy": "a role names a policy that is not declared",
+    "unknown-policy": "a role (or a `judge(...)`) names a policy that is not declared",
     "unknown-role": "an edge or expression names a role that is not declared",
     "unknown-env": "the `env` is not a registered environment",
     "env-unreachable": "the fields of an `env http(...)` are unknown: its server does not answer, or not in protocol 1",
@@ -43,6 +43,8 @@ ERRORS: dict[str, str] = {
     "invalid-train": "the `train` block has an unknown key or a value of the wrong type",
     "unknown-estimator": "a role's `advantage` names an estimator that does not exist",
     "estimator-group-size": "a role's `advantage` estimator needs more candidates per group than `samples` gives",
+    "trainable-judge": "a `judge(...)` names a policy the run would train (not `frozen`, and a role uses it)",
+    "judge-outside-reward": "`judge(...)` appears somewhere other than a role's `reward`",
 }
 
 WARNINGS: dict[str, str] = {

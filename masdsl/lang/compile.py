@@ -20,6 +20,7 @@ from masdsl.lang.check import template_of
 from masdsl.lang.check_flow import flow_edges
 from masdsl.lang.context import Ctx
 from masdsl.lang.exprs import CompiledExpr, called_names, literal, source_of
+from masdsl.lang.judge import judge_specs
 from masdsl.lang.workflow import DataSpec, ParseSpec, PolicySpec, RoleSpec, Workflow
 
 
@@ -63,6 +64,7 @@ def _role(c: Ctx, r: A.RoleDecl, expr) -> RoleSpec:
         system=template_of(system[0].text, c.text).text if system else None,
         sample=A.to_python(sample[0].block) if sample else {}, parses=parses,
         reward=expr(rewards[0].expr, name) if rewards else None, span=r.span, prompt_span=prompt_item.text.span,
+        judges=judge_specs(rewards[0].expr, c.text) if rewards else (),
         advantage=advantage[0].name.name if advantage else DEFAULT_ADVANTAGE,
         metrics=tuple((m.name.name, expr(m.expr, name)) for m in r.of(A.RoleMetric)),
     )
@@ -117,6 +119,7 @@ def build_workflow(c: Ctx, name: str, path: Path | None = None) -> Workflow:
     wf_decl = m.workflows[0] if m.workflows else None
     graph, roles = _graph(flow, expr), {r.name.name: _role(c, r, expr) for r in m.roles}
     team = expr(m.teams[0].expr) if m.teams else None
+    functions.update(j.parse for r in roles.values() for j in r.judges if j.parse in c.registry.functions)
     success = expr(m.successes[0].expr) if m.successes else None
     data = {d.split.name: _data(c, d) for d in m.data}
     return Workflow(

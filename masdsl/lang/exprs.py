@@ -200,6 +200,10 @@ class CompiledExpr:
 
     def _call(self, node: A.Call, ctx: EvalContext) -> Any:
         name = node.func.name
+        if name == "judge":  # scored before the reward runs (masdsl.runtime.judge): read, never called
+            if node.span.start not in ctx.judged:
+                raise EvalError("`judge(...)` has no score here: a judge runs only in a role's `reward`", node.span)
+            return ctx.judged[node.span.start]
         fn = self._fns.get(name)
         if fn is None:  # unpickled in another process: bind the name from the checker's sources
             spec = resolve_function(name, self.imports)

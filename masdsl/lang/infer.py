@@ -104,6 +104,8 @@ def _attr(c, node: A.Attr) -> str:
 
 
 def _call(c, node: A.Call, scope: Scope) -> str:
+    if node.func.name == "judge":  # the language's own (masdsl.lang.judge): its arguments are checked there
+        return NUMBER
     for a in node.args:
         infer(c, a, scope)
     for k in node.kwargs:

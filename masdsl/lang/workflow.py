@@ -60,6 +60,7 @@ class EvalContext:
     role: str | None = None
     output: str | None = None
     limits: Any = None  # the env's sandbox limits: reward functions with a `limits=` parameter get them
+    judged: Mapping[int, float] = field(default_factory=dict)  # `judge(...)` call offset -> its score (runtime.judge)
 
 
 class Expr(Protocol):
@@ -108,6 +109,7 @@ class RoleSpec:
     span: Span | None = None
     prompt_span: Span | None = None
     advantage: str = "grpo"  # the `advantage NAME` line: the estimator of its groups (config_schema.ADVANTAGES)
+    judges: tuple[Any, ...] = ()  # the `judge(...)` calls of its reward: masdsl.lang.judge.JudgeSpec
     metrics: tuple[tuple[str, Expr], ...] = ()  # the `metric NAME = expr` lines: measured, never rewarded
 
 

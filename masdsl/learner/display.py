@@ -188,6 +188,8 @@ def summary_table(result: Any) -> Any:
             + skill_rows(before, after) + reply_rows(result.history, before, after):
         table.add_row(label, value)
     table.add_row(*reward_error_row(result.history, getattr(result, "evals", None) or []))
+    for row in judge_rows(result.history, getattr(result, "evals", None) or []):
+        table.add_row(*row)
     table.add_row("steps", f"{result.steps}")
     table.add_row("wall time", f"{result.wall_s:.1f} s")
     table.add_row("run folder", str(result.run_dir))
@@ -215,6 +217,25 @@ def reward_error_row(history: Any, evals: Any) -> tuple[str, str]:
     train = sum(h.get("reward_errors", 0.0) for h in history)
     evaluation = sum(e.get("reward_errors/eval", 0.0) for e in evals)
     return "reward errors (scored 0)", f"{train:.0f} in training, {evaluation:.0f} in evaluations"
+
+
+def judge_rows(history: Any, evals: Any) -> list[tuple[str, str]]:
+    """What the `judge(...)` rewards cost and how often their replies held no score (each scored
+    the judge's `default`); nothing for a workflow without a judge.
+
+    >>> judge_rows([{"judge/calls": 8.0, "judge/tokens": 80.0, "judge/unparsed": 2.0, "time/judge_s": 1.5}], [])
+    [('judge replies', '8 in training (80 tokens, 1.5 s), 0 in evaluations; unparsed (scored the default): 2 in training, 0 in evaluations')]
+    """
+    calls = sum(h.get("judge/calls", 0.0) for h in history)
+    eval_calls = sum(e.get("judge/calls/eval", 0.0) for e in evals)
+    if not calls and not eval_calls:
+        return []
+    tokens, seconds = sum(h.get("judge/tokens", 0.0) for h in history), sum(h.get("time/judge_s", 0.0) for h in history)
+    unparsed = sum(h.get("judge/unparsed", 0.0) for h in history)
+    eval_unparsed = sum(e.get("judge/unparsed/eval", 0.0) for e in evals)
+    return [("judge replies", f"{calls:.0f} in training ({tokens:.0f} tokens, {seconds:.1f} s), {eval_calls:.0f} in "
+                              f"evaluations; unparsed (scored the default): {unparsed:.0f} in training, "
+                              f"{eval_unparsed:.0f} in evaluations")]
 
 
 def role_rows(history: Any, before: Any, after: Any) -> list[tuple[str, str]]:

@@ -33,6 +33,7 @@ from masdsl.learner.viewpage import log_view
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.engine_factory import build_engines, close_engines
 from masdsl.runtime.executor import rollout
+from masdsl.runtime.judge import judge_metrics
 from masdsl.runtime.records import StepRecord, write_records
 from masdsl.runtime.rundir import RunDir
 from masdsl.runtime.inputs import load_split, make_env
@@ -135,7 +136,7 @@ def evaluate(workflow: Workflow, env: Any, tasks: Sequence[dict], engines: Mappi
                    progress=progress, repeats=plan.train.eval_samples)
     write_records(eval_dir(run_dir) / f"step_{step:06d}.jsonl", roll.records)
     result = {"step": step, **eval_metrics(roll.records, roll.episodes), "reward_errors/eval": float(roll.reward_errors),
-              "env_lost/eval": float(roll.env_lost)}
+              "env_lost/eval": float(roll.env_lost), **judge_metrics(roll, "/eval")}
     tracker.log_metrics({k: v for k, v in result.items() if k != "step"}, step=step)
     tracker.log_text(transcript(roll.records[:40]), f"traces/eval_step{step:06d}.md")
     return result

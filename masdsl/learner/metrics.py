@@ -19,6 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from masdsl.learner.skills import SkillCounts, skill_counts, skill_shares
 from masdsl.runtime.executor import Rollout
+from masdsl.runtime.judge import judge_metrics
 from masdsl.runtime.records import StepRecord
 
 
@@ -296,5 +297,5 @@ def run_figures(ro: Rollout) -> dict[str, float]:
         "wall_s": ro.wall_s, "gen_s": ro.gen_s, "env_s": ro.env_s,
         "truncated_episodes": float(sum(e.truncated for e in ro.episodes)),
         "truncated_prompts": float(ro.truncated_prompts), "expression_errors": float(sum(ro.errors.values())),
-        "reward_errors": float(ro.reward_errors), "env_lost": float(ro.env_lost),
+        "reward_errors": float(ro.reward_errors), "env_lost": float(ro.env_lost), **judge_metrics(ro),
     }

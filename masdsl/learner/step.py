@@ -39,6 +39,7 @@ from masdsl.learner.update import UpdateBatch
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.episodes import merge_rollouts
 from masdsl.runtime.executor import Rollout, rollout
+from masdsl.runtime.judge import judge_metrics
 from masdsl.runtime.plan import RunPlan
 from masdsl.runtime.records import write_records
 from masdsl.runtime.rundir import RECORDS
@@ -77,6 +78,7 @@ def train_step(session: TrainSession, state: TrainState, draw: Draw) -> dict[str
     metrics["dynamic/rounds"] = float(rounds)
     metrics["reward_errors"] = float(roll.reward_errors)  # rewards that raised, each scored 0
     metrics["env_lost"] = float(roll.env_lost)  # episodes ended by a failed env server (env http)
+    metrics.update(judge_metrics(roll))  # judge(...) rewards: judge/tokens, judge/unparsed, time/judge_s
     metrics["dynamic/tasks"] = float(len({e.task_id for e in roll.episodes}))
     per_role = nonflat_by_role(groups, records)
     for role in tc.dynamic_sampling_roles or {}:

@@ -23,6 +23,8 @@ from lsprotocol import types as T
 
 from masdsl.config import Config
 from masdsl.lang.check_roles import POLICY_KEYS, SAMPLE_KEYS
+from masdsl.lang.judge import JUDGE
+from masdsl.lang.judge import SIGNATURE as JUDGE_SIGNATURE
 from masdsl.lang.templates import BASE_VARIABLES
 from masdsl.config_schema import ADVANTAGES
 from masdsl.lang.vocabulary import ROLE_ITEMS, STATEMENTS
@@ -114,6 +116,7 @@ def _expression(state: DocState, role: str | None) -> list[T.CompletionItem]:
     out += _items(("task", "env", "turn") + (("output",) if role else ()), CK.Variable, lambda n: MEANINGS[n])
     if role:
         out += _items(state.role_fields(role)[:-2], CK.Field, f"field of role {role}")
+        out.append(T.CompletionItem(label=JUDGE, kind=CK.Function, detail=JUDGE_SIGNATURE))  # rewards only
     return out
 
 
@@ -144,7 +147,7 @@ def complete(state: DocState, offset: int) -> list[T.CompletionItem]:
     if inner.startswith("policy "):
         return _items(POLICY_KEYS, CK.Property, lambda k: POLICY_KEYS[k])
     if inner.startswith("role "):
-        if c.previous == "policy":
+        if c.previous in ("policy", JUDGE):
             return _items(state.policies(), CK.Class, "policy")
         if c.previous == "advantage":
             return _items(ADVANTAGES, CK.EnumMember, lambda n: ADVANTAGES[n])

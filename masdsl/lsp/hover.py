@@ -10,6 +10,9 @@ from masdsl.config import Config
 from masdsl.config_schema import ADVANTAGES
 from masdsl.lang import ast as A
 from masdsl.lang.check_roles import POLICY_KEYS, SAMPLE_KEYS
+from masdsl.lang.judge import DOC as JUDGE_DOC
+from masdsl.lang.judge import JUDGE
+from masdsl.lang.judge import SIGNATURE as JUDGE_SIGNATURE
 from masdsl.lsp.index import Index, Occ
 from masdsl.lsp.state import DocState
 
@@ -99,6 +102,8 @@ def hover_text(state: DocState, index: Index, offset: int) -> tuple[str, Occ] | 
         text = f"field `{o.owner}.{o.name}` = `{state.text[expr.span.start:expr.span.end]}`"
         spec = state.registry.functions.get(expr.func.name) if isinstance(expr, A.Call) else None
         return text + (f"\n\n{function_doc(spec)}" if spec else ""), o
+    if o.kind == "function" and o.name == JUDGE:  # the language's own, not a registered function
+        return f"```\n{JUDGE_SIGNATURE}\n```\n{JUDGE_DOC}", o
     if o.kind in ("function", "data-source", "env"):
         reg = state.registry
         spec = {"function": reg.functions, "data-source": reg.data_sources, "env": reg.envs}[o.kind].get(o.name)

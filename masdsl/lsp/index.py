@@ -131,6 +131,8 @@ class Index:
         if isinstance(node, A.Call):
             if not skip_func:
                 self._add("function", node.func)
+            if node.func.name == "judge":  # judge(POLICY, "template", ...): a policy and a prompt
+                self._judge(node)
             for a in node.args:
                 self._walk(a, role)
             for k in node.kwargs:
@@ -151,6 +153,12 @@ class Index:
                 for v in value if isinstance(value, tuple) else (value,):
                     if dataclasses.is_dataclass(v) and not isinstance(v, A.Ident):
                         self._walk(v, role)
+
+    def _judge(self, node: A.Call) -> None:
+        if node.args and isinstance(node.args[0], A.Name):
+            self._add("policy", A.Ident(node.args[0].name, node.args[0].span))
+        if len(node.args) > 1 and isinstance(node.args[1], A.Const) and isinstance(node.args[1].value, str):
+            self._template(node.args[1])
 
     def _attr(self, obj: A.Ident, attr: A.Ident) -> None:
         if obj.name in self.roles:

@@ -48,6 +48,10 @@ class Rollout:
     errors: dict[str, int] = field(default_factory=dict)  # failing expression / env step -> count
     reward_errors: int = 0  # rewards (and team rewards) that raised and scored 0
     env_lost: int = 0  # episodes ended because their env was lost (an env server failed)
+    judge_calls: int = 0  # judge replies sampled (`judge(...)` in a reward: masdsl.runtime.judge)
+    judge_tokens: int = 0  # tokens of those replies (not in `tokens_generated`)
+    judge_s: float = 0.0  # time the judges' engine calls took (not in `gen_s`, the policies')
+    judge_unparsed: int = 0  # judge replies with no score: each scored the judge's `default`
 
 
 def merge_rollouts(parts: list[Rollout]) -> Rollout:
@@ -74,7 +78,8 @@ def merge_rollouts(parts: list[Rollout]) -> Rollout:
     return Rollout(records, [e for p in parts for e in p.episodes], sum(p.tokens_generated for p in parts),
                    sum(p.wall_s for p in parts), sum(p.gen_s for p in parts), sum(p.env_s for p in parts),
                    sum(p.truncated_prompts for p in parts), dict(errors), sum(p.reward_errors for p in parts),
-                   sum(p.env_lost for p in parts))
+                   sum(p.env_lost for p in parts), sum(p.judge_calls for p in parts), sum(p.judge_tokens for p in parts),
+                   sum(p.judge_s for p in parts), sum(p.judge_unparsed for p in parts))
 
 
 @dataclass
@@ -112,6 +117,7 @@ class RoleStep:
     outcomes: list[Outcome] = field(default_factory=list)
     gen_s: float = 0.0
     winner: int = 0
+    judge_replies: list[list[dict[str, Any]]] = field(default_factory=list)  # per candidate: its judges' replies
 
 
 @dataclass
@@ -132,6 +138,10 @@ class RunState:
     errors: Counter = field(default_factory=Counter)
     reward_errors: int = 0  # rewards (and team rewards) that raised: `Rollout.reward_errors`
     env_lost: int = 0  # episodes whose env was lost: `Rollout.env_lost`
+    judge_calls: int = 0  # `Rollout.judge_calls`, `judge_tokens`, `judge_s`, `judge_unparsed` (runtime.judge)
+    judge_tokens: int = 0
+    judge_s: float = 0.0
+    judge_unparsed: int = 0
     fail_on_env: bool = False  # an env call failing after its retries raises StepFailed
     samples: dict[str, dict[str, Any]] = field(default_factory=dict)  # role -> effective `sample { }`
     chat_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)  # policy -> chat_template_kwargs

@@ -41,6 +41,7 @@ from masdsl.runtime.actors import make_pool
 from masdsl.runtime.backends.base import as_engines
 from masdsl.runtime.batching import generate
 from masdsl.runtime.episodes import MAX_STEPS, Episode, EpisodeResult, Rollout, RunState
+from masdsl.runtime.judge import judge_policies
 from masdsl.runtime.plan import DEFAULT_MAX_TOKENS, RunPlan
 from masdsl.runtime.records import StepRecord
 from masdsl.runtime.step_requests import REPEAT_SEED_STRIDE, role_steps
@@ -106,7 +107,8 @@ def rollout(
     finally:
         pool.close()
     return Rollout(records, [r for r in results if r is not None], run.tokens, time.perf_counter() - t0,
-                   run.gen_s, run.env_s, run.truncated_prompts, dict(run.errors), run.reward_errors, run.env_lost)
+                   run.gen_s, run.env_s, run.truncated_prompts, dict(run.errors), run.reward_errors, run.env_lost,
+                   run.judge_calls, run.judge_tokens, run.judge_s, run.judge_unparsed)
 
 
 def _check_arguments(workflow: Workflow, env: Any, engines: Mapping[str, Any], *, mode: str,
@@ -115,7 +117,7 @@ def _check_arguments(workflow: Workflow, env: Any, engines: Mapping[str, Any], *
         raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
     if on_env_failure not in ("score", "fail"):
         raise ValueError(f"on_env_failure must be 'score' or 'fail', got {on_env_failure!r}")
-    missing = sorted({r.policy for r in workflow.roles.values()} - set(engines))
+    missing = sorted(({r.policy for r in workflow.roles.values()} | judge_policies(workflow)) - set(engines))
     if missing:
         raise UserError(f"no inference engine for polic{'ies' if len(missing) > 1 else 'y'} {', '.join(f'`{m}`' for m in missing)}")
     problem = contract_problem(env)
@@ -145,4 +147,3 @@ def _release(ended: list[Episode], results: list[EpisodeResult | None], run: Run
     if ended and progress is not None:
         progress(len(ended))
     return batch
-

@@ -40,6 +40,7 @@ from masdsl.config import (ALL_ROLES, Config, ConfigError, RuntimeConfig, Sandbo
                            check_names, policy_override, train_problems)
 from masdsl.config_schema import ADVANTAGE_MIN_K
 from masdsl.errors import UserError, did_you_mean
+from masdsl.lang.judge import judge_problems
 from masdsl.lang.workflow import PolicySpec, Workflow
 from masdsl.runtime.models import model_problem
 from masdsl.runtime.probes import probe_problem
@@ -163,6 +164,7 @@ def run_problems(workflow: Workflow, cfg: Config, specs: Mapping[str, PolicySpec
     errors = train_problems(cfg.train) + engine_problems(rt) + role_problems(workflow, cfg)
     errors += [p for p in (probe_problem(workflow, cfg.train.eval_probe),) if p]
     errors += advantage_problems(workflow, cfg)
+    errors += judge_problems(workflow.roles, specs)  # a judge that `policy.P.frozen=false` would train
     trained = [n for n, s in specs.items() if not s.frozen and workflow.roles_of_policy(n)]
     errors += schedule_problems(specs, trained, cfg.train.steps, cfg.train.alternate, cfg.train.alternate_every)
     if rt.engine == "replay":

@@ -41,6 +41,7 @@ class StepRecord:
     gen_s: float = 0.0
     env_s: float = 0.0
     metrics: dict[str, float] = field(default_factory=dict)  # the role's `metric NAME = expr` values
+    judge: list[dict[str, Any]] = field(default_factory=list)  # its reward's judges: prompt, reply, parsed, score
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), default=str)

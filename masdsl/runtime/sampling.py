@@ -121,6 +121,7 @@ class EnvJob:
     team: Expr | None = None
     alpha: float = 1.0
     metrics: tuple[tuple[str, Expr], ...] = ()  # the role's `metric` lines: measured on the same view
+    judged: list[dict[int, float]] = field(default_factory=list)  # per candidate: its judges' scores (runtime.judge)
 
 
 @dataclass
@@ -145,7 +146,7 @@ def run_env_job(env: Any, job: EnvJob) -> list[Outcome]:
     `env.apply` propagates so the caller can retry the job.
     """
     outcomes = []
-    for cand in job.candidates:
+    for k, cand in enumerate(job.candidates):
         t0 = time.perf_counter()
         state = env.apply(job.state, job.role, cand)
         reason = lost(state)
@@ -155,7 +156,7 @@ def run_env_job(env: Any, job: EnvJob) -> list[Outcome]:
             continue
         fields = {**job.fields, job.role: cand}
         ctx = EvalContext(task=job.task, state=state, env_view=env.view(state), fields=fields, turn=job.turn, role=job.role,
-                          limits=env.limits)
+                          limits=env.limits, judged=job.judged[k] if job.judged else {})
         errors: list[str] = []
         local = evaluate_number(job.reward, ctx, f"reward of `{job.role}`", errors) or 0.0
         team = evaluate_number(job.team, ctx, "team reward", errors)

@@ -20,6 +20,7 @@ from masdsl.envs.base import end_episode, lost
 from masdsl.errors import StepFailed
 from masdsl.lang.workflow import EvalContext
 from masdsl.runtime.episodes import MAX_STEPS, Episode, EpisodeResult, RoleStep, RunState
+from masdsl.runtime.judge import judge_steps
 from masdsl.runtime.parsing import initial_fields, json_safe, parse_output
 from masdsl.runtime.records import StepRecord
 from masdsl.runtime.sampling import (
@@ -102,6 +103,8 @@ def score_steps(steps: Sequence[RoleStep], run: RunState) -> None:
             run.error(e)
         jobs.append(EnvJob(ep.task, ep.state, ep.fields, s.role.name, s.turn, s.fields, s.role.reward,
                            run.workflow.team, run.workflow.alpha, s.role.metrics))
+    for job, judged in zip(jobs, judge_steps(steps, run)):  # one batch per judge engine for the whole tick
+        job.judged = judged
     t0 = time.perf_counter()
     results = run.pool.map(run_env_job, jobs)
     run.env_s += time.perf_counter() - t0
@@ -143,6 +146,7 @@ def records_of(s: RoleStep, run: RunState) -> list[StepRecord]:
             reward_team=0.0 if o.team is None else o.team, reward_local=o.local, finish_reason=c.finish_reason,
             parse_ok=bool(f["ok"]), fields=json_safe({k: v for k, v in f.items() if k != "output"}),
             prompt_text=s.prompt_text, response_text=c.text, truncated_prompt=s.truncated,
+            judge=s.judge_replies[i] if s.judge_replies else [],
             source_line=getattr(span, "line", None), gen_s=s.gen_s, env_s=o.env_s, metrics=o.metrics,
         )
         for i, (c, f, o) in enumerate(zip(s.candidates, s.fields, s.outcomes))
