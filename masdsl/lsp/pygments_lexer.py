@@ -36,6 +36,7 @@ class MasLexer(RegexLexer):
             (words(("and", "or", "not"), suffix=r"\b"), Operator.Word),
             (words(("true", "false"), suffix=r"\b"), Keyword.Constant),
             (words(("task", "env", "turn", "output"), suffix=r"\b"), Name.Builtin.Pseudo),
+            (r"judge(?=\s*\()", Name.Builtin),  # the language's own call (masdsl.lang.judge), not a registered one
             (r"[A-Za-z_]\w*(?=\s*\()", Name.Function),
             (r"[A-Za-z_]\w*(?=\s*:)", Name.Attribute),
             (r"[A-Za-z_]\w*", Name),

@@ -9,7 +9,8 @@ semantics"):
 2. the steps are grouped by engine and each engine gets ONE batch with all of them (K
    candidates per request in training, one in evaluation), every batch started before any is
    awaited (`batching.py`);
-3. every candidate is parsed, applied to its own copy of the state and scored
+3. every candidate is parsed, the judges of its role's reward answer (one batch per judge
+   engine for the tick: `judge.py`), then it is applied to its own copy of the state and scored
    `alpha * team + local` (in-process, in threads, or as Ray tasks) (`walk.score_steps`);
 4. the argmax candidate of each role step continues (ties to the lowest index); a parallel
    group's winners are applied together in the group's role order (`walk.advance`);

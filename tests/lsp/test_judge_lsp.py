@@ -49,3 +49,12 @@ def test_judge_is_completed_and_hovered(client, tmp_path):
     at = position(TEXT, "critic, ", 0)
     assert set(_labels(client, uri, at)) == {"shared", "critic"}  # the policy argument
     client.close(uri)
+
+
+def test_judge_is_highlighted_as_the_languages_own():
+    from pygments.token import Name
+
+    from masdsl.lsp.pygments_lexer import MasLexer
+
+    kinds = {v: t for t, v in MasLexer().get_tokens('role a { reward judge(critic, "x") + same(1, 2) }')}
+    assert kinds["judge"] is Name.Builtin and kinds["same"] is Name.Function

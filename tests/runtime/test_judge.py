@@ -15,6 +15,7 @@ import masdsl
 from masdsl.config import resolve_config
 from masdsl.errors import UserError
 from masdsl.lang.judge import score_of
+from masdsl.learner.metrics import run_figures
 from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.executor import rollout
 from masdsl.runtime.inputs import make_env
@@ -90,6 +91,8 @@ def test_the_judges_reply_is_the_reward_and_an_unparsed_one_scores_the_default(t
     assert ro.judge_tokens == sum(len(j["reply"].encode()) for r in ro.records for j in r.judge)  # bytes: no tokenizer
     assert sorted(j["parsed"] for r in ro.records for j in r.judge) == [False] * 2 + [True] * 6
     assert judge_metrics(ro)["judge/unparsed"] == 2.0 and judge_metrics(ro)["judge/calls"] == 8.0
+    figures = run_figures(ro)  # what `masdsl eval` reports
+    assert figures["judge/unparsed"] == 2.0 and figures["judge/tokens"] == ro.judge_tokens and figures["time/judge_s"] > 0
     assert ro.tokens_generated == sum(len(r.response_ids) for r in ro.records)  # the judges' tokens are apart
 
 
