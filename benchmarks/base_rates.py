@@ -42,7 +42,7 @@ def measure(workflow: str, overrides: list[str], tasks: int, samples: int, show:
     rows = load_split(wf, "train")[:tasks]
     env = make_env(wf, cfg.sandbox)
     plan = resolve_rollout(wf, cfg)
-    engines = build_engines(wf, plan)
+    engines = build_engines(plan)
     t0 = time.perf_counter()
     try:
         ro = rollout(wf, env, rows, engines, mode="train", samples=samples, step=0, seed=cfg.train.seed, plan=plan)

@@ -53,13 +53,14 @@ def run(text: str, seed: int, steps: int, model_dir: Path) -> dict:
     import masdsl
     from masdsl.config import resolve_config
     from masdsl.learner.trainer import train
+    from masdsl.runtime.plan import resolve_run
 
     wf = masdsl.loads(text, name="toy_digits", base_dir=TOY.parent)
     models = [f"policy.{p}.model={model_dir}" for p in wf.policies]
     cfg = resolve_config(wf.train, overrides=[*models, "runtime.engine=hf", "tracking.enabled=false",
                                               f"train.seed={seed}", f"train.steps={steps}", "train.eval_every=10"])
     t0 = time.perf_counter()
-    res = train(wf, cfg, run_dir=Path(tempfile.mkdtemp(prefix=f"est-sched-{seed}-")))
+    res = train(resolve_run(wf, cfg), run_dir=Path(tempfile.mkdtemp(prefix=f"est-sched-{seed}-")))
     curve = [(e["step"], e["success/eval"]) for e in res.evals]
     return {"seed": seed, "curve": curve, "final": curve[-1][1], "wall_s": time.perf_counter() - t0}
 

@@ -41,7 +41,7 @@ def recipes() -> dict[str, gp.Recipe]:
     for name, (config, workflow, hardware) in gp.RECIPES.items():
         wf = masdsl.load(ROOT / workflow)
         cfg = resolve_config(wf.train, ROOT / config)
-        out[name] = gp.recipe_from_plan(name, resolve_run(wf, cfg), wf, hardware)
+        out[name] = gp.recipe_from_plan(name, resolve_run(wf, cfg), hardware)
     return out
 
 

@@ -35,6 +35,7 @@ def run(mode: str, seed: int, steps: int, model_dir: Path) -> dict:
     import masdsl
     from masdsl.config import resolve_config
     from masdsl.learner.trainer import train
+    from masdsl.runtime.plan import resolve_run
 
     wf = masdsl.load(TOY)
     cfg = resolve_config(wf.train, overrides=[
@@ -42,7 +43,7 @@ def run(mode: str, seed: int, steps: int, model_dir: Path) -> dict:
         f"train.grouping={mode}", f"train.seed={seed}", f"train.steps={steps}", "train.eval_every=10",
     ])
     t0 = time.perf_counter()
-    res = train(wf, cfg, run_dir=Path(tempfile.mkdtemp(prefix=f"ablation-{mode}-{seed}-")))
+    res = train(resolve_run(wf, cfg), run_dir=Path(tempfile.mkdtemp(prefix=f"ablation-{mode}-{seed}-")))
     curve = [(e["step"], e["success/eval"]) for e in res.evals]
     samples = sum(h["tokens/generated"] for h in res.history)
     return {"mode": mode, "seed": seed, "curve": curve, "final": curve[-1][1], "samples": samples,

@@ -46,6 +46,7 @@ def one(workers: int, steps: int, via_driver: bool = False) -> dict[str, float]:
     from masdsl.learner.session import open_session, start_state
     from masdsl.learner.step import train_step
     from masdsl.learner.trainer import next_batch, seed_everything
+    from masdsl.runtime.plan import resolve_run
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     text = (TOY / "toy_digits.mas").read_text()
@@ -56,7 +57,7 @@ def one(workers: int, steps: int, via_driver: bool = False) -> dict[str, float]:
         "tracking.enabled=false", "runtime.engine=hf", "runtime.ray=true", f"runtime.learner_workers={workers}",
         "train.samples=4", "train.batch=4", "train.mini_batch_size=16", "train.lr=1e-6", f"train.steps={steps}"])
     seed_everything(0)
-    session = open_session(wf, cfg, Path(tempfile.mkdtemp()), Progress(None, steps))
+    session = open_session(resolve_run(wf, cfg), Path(tempfile.mkdtemp()), Progress(None, steps))
     rows: list[dict[str, float]] = []
     try:
         state = start_state(session, None)

@@ -134,7 +134,7 @@ def soak(steps: int, batch: int, samples: int, use_ray: bool, folder: Path, log_
     env, data = prepare(workflow, cfg.sandbox)
     rows = data["train"]
     plan = resolve_run(workflow, cfg)
-    engines = build_engines(workflow, plan)
+    engines = build_engines(plan)
     tracker = start_run(workflow, cfg, kind="run", run_dir=run_dir)
     history: list[dict] = []  # what TrainState.history keeps (it goes into every checkpoint)
     samples_out: list[dict] = []

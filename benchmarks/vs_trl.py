@@ -78,8 +78,8 @@ def run_ours(steps: int, engine: str = "hf") -> dict:
     cfg = resolve_config(wf.train, overrides=[f"runtime.engine={engine}", "tracking.enabled=false"])
     seed_everything(0)
     plan = resolve_run(wf, cfg)
-    policies = load_policies(wf, plan)
-    engines = build_engines(wf, plan, policies)
+    policies = load_policies(plan)
+    engines = build_engines(plan, policies)
     env, data = prepare(wf, cfg.sandbox)
     p = policies["shared"]
     opt = build_optimizer(p.parameters(), cfg.train)

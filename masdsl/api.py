@@ -31,8 +31,7 @@ from masdsl.learner.trainer import train as _train
 from masdsl.runtime.engine_factory import build_engines, close_engines
 from masdsl.runtime.executor import Rollout
 from masdsl.runtime.executor import rollout as _rollout
-from masdsl.runtime import run_files
-from masdsl.runtime.rundir import SOURCE, RunDir
+from masdsl.runtime.rundir import RunDir
 from masdsl.runtime.inputs import load_split, make_env
 
 __all__ = ["train", "evaluate", "rollout", "TrainResult", "EvalResult", "Rollout", "workflow_of", "config_of"]
@@ -78,15 +77,8 @@ def train(workflow: str | os.PathLike | Workflow, overrides: Sequence[str] = (),
         run_dir = path.parent.parent
     else:
         path, cfg = None, config_of(wf, overrides, config)
-    resolve_run(wf, cfg)  # refuse what `masdsl run` refuses before the run folder is made
-    if run_dir is None:
-        run_dir = RunDir.create(wf, cfg).path
-    run_dir = Path(run_dir)
-    if not (run_dir / SOURCE).is_file():  # `masdsl export RUN_DIR` reads the workflow from here
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / SOURCE).write_text(wf.source, encoding="utf-8")
-        run_files.keep(run_dir, wf)  # and from its own copies of the files it reads
-    return _train(wf, cfg, run_dir=run_dir, resume=path, on_step=on_step)
+    plan = resolve_run(wf, cfg)  # refuse what `masdsl run` refuses before the run folder is made
+    return _train(plan, run_dir=RunDir.open(plan, run_dir), resume=path, on_step=on_step)
 
 
 def evaluate(workflow: str | os.PathLike | Workflow, overrides: Sequence[str] = (), tasks: int | None = None,
@@ -96,8 +88,8 @@ def evaluate(workflow: str | os.PathLike | Workflow, overrides: Sequence[str] = 
     `train.eval_tasks`; 0: all); with `checkpoint` (a run folder or one checkpoint) the run's
     trained policies instead of the models the workflow names. Writes its own run folder."""
     wf = workflow_of(workflow)
-    cfg = config_of(wf, overrides, config)
-    return run_evaluation(wf, cfg, eval_tasks(wf, cfg.train, tasks), checkpoint=checkpoint)
+    plan = resolve_rollout(wf, config_of(wf, overrides, config))
+    return run_evaluation(plan, eval_tasks(wf, plan.train, tasks), checkpoint=checkpoint)
 
 
 def rollout(workflow: str | os.PathLike | Workflow, overrides: Sequence[str] = (), split: str = "eval",
@@ -114,7 +106,7 @@ def rollout(workflow: str | os.PathLike | Workflow, overrides: Sequence[str] = (
         rows = load_split(wf, split)
         tasks = rows[:tasks] if tasks else rows
     env = make_env(wf, plan.sandbox)
-    engines = build_engines(wf, plan)
+    engines = build_engines(plan)
     try:
         return _rollout(wf, env, list(tasks), engines, mode="eval", samples=1, step=-1, seed=plan.train.seed,
                         plan=plan, repeats=plan.train.eval_samples)

@@ -98,10 +98,10 @@ def flag_overrides(args: argparse.Namespace) -> list[str]:
     return out
 
 
-def _isolation_summary(cfg: Any) -> str | None:
+def _isolation_summary(sandbox: Any) -> str | None:
     from masdsl.sandbox import isolation_summary, limits_from_config  # start-up: the sandbox only when evaluating
 
-    return isolation_summary(limits_from_config(cfg.sandbox))
+    return isolation_summary(limits_from_config(sandbox))
 
 
 def table(workflow: Any, m: dict[str, float], run_dir: Any) -> Any:
@@ -157,10 +157,10 @@ def main(args: argparse.Namespace) -> int:
     warning = greedy_repeats_warning(plan.train)
     if warning:
         err.print(warning, highlight=False, markup=False, soft_wrap=True)
-    summary = None if output.quiet() else _isolation_summary(cfg)
+    summary = None if output.quiet() else _isolation_summary(plan.sandbox)
     if summary:
         err.print(summary if summary.startswith("sandbox") else f"sandbox: {summary}", highlight=False, markup=False)
-    result = _evaluate(workflow, cfg, tasks, args.checkpoint, err)
+    result = _evaluate(plan, tasks, args.checkpoint, err)
     for message, count in result.errors.items():
         err.print(f"warning: {message} ({count}x, scored 0)", highlight=False, markup=False)
     for line in cut_warnings(result.metrics, role_budgets(plan), what="eval_cut"):
@@ -189,19 +189,20 @@ def _workflow(args: argparse.Namespace, load: Any) -> Any:
     return run_workflow(find_checkpoint(args.checkpoint).parent.parent)
 
 
-def _evaluate(workflow: Any, cfg: Any, tasks: list[dict], checkpoint: str | None, err: Any) -> Any:
-    """`run_evaluation` under a progress bar on stderr."""
+def _evaluate(plan: Any, tasks: list[dict], checkpoint: str | None, err: Any) -> Any:
+    """`run_evaluation` of the command's one plan, under a progress bar on stderr."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # start-up
 
     from masdsl.learner.evaluation import run_evaluation  # start-up: engines pull in torch
 
     if output.quiet():  # no progress bar, no status lines
-        return run_evaluation(workflow, cfg, tasks, checkpoint=checkpoint)
+        return run_evaluation(plan, tasks, checkpoint=checkpoint)
     if checkpoint:
         err.print(f"evaluating the trained policies of {checkpoint}", highlight=False, markup=False)
-    if cfg.train.eval_probe != "none":  # the prompts differ from the plain evaluation's on purpose
-        err.print(f"probe {cfg.train.eval_probe}: evaluation prompts show `env.tool_output` "
-                  f"{'removed' if cfg.train.eval_probe == 'no_tool_output' else 'as a wrong plan'}",
+    tc = plan.train
+    if tc.eval_probe != "none":  # the prompts differ from the plain evaluation's on purpose
+        err.print(f"probe {tc.eval_probe}: evaluation prompts show `env.tool_output` "
+                  f"{'removed' if tc.eval_probe == 'no_tool_output' else 'as a wrong plan'}",
                   highlight=False, markup=False)
     err.print("loading models ...", highlight=False, markup=False)
     if not output.is_terminal(err.file):  # a log file: plain lines, a heartbeat while it runs (loglines.py)
@@ -209,9 +210,9 @@ def _evaluate(workflow: Any, cfg: Any, tasks: list[dict], checkpoint: str | None
 
         lines = LogLines(err)
         with lines.live():
-            phase = lines.begin("eval", len(tasks) * cfg.train.eval_samples)
-            return run_evaluation(workflow, cfg, tasks, checkpoint=checkpoint, progress=lambda k: lines.advance(phase, k))
+            phase = lines.begin("eval", len(tasks) * tc.eval_samples)
+            return run_evaluation(plan, tasks, checkpoint=checkpoint, progress=lambda k: lines.advance(phase, k))
     columns = (TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TextColumn("episodes"), TimeElapsedColumn())
     with Progress(*columns, console=err, transient=False) as bar:
-        job = bar.add_task("eval", total=len(tasks) * cfg.train.eval_samples)
-        return run_evaluation(workflow, cfg, tasks, checkpoint=checkpoint, progress=lambda k: bar.advance(job, k))
+        job = bar.add_task("eval", total=len(tasks) * tc.eval_samples)
+        return run_evaluation(plan, tasks, checkpoint=checkpoint, progress=lambda k: bar.advance(job, k))

@@ -170,13 +170,13 @@ def main(args: argparse.Namespace) -> int:
     from masdsl.learner.trainer import train  # start-up: the trainer's imports (torch), once a run goes ahead
     from masdsl.runtime.rundir import RunDir
 
-    if run_dir is None:
-        run_dir = RunDir.create(workflow, cfg).path
+    folder = RunDir.open(plan, run_dir)  # fresh, or the resumed run's own folder
+    run_dir = folder.path
     if output.quiet():  # no progress bar or start-up lines: the warnings and the final table only
         err = output.console(stderr=True, warnings_only=True)
     err.print(f"run folder {run_dir}", highlight=False, markup=False)
     try:
-        result = train(workflow, cfg, run_dir=run_dir, resume=ck, console=err)
+        result = train(plan, run_dir=folder, resume=ck, console=err)
     except KeyboardInterrupt:  # the trainer has closed its engines and marked the MLflow run KILLED
         print(resume_hint(args, run_dir), file=sys.stderr, flush=True)
         raise

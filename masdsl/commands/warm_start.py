@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs=argparse.REMAINDER, help="dotted config overrides, e.g. policy.shared.model=NAME")
 
 
-def _logged(workflow: Any, cfg: Any, out: Path, run: dict[str, Any], err: Any) -> Any:
+def _logged(plan: Any, out: Path, run: dict[str, Any], err: Any) -> Any:
     """`warm_start` with its progress as plain lines: the loss in a heartbeat every 30 s, a line at the end."""
     from masdsl.learner.loglines import LogLines  # start-up: the commands import what they use when they run
     from masdsl.learner.warm_start import warm_start  # start-up: as above
@@ -51,7 +51,7 @@ def _logged(workflow: Any, cfg: Any, out: Path, run: dict[str, Any], err: Any) -
         lines.advance(phase[0], step - phase[0].done, note=f"loss {loss:.3f}")
 
     with lines.live():
-        return warm_start(workflow, cfg, out, on_step=on_step, **run)
+        return warm_start(plan, out, on_step=on_step, **run)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -60,10 +60,11 @@ def main(args: argparse.Namespace) -> int:
     from masdsl.config import resolve_config
     from masdsl.errors import UserError
     from masdsl.learner.warm_start import DEFAULT_LR, DEFAULT_TASKS, INFO_FILE, warm_start
+    from masdsl.runtime.plan import resolve_rollout
 
     split_options(args, "masdsl warm-start", _options, ("out", "roles", "tasks", "epochs", "lr", "seed", "force"))
     workflow = masdsl.load(args.file)
-    cfg = resolve_config(workflow.train, None, args.overrides)
+    plan = resolve_rollout(workflow, resolve_config(workflow.train, None, args.overrides))  # once, before any model
     out = Path(args.out or Path("runs") / workflow.name / "warm_start")
     if (out / INFO_FILE).exists() and not args.force:
         raise UserError(f"{out} holds a warm start already ({INFO_FILE}); give --force to overwrite it, "
@@ -73,9 +74,9 @@ def main(args: argparse.Namespace) -> int:
     defaults = {"tasks": DEFAULT_TASKS, "epochs": 1, "lr": DEFAULT_LR, "seed": 0}
     run = {"roles": args.roles, **{k: defaults[k] if v is None else v for k, v in given.items()}}
     if output.quiet():
-        info = warm_start(workflow, cfg, out, **run)
+        info = warm_start(plan, out, **run)
     elif not output.is_terminal(err.file):  # a log file: plain lines, a heartbeat while it runs (loglines.py)
-        info = _logged(workflow, cfg, out, run, err)
+        info = _logged(plan, out, run, err)
     else:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # start-up
 
@@ -89,7 +90,7 @@ def main(args: argparse.Namespace) -> int:
                     bar.append(bar[0].add_task("warm start", total=total))
                 bar[0].update(bar[1], completed=step, description=f"warm start, loss {loss:.3f}")
 
-            info = warm_start(workflow, cfg, out, on_step=on_step, **run)
+            info = warm_start(plan, out, on_step=on_step, **run)
     policy = workflow.roles[info.roles[0]].policy
     err.print(f"warm start: {info.steps} steps on {info.tasks} tasks ({', '.join(info.roles)}), loss "
               f"{info.loss_first:.3f} -> {info.loss_last:.3f}, {info.wall_s:.0f} s -> {out}", highlight=False, markup=False)

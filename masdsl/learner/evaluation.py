@@ -14,19 +14,17 @@ their numbers with the same `metrics.eval_metrics`.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from masdsl.config import Config, PolicyOverride, TrainConfig
+from masdsl.config import TrainConfig
 from masdsl.errors import UserError
 from masdsl.lang.workflow import Workflow
 from masdsl.learner import checkpoint as ckpt
-from masdsl.learner.export import export_checkpoint
+from masdsl.learner.export import checkpoint_plan, export_checkpoint
 from masdsl.learner.metrics import eval_metrics, reply_counts
 from masdsl.learner.skills import SkillCounts, skill_counts
 from masdsl.learner.viewpage import log_view
@@ -37,7 +35,7 @@ from masdsl.runtime.judge import judge_metrics
 from masdsl.runtime.records import StepRecord, write_records
 from masdsl.runtime.rundir import RunDir
 from masdsl.runtime.inputs import load_split, make_env
-from masdsl.runtime.plan import RunPlan, resolve_rollout
+from masdsl.runtime.plan import RunPlan
 from masdsl.tracking import start_run
 
 
@@ -65,40 +63,33 @@ def eval_tasks(workflow: Workflow, train: TrainConfig, n: int | None = None) -> 
     return tasks[:n] if n else tasks
 
 
-def run_evaluation(workflow: Workflow, cfg: Config, tasks: Sequence[dict] | None = None, *,
+def run_evaluation(plan: RunPlan, tasks: Sequence[dict] | None = None, *,
                    checkpoint: str | os.PathLike | None = None,
                    progress: Callable[[int], None] | None = None) -> EvalResult:
-    """Evaluate `workflow` (its policies' models, or a checkpoint's trained weights) on `tasks`
-    (default: `eval_tasks`): `train.eval_samples` episodes per task at `train.eval_temperature`.
-    `cfg` is planned first (`masdsl.runtime.plan.resolve_rollout`: names, ranges, engine options)."""
-    plan = resolve_rollout(workflow, cfg)  # every config mistake, before a checkpoint is exported
+    """Evaluate the plan's workflow (its policies' models, or a checkpoint's trained weights) on
+    `tasks` (default: `eval_tasks`): `train.eval_samples` episodes per task at
+    `train.eval_temperature`. The caller resolved `plan` (`masdsl.runtime.plan.resolve_rollout`),
+    once; a checkpoint's exported policies are put in with `RunPlan.with_models`."""
+    workflow = plan.workflow
     tasks = eval_tasks(workflow, plan.train) if tasks is None else list(tasks)
     if checkpoint is None:
-        return _evaluate_models(workflow, plan, tasks, progress, None)
+        return _evaluate_models(plan, tasks, progress, None)
     path = ckpt.find(checkpoint)
     ckpt.read_state(path, workflow, settings=False)  # weights of a workflow that meant something else: refuse
     with tempfile.TemporaryDirectory(prefix="masdsl-eval-") as tmp:
-        exported = export_checkpoint(workflow, path, Path(tmp), merge=True)
-        return _evaluate_models(workflow, resolve_rollout(workflow, with_models(cfg, exported)), tasks, progress, path)
+        exported = export_checkpoint(checkpoint_plan(workflow, path), path, Path(tmp), merge=True)
+        return _evaluate_models(plan.with_models(exported), tasks, progress, path)
 
 
-def with_models(cfg: Config, models: Mapping[str, str | os.PathLike]) -> Config:
-    """A copy of `cfg` with `policy.NAME.model=FOLDER` for each of `models`."""
-    cfg = copy.deepcopy(cfg)
-    cfg.policy = dict(cfg.policy or {})
-    for name, folder in models.items():
-        cfg.policy[name] = dataclasses.replace(cfg.policy.get(name) or PolicyOverride(), model=str(folder))
-    return cfg
-
-
-def _evaluate_models(workflow: Workflow, plan: RunPlan, tasks: list[dict], progress: Callable[[int], None] | None,
+def _evaluate_models(plan: RunPlan, tasks: list[dict], progress: Callable[[int], None] | None,
                      checkpoint: Path | None) -> EvalResult:
     """Engines up, the eval rollout, records and metrics saved, engines down."""
+    workflow = plan.workflow
     env = make_env(workflow, plan.sandbox)
-    engines = build_engines(workflow, plan)
+    engines = build_engines(plan)
     tc, tracker = plan.train, None
     try:
-        run_dir = RunDir.create(workflow, plan.config)
+        run_dir = RunDir.open(plan)
         tracker = start_run(workflow, plan.config, kind="eval", run_dir=run_dir.path)
         replies: dict[str, list[int]] = {}  # role -> replies, cut, parse failed: the records go to disk
         skills: SkillCounts = {}
@@ -127,13 +118,13 @@ def _evaluate_models(workflow: Workflow, plan: RunPlan, tasks: list[dict], progr
     return EvalResult(workflow.name, m, run_dir.path, run_dir.records_path, len(tasks), dict(ro.errors), checkpoint)
 
 
-def evaluate(workflow: Workflow, env: Any, tasks: Sequence[dict], engines: Mapping[str, Engine], plan: RunPlan,
+def evaluate(env: Any, tasks: Sequence[dict], engines: Mapping[str, Engine], plan: RunPlan,
              step: int, run_dir: Path, tracker: Any,
              progress: Callable[[int], None] | None = None) -> dict[str, float]:
     """Plain sampling (one candidate, `train.eval_temperature`) on the eval tasks, `train.eval_samples`
     independent episodes per task (mean@N and pass@k when N > 1)."""
-    roll = rollout(workflow, env, tasks, engines, mode="eval", samples=1, step=step, seed=plan.train.seed, plan=plan,
-                   progress=progress, repeats=plan.train.eval_samples)
+    roll = rollout(plan.workflow, env, tasks, engines, mode="eval", samples=1, step=step, seed=plan.train.seed,
+                   plan=plan, progress=progress, repeats=plan.train.eval_samples)
     write_records(eval_dir(run_dir) / f"step_{step:06d}.jsonl", roll.records)
     result = {"step": step, **eval_metrics(roll.records, roll.episodes), "reward_errors/eval": float(roll.reward_errors),
               "env_lost/eval": float(roll.env_lost), **judge_metrics(roll, "/eval")}

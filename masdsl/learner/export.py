@@ -28,11 +28,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from masdsl.config import ALL_POLICIES, Config, resolve_config
+from masdsl.config import ALL_POLICIES, Config, TrainConfig, resolve_config
 from masdsl.errors import CheckpointError, UserError
 from masdsl.lang import loads
 from masdsl.lang.workflow import Workflow
-from masdsl.runtime.plan import resolve_rollout
+from masdsl.runtime.plan import RunPlan, resolve_rollout
 from masdsl.learner import checkpoint as ckpt
 from masdsl.learner.policies import Policy, load_policies
 from masdsl.runtime.models import load_model
@@ -82,7 +82,7 @@ def export_run(run_dir: str | os.PathLike, *, workflow: Workflow | None = None, 
         workflow = run_workflow(run)
     state = ckpt.read_state(path, workflow, settings=False)
     out = Path(out) if out is not None else run / "export" / ckpt.checkpoint_name(state.step)
-    return export_checkpoint(workflow, path, out, merge=merge)
+    return export_checkpoint(checkpoint_plan(workflow, path), path, out, merge=merge)
 
 
 def checkpoint_config(path: Path) -> Config:
@@ -90,17 +90,22 @@ def checkpoint_config(path: Path) -> Config:
     return resolve_config(None, path / "config.yaml", ["runtime.device=cpu"])
 
 
-def export_checkpoint(workflow: Workflow, path: Path, out: Path, *, merge: bool = False) -> dict[str, Path]:
-    """Export the policies of one checkpoint folder into `out/<policy>/`."""
-    state = ckpt.read_state(path, workflow, settings=False)
+def checkpoint_plan(workflow: Workflow, path: Path) -> RunPlan:
+    """The plan a checkpoint's trained policies are rebuilt with: the configuration saved with it
+    (`checkpoint_config`), narrowed to those policies (no frozen judge is loaded for nothing). The
+    caller checked that `path` is a checkpoint of `workflow` (`checkpoint.read_state`)."""
     names = [n for n in ckpt.trained_policies(path) if n in workflow.policies]
     if not names:
         raise CheckpointError(f"checkpoint `{path}` holds no trained policy of workflow `{workflow.name}`")
-    cfg = checkpoint_config(path)
-    only, narrowed = _only(workflow, cfg, names)
-    policies = load_policies(only, resolve_rollout(only, narrowed))
+    return resolve_rollout(*_only(workflow, checkpoint_config(path), names))
+
+
+def export_checkpoint(plan: RunPlan, path: Path, out: Path, *, merge: bool = False) -> dict[str, Path]:
+    """Export the policies of one checkpoint folder (`plan`: its `checkpoint_plan`) into `out/<policy>/`."""
+    workflow, state = plan.workflow, ckpt.read_state(path)
+    policies = load_policies(plan)
     done = {}
-    for name in names:
+    for name in plan.policies:
         p = policies[name]
         p.load_state_dict(ckpt.policy_weights(path, name))
         folder = out / name
@@ -113,12 +118,12 @@ def export_checkpoint(workflow: Workflow, path: Path, out: Path, *, merge: bool 
         elif merge:
             with tempfile.TemporaryDirectory() as tmp:
                 _save_adapter(p, Path(tmp))
-                _merge(p, Path(tmp), folder, cfg)
+                _merge(p, Path(tmp), folder, plan.runtime.dtype)
             kind = "merged"
         else:
             _save_adapter(p, folder)
             kind = "adapter"
-        (folder / "README.md").write_text(model_card(workflow, cfg, state, p, kind))
+        (folder / "README.md").write_text(model_card(workflow, plan.train, state, p, kind))
         done[name] = folder
     return done
 
@@ -145,16 +150,16 @@ def _save_adapter(p: Policy, folder: Path) -> None:
     p.tokenizer.save_pretrained(folder)
 
 
-def _merge(p: Policy, adapter: Path, folder: Path, cfg: Config) -> None:
+def _merge(p: Policy, adapter: Path, folder: Path, dtype: str) -> None:
     """A fresh base with the adapter folder merged in (the shared base stays untouched)."""
     from peft import PeftModel  # heavy: peft only for LoRA policies
 
-    base, tokenizer = load_model(p.model_path, dtype=cfg.runtime.dtype, device="cpu")
+    base, tokenizer = load_model(p.model_path, dtype=dtype, device="cpu")
     merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
     _save_full(merged, tokenizer, folder)
 
 
-def model_card(workflow: Workflow, cfg: Config, state: ckpt.TrainState, p: Policy, kind: str) -> str:
+def model_card(workflow: Workflow, tc: TrainConfig, state: ckpt.TrainState, p: Policy, kind: str) -> str:
     """The README.md of an exported policy."""
     roles = ", ".join(f"`{r}`" for r in p.roles) or "(none)"
     what = {"full": "full weights (Hugging Face `save_pretrained`, safetensors)",
@@ -167,13 +172,13 @@ def model_card(workflow: Workflow, cfg: Config, state: ckpt.TrainState, p: Polic
         f"{state.step} optimizer steps (`{ckpt.checkpoint_name(state.step)}`).", "",
         f"- base model: `{p.spec.model}`",
         f"- this folder: {what}",
-        f"- training: lr {cfg.train.lr}, K = {cfg.train.samples}, batch {cfg.train.batch}, "
-        f"grouping `{cfg.train.grouping}`, seed {cfg.train.seed}",
+        f"- training: lr {tc.lr}, K = {tc.samples}, batch {tc.batch}, "
+        f"grouping `{tc.grouping}`, seed {tc.seed}",
     ]
     if p.spec.chat_template_kwargs:
         lines.append(f"- chat template variables used: `{json.dumps(p.spec.chat_template_kwargs)}`")
     lines += ["", "## Evaluation", "", "Before training (step 0) and after; the run's eval split, "
-              f"{cfg.train.eval_samples} episode(s) per task at temperature {cfg.train.eval_temperature}.", "",
+              f"{tc.eval_samples} episode(s) per task at temperature {tc.eval_temperature}.", "",
               "| step | metric | value |", "|---|---|---|"]
     lines += [f"| {ev.get('step')} | `{k}` | {v:.4f} |" for ev in state.evals for k, v in ev.items()
               if isinstance(v, (int, float)) and _card_metric(k, p.roles)]

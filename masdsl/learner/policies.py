@@ -9,7 +9,7 @@
 
 Where each policy's engine runs and where it learns is the run plan's
 (`masdsl.runtime.plan.RunPlan.placement`); this module loads the weights it names
-(`load_policies(workflow, plan)`).
+(`load_policies(plan)`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import torch
 
-from masdsl.lang.workflow import PolicySpec, Workflow
+from masdsl.lang.workflow import PolicySpec
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.engine_factory import LoraSettings
 from masdsl.runtime.models import load_model, resolve_model
@@ -100,10 +100,10 @@ def _lora_config(block: Mapping[str, Any]) -> Any:
                       target_modules=lora.target_modules, task_type="CAUSAL_LM")
 
 
-def load_policies(workflow: Workflow, plan: RunPlan) -> dict[str, Policy]:
+def load_policies(plan: RunPlan) -> dict[str, Policy]:
     """Load every policy of the plan once: full policies get their own copy, LoRA policies on the
     same base get adapters on one shared `PeftModel` (frozen base)."""
-    specs, rt = plan.policies, plan.runtime
+    specs, rt, workflow = plan.policies, plan.runtime, plan.workflow
     policies: dict[str, Policy] = {}
     peft_bases: dict[str, Any] = {}  # resolved base path -> PeftModel
     for name, spec in specs.items():

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
-from masdsl.config import to_yaml
 from masdsl.errors import StepFailed
 from masdsl.learner import checkpoint as ckpt
 
@@ -31,8 +30,7 @@ class Recovery:
         """Checkpoint the state from before the failed phase and say how to continue."""
         ckpt.set_rng_state(self.rng)
         state.extra[UNFINISHED] = self.updated
-        path = ckpt.save(session.run_dir, state, policies=session.policies, optimizers=session.learners,
-                         config_yaml=to_yaml(session.plan.config))
+        path = session.save_checkpoint(state)
         wf = session.workflow
         file = wf.path if wf.path is not None else f"{wf.name}.mas"
         raise StepFailed(f"{self.label} failed: {exc}. Saved checkpoint {path}; continue with: "

@@ -1,6 +1,6 @@
 """What a training run builds once and every step uses: data, env, weights, engines, optimizers.
 
-    session = open_session(workflow, plan, run_dir, show)  # loads models, starts engines and learners
+    session = open_session(plan, run_dir, show)            # loads models, starts engines and learners
     state = start_state(session, resume)                   # fresh, or the newest complete checkpoint
     ...
     session.close()                                        # engines down (always, also on failure)
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from masdsl.config import ConfigError
+from masdsl.config import ConfigError, to_yaml
 from masdsl.lang.fingerprint import fingerprint
 from masdsl.lang.workflow import Workflow
 from masdsl.learner import checkpoint as ckpt
@@ -53,6 +53,13 @@ class TrainSession:
         if self.plan.runtime.vllm_sleep_mode:
             wake_engines(self.engines)
 
+    def save_checkpoint(self, state: ckpt.TrainState) -> Path:
+        """A checkpoint of `state` with every policy's weights, optimizer and RNG, and the plan's
+        configuration (what `--resume` continues with): the trainer's every M steps and what a
+        failed step saves (`masdsl.learner.recovery.Recovery`)."""
+        return ckpt.save(self.run_dir, state, policies=self.policies, optimizers=self.learners,
+                         config_yaml=to_yaml(self.plan.config))
+
     def close(self) -> None:
         try:
             close_learners(self.learners)
@@ -60,17 +67,17 @@ class TrainSession:
             close_engines(self.engines)
 
 
-def open_session(workflow: Workflow, plan: RunPlan, run_dir: Path, show: Progress) -> TrainSession:
+def open_session(plan: RunPlan, run_dir: Path, show: Progress) -> TrainSession:
     """Data and env, models, engines, and a learner per trainable policy (`open_learners`)."""
-    tc = plan.train
+    tc, workflow = plan.train, plan.workflow
     show.budgets = role_budgets(plan)  # named in the warning when a role's replies are cut
     env, data = prepare(workflow, plan.sandbox)
     train_rows, eval_rows = data["train"], data["eval"][: tc.eval_tasks or None]
     if tc.batch > len(train_rows):  # fail before any model loads
         raise ConfigError(f"`train.batch` ({tc.batch}) is larger than the train split ({len(train_rows)} tasks)")
-    policies = load_policies(workflow, plan)
+    policies = load_policies(plan)
     session = TrainSession(workflow, plan, run_dir, show, env, train_rows, eval_rows, policies)
-    session.engines = build_engines(workflow, plan, policies)
+    session.engines = build_engines(plan, policies)
     try:
         session.learners = open_learners(policies, plan, show.log)
     except BaseException:

@@ -49,15 +49,18 @@ def default_name(file: str, overrides: Sequence[str], seeds: Sequence[int], conf
 
 
 def run_trial(file: str, configs: Sequence[str], overrides: Sequence[str], run_dir: str) -> Any:
-    """One trial, in a Ray worker: an ordinary training run; its `TrainResult`."""
+    """One trial, in a Ray worker: an ordinary training run; its `TrainResult`. The worker is a
+    process of its own that loads the workflow again (a workflow's imported functions do not
+    cross to it), so it plans the trial once itself; the driver refused the bad trials already."""
     start_owned_process()  # the worker runs this one trial only (`max_calls=1`)
     import masdsl  # heavy: the trial's worker loads the workflow and the learner itself
     from masdsl.config import resolve_config  # as above
     from masdsl.learner.trainer import train  # as above
+    from masdsl.runtime.plan import resolve_run  # as above
 
     workflow = masdsl.load(file)
-    cfg = resolve_config(workflow.train, list(configs) or None, list(overrides))
-    return train(workflow, cfg, run_dir=run_dir)
+    return train(resolve_run(workflow, resolve_config(workflow.train, list(configs) or None, list(overrides))),
+                 run_dir=run_dir)
 
 
 def read_rows(folder: Path) -> list[dict]:
@@ -100,15 +103,15 @@ def run_sweep(file: str, overrides: Sequence[str], seeds: Sequence[int], *, conf
     common, grid = expand(overrides)
     todo = trials(grid, seeds, common)
     workflow = masdsl.load(file)  # the workflow's mistakes before any trial starts
-    for trial in todo:  # every trial is planned (what `run` would refuse) before any starts
-        resolve_run(workflow, resolve_config(workflow.train, list(configs) or None, trial.overrides))
-    cfg = resolve_config(workflow.train, list(configs) or None, todo[0].overrides)
+    # every trial is planned once (what `run` would refuse) before any starts
+    plans = [resolve_run(workflow, resolve_config(workflow.train, list(configs) or None, t.overrides)) for t in todo]
+    plan = plans[0]  # the settings the sweep itself reads: runs_dir, tracking, Ray, steps
     name = name or default_name(file, overrides, seeds, configs)
-    folder = Path(out) if out else Path(cfg.runtime.runs_dir) / workflow.name / "sweeps" / name
+    folder = Path(out) if out else Path(plan.runtime.runs_dir) / workflow.name / "sweeps" / name
     spec = check_spec(folder, {"name": name, "file": str(Path(file).resolve()), "overrides": list(overrides),
                                "seeds": list(seeds), "configs": [str(Path(c).resolve()) for c in configs],
                                "trials": [t.id for t in todo], "parent_run_id": None})
-    mlflow, parent, uri = _open_tracking(cfg, workflow, folder, spec, grid, seeds)
+    mlflow, parent, uri = _open_tracking(plan.tracking, workflow, folder, spec, grid, seeds)
     extra = [f"tracking.uri={uri}"] if uri else []
     done = {r["id"]: r for r in read_rows(folder)}
     remaining = [t for t in todo if t.id not in done]
@@ -117,7 +120,8 @@ def run_sweep(file: str, overrides: Sequence[str], seeds: Sequence[int], *, conf
     ran: list[str] = []
     status = "FAILED"
     try:
-        for trial, result in _run_on_ray(spec["file"], spec["configs"], remaining, folder, extra, cfg, trial_cpus, trial_gpus, say):
+        for trial, result in _run_on_ray(spec["file"], spec["configs"], remaining, folder, extra, plan, trial_cpus,
+                                         trial_gpus, say):
             row = summarise(result, trial)
             if mlflow is not None and row["mlflow_run_id"]:
                 from masdsl.tracking.sweep import adopt  # only with tracking on
@@ -150,25 +154,25 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f} %"
 
 
-def _open_tracking(cfg: Any, workflow: Any, folder: Path, spec: dict, grid: list, seeds: Sequence[int]):
+def _open_tracking(tracking: Any, workflow: Any, folder: Path, spec: dict, grid: list, seeds: Sequence[int]):
     """(client, parent run id, resolved uri), or (None, None, None) with tracking off."""
-    if not cfg.tracking.enabled:
+    if not tracking.enabled:
         return None, None, None
     from masdsl.tracking.store import resolve_uri  # only with tracking on
     from masdsl.tracking.sweep import client, open_parent  # as above
 
-    uri = resolve_uri(cfg.tracking.uri)
+    uri = resolve_uri(tracking.uri)
     mlflow = client(uri)
     tags = {"masdsl.sweep.grid": json.dumps(grid), "masdsl.sweep.seeds": ",".join(map(str, seeds)),
             "masdsl.workflow": workflow.name}
-    parent = open_parent(mlflow, cfg.tracking.experiment or workflow.name, spec["name"], tags, spec.get("parent_run_id"))
+    parent = open_parent(mlflow, tracking.experiment or workflow.name, spec["name"], tags, spec.get("parent_run_id"))
     if spec.get("parent_run_id") != parent:
         spec["parent_run_id"] = parent
         (folder / SPEC).write_text(json.dumps(spec, indent=1))
     return mlflow, parent, uri
 
 
-def _run_on_ray(file: str, configs: list[str], remaining: list[Trial], folder: Path, extra: list[str], cfg: Any,
+def _run_on_ray(file: str, configs: list[str], remaining: list[Trial], folder: Path, extra: list[str], plan: Any,
                 trial_cpus: float | None, trial_gpus: float, say: Callable[[str], None]):
     """Yield (trial, TrainResult) as trials finish, each a Ray task."""
     if not remaining:
@@ -177,7 +181,7 @@ def _run_on_ray(file: str, configs: list[str], remaining: list[Trial], folder: P
 
     from masdsl.runtime.actors import init_ray  # as above
 
-    init_ray(cfg.runtime)
+    init_ray(plan.runtime)
     cpus = trial_cpus if trial_cpus is not None else ray.cluster_resources().get("CPU", 1.0)
     # max_calls=1: each trial in a fresh worker process, so one trial's models, engines and
     # allocator caches are gone before the next starts (a reused worker had 9.3 GB resident in its second trial)
@@ -190,7 +194,7 @@ def _run_on_ray(file: str, configs: list[str], remaining: list[Trial], folder: P
         ref = task.remote(file, configs, [*trial.overrides, *extra], str(run_dir.resolve()))
         pending[ref] = trial
     say(f"submitted {len(pending)} trials to Ray ({cpus:g} CPUs, {trial_gpus:g} GPUs each)")
-    steps = cfg.train.steps
+    steps = plan.train.steps
     seen: dict[str, int] = {}
     try:
         while pending:

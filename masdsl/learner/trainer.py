@@ -1,4 +1,4 @@
-"""`train(workflow, cfg)`: AT-GRPO, read top to bottom like nanoGPT's train.py.
+"""`train(plan, run_dir=...)`: AT-GRPO, read top to bottom like nanoGPT's train.py.
 
     rollout (tree sampling, K candidates per role step) -> group by (task, role, turn)
     -> advantages (optionally leaving out flat or low groups) -> per policy, PPO-clip
@@ -30,9 +30,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from masdsl.config import Config, ConfigError, to_yaml
+from masdsl.config import ConfigError
 from masdsl.errors import StepFailed
-from masdsl.lang.workflow import Workflow
 from masdsl.learner import checkpoint as ckpt
 from masdsl.learner.display import Progress, print_summary
 from masdsl.learner.evaluation import evaluate, greedy_repeats_warning
@@ -41,8 +40,8 @@ from masdsl.learner.recovery import Recovery, take_unfinished
 from masdsl.learner.session import TrainSession, open_session, start_state
 from masdsl.learner.step import train_step
 from masdsl.learner.viewpage import log_view
-from masdsl.runtime.plan import resolve_run
-from masdsl.runtime.rundir import RECORDS
+from masdsl.runtime.plan import RunPlan
+from masdsl.runtime.rundir import RECORDS, RunDir
 from masdsl.tracking import start_run
 
 
@@ -86,24 +85,23 @@ def next_batch(n: int, batch: int, seed: int, cursor: int) -> tuple[list[int], i
     return [int(i) for i in order[pos : pos + batch]], cursor + batch
 
 
-def train(workflow: Workflow, cfg: Config, *, run_dir: str | Path, resume: str | Path | None = None,
+def train(plan: RunPlan, *, run_dir: RunDir | str | Path, resume: str | Path | None = None,
           console: Any = None, on_step: Callable[[int, dict], None] | None = None) -> TrainResult:
-    """Train `workflow` with AT-GRPO; write records, metrics and checkpoints under `run_dir`.
-    `cfg` is planned first (`masdsl.runtime.plan.resolve_run`); from there on the run reads the plan."""
+    """Train the plan's workflow with AT-GRPO; write records, metrics and checkpoints under `run_dir`
+    (a `RunDir` the caller opened, or a folder: `RunDir.open(plan, run_dir)`). The caller resolved
+    `plan` (`masdsl.runtime.plan.resolve_run`), once, so every config mistake is refused before this."""
     t_start = time.perf_counter()
-    run_dir = Path(run_dir)
-    plan = resolve_run(workflow, cfg)  # 0. every config mistake, before anything heavy
+    workflow = plan.workflow
+    run_dir = (run_dir if isinstance(run_dir, RunDir) else RunDir.open(plan, run_dir)).path
     seed_everything(plan.train.seed)
     show = Progress(console, plan.train.steps)
     for line in [*plan.placement.lines(), greedy_repeats_warning(plan.train)]:
         if line:
             show.log(line)
-    session = open_session(workflow, plan, run_dir, show)  # 1. data and env, models, engines, optimizers
+    session = open_session(plan, run_dir, show)  # 1. data and env, models, engines, optimizers
     tracker, status = None, "FAILED"
     try:
         state = start_state(session, resume)  # 2. fresh start, or the newest complete checkpoint
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(to_yaml(plan.config))
         _truncate_records(run_dir / RECORDS, state.step)
         tracker = start_run(workflow, plan.config, kind="run", run_dir=run_dir, resume=resume is not None)
         for point in [*state.history, *state.evals]:  # resumed: the plot at the end draws the whole run
@@ -166,8 +164,7 @@ def _loop(session: TrainSession, state: ckpt.TrainState, tracker: Any,
                 state.evals.append(_evaluate(session, state.step, tracker))
             t_ckpt = time.perf_counter()
             if _due(state.step, tc.checkpoint_every, tc.steps):  # checkpoint every M (and at the end)
-                saved.append(ckpt.save(session.run_dir, state, policies=session.policies,
-                                       optimizers=session.learners, config_yaml=to_yaml(session.plan.config)))
+                saved.append(session.save_checkpoint(state))
             if fresh:
                 _log_phase_times(tracker, state, metrics, (t_step, t_eval, t_ckpt))
             if on_step is not None:
@@ -201,7 +198,7 @@ def _draw(session: TrainSession, cursor: int) -> tuple[list[dict], int]:
 
 def _evaluate(session: TrainSession, step: int, tracker: Any) -> dict[str, float]:
     n = len(session.eval_rows) * session.plan.train.eval_samples
-    result = evaluate(session.workflow, session.env, session.eval_rows, session.engines, session.plan, step,
+    result = evaluate(session.env, session.eval_rows, session.engines, session.plan, step,
                       session.run_dir, tracker, session.show.counter(f"evaluating (step {step})", n))
     session.show.evaluated(step, result)  # in a log file, a line with the result
     return result

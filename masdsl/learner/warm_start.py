@@ -23,11 +23,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from masdsl.config import Config
 from masdsl.envs.base import Demonstrates
 from masdsl.errors import UserError
 from masdsl.lang.workflow import Workflow
-from masdsl.runtime.plan import RunPlan, resolve_rollout
+from masdsl.runtime.plan import RunPlan
 
 DEFAULT_TASKS = 12  # enough for the 135M model to write the plan_path tool program (docs/performance.md)
 DEFAULT_LR = 1e-5
@@ -82,12 +81,12 @@ def pick_roles(env: Any, workflow: Workflow, roles: Sequence[str] | None, state:
     return chosen
 
 
-def demonstrations(env: Any, workflow: Workflow, plan: RunPlan, tokenizer: Any, tasks: Sequence[dict],
+def demonstrations(env: Any, plan: RunPlan, tokenizer: Any, tasks: Sequence[dict],
                    roles: Sequence[str]) -> list[Demonstration]:
     """(prompt ids, reply ids) for each task and role, in that order (see the module docstring)."""
     from masdsl.runtime.prompts import encode, messages_for, prompt_variables, text_ids  # jinja2: only when used
 
-    out = []
+    out, workflow = [], plan.workflow
     for task in tasks:
         state = env.reset(task)
         view = env.view(state)
@@ -131,7 +130,7 @@ def train_sft(model: Any, data: Sequence[Demonstration], *, epochs: int, lr: flo
     return losses
 
 
-def warm_start(workflow: Workflow, cfg: Config, out: str | Path, *, roles: Sequence[str] | None = None,
+def warm_start(plan: RunPlan, out: str | Path, *, roles: Sequence[str] | None = None,
                tasks: int = DEFAULT_TASKS, epochs: int = 1, lr: float = DEFAULT_LR, seed: int = 0,
                on_step: Callable[[int, int, float], None] | None = None) -> WarmStartInfo:
     """Warm-start the policy the chosen roles share on the last `tasks` train tasks and save it to
@@ -141,7 +140,7 @@ def warm_start(workflow: Workflow, cfg: Config, out: str | Path, *, roles: Seque
     from masdsl.runtime.models import load_model  # heavy: transformers
     from masdsl.runtime.inputs import load_split, make_env  # the env registry: only when used
 
-    plan = resolve_rollout(workflow, cfg)  # names and ranges, before any data or model
+    workflow = plan.workflow  # planned by the caller (`resolve_rollout`): names and ranges, before any data or model
     if tasks < 1 or epochs < 1 or not lr > 0:
         raise UserError(f"warm start: tasks and epochs must be >= 1 and lr > 0 (got {tasks}, {epochs}, {lr})")
     if "train" not in workflow.data:
@@ -159,7 +158,7 @@ def warm_start(workflow: Workflow, cfg: Config, out: str | Path, *, roles: Seque
     if spec.lora:
         raise UserError(f"warm start: policy `{spec.name}` is a LoRA policy; warm start trains full weights")
     model, tokenizer = load_model(spec.model, dtype=master_dtype(plan))
-    data = demonstrations(env, workflow, plan, tokenizer, rows, chosen)
+    data = demonstrations(env, plan, tokenizer, rows, chosen)
     t0 = time.perf_counter()
     losses = train_sft(model, data, epochs=epochs, lr=lr, seed=seed, on_step=on_step)
     folder = Path(out)

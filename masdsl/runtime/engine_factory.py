@@ -1,8 +1,8 @@
 """The one place that builds and closes inference engines, for `masdsl eval`, `masdsl run` and the
 evaluations inside a run.
 
-    engines = build_engines(workflow, plan)             # evaluation: from the policies' model names
-    engines = build_engines(workflow, plan, weights)    # training: sampling from the learner's live weights
+    engines = build_engines(plan)             # evaluation: from the policies' model names
+    engines = build_engines(plan, weights)    # training: sampling from the learner's live weights
     close_engines(engines)
 
 Evaluation (`weights=None`): one engine per distinct model (policies on the same model act with
@@ -25,7 +25,7 @@ from functools import partial
 from typing import Any, Callable, Mapping, Protocol
 
 from masdsl.config import ConfigError
-from masdsl.lang.workflow import PolicySpec, Workflow
+from masdsl.lang.workflow import PolicySpec
 from masdsl.runtime import actors
 from masdsl.runtime.backends import build_engine, engine_kwargs, hf_engine_on, vllm_available, vllm_engine
 from masdsl.runtime.backends.base import Engine
@@ -78,8 +78,7 @@ def engine_kind(plan: RunPlan, training: bool = False) -> str:
     return kind
 
 
-def build_engines(workflow: Workflow, plan: RunPlan,
-                  weights: Mapping[str, LiveWeights] | None = None) -> dict[str, Engine]:
+def build_engines(plan: RunPlan, weights: Mapping[str, LiveWeights] | None = None) -> dict[str, Engine]:
     """{policy: Engine}: from the plan's policies' model names, or sampling from the learner's `weights`."""
     if weights is not None:
         return _training_engines(weights, plan)
@@ -88,7 +87,7 @@ def build_engines(workflow: Workflow, plan: RunPlan,
         from masdsl.runtime.backends.replay import ReplayEngine  # only replay runs need it
 
         engine = ReplayEngine(rt.replay_file)
-        return {name: engine for name in workflow.policies}
+        return {name: engine for name in plan.workflow.policies}
     models = {s.model for s in plan.policies.values()}
     by_model: dict[str, Engine] = {}
     for spec in plan.policies.values():

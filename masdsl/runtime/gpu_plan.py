@@ -41,7 +41,6 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from masdsl.lang.workflow import Workflow
 from masdsl.runtime.plan import RunPlan
 
 GIB = 2**30
@@ -322,9 +321,9 @@ def communication(m: ModelDims, r: Recipe) -> dict[str, float]:
     return out
 
 
-def recipe_from_plan(name: str, plan: RunPlan, workflow: Workflow, hardware: Hardware) -> Recipe:
-    """A `Recipe` from a run plan (`masdsl.runtime.plan.resolve_run`) and the `Workflow` it runs."""
-    specs = plan.policies
+def recipe_from_plan(name: str, plan: RunPlan, hardware: Hardware) -> Recipe:
+    """A `Recipe` from a run plan (`masdsl.runtime.plan.resolve_run`) of the `Workflow` it runs."""
+    specs, workflow = plan.policies, plan.workflow
     trained = [n for n, s in specs.items() if not s.frozen and workflow.roles_of_policy(n)]
     roles = {n: workflow.roles_of_policy(n) for n in trained}
     groups = [tuple(d.get("roles", ())) for _, d in workflow.graph.nodes(data=True)]

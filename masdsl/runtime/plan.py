@@ -8,8 +8,9 @@ learner session, the placement, the GPU plan and `masdsl.api` take the plan; onl
 (and the config layer that resolves them) reads `policy.*` and `sample.*` overrides.
 
 `resolve_run` is the pre-flight of `masdsl run`: `masdsl run` (also with `--dry-run`),
-`masdsl check FILE [overrides]`, `masdsl graph`, `masdsl.train` and the trainer call it, so each
-refuses exactly what a run refuses, with the same message. `resolve_rollout` plans a rollout or
+`masdsl check FILE [overrides]`, `masdsl graph` and `masdsl.train` call it, once each, so each
+refuses exactly what a run refuses, with the same message, and hands the plan down (the trainer
+takes it; the plan carries its workflow). `resolve_rollout` plans a rollout or
 an evaluation (`masdsl eval`, `masdsl.rollout`): the same names, ranges and engine options, none
 of the training checks. Neither reads data, loads a model or starts an engine, Ray or MLflow:
 model names are only looked up (`masdsl.runtime.models.model_problem`). What needs the data
@@ -31,13 +32,15 @@ masdsl.runtime.plan.RunPlanError: invalid configuration:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
+import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from masdsl.config import (ALL_ROLES, Config, ConfigError, RuntimeConfig, SandboxConfig, TrackingConfig, TrainConfig,
-                           check_names, policy_override, train_problems)
+from masdsl.config import (ALL_ROLES, Config, ConfigError, PolicyOverride, RuntimeConfig, SandboxConfig, TrackingConfig,
+                           TrainConfig, check_names, policy_override, train_problems)
 from masdsl.config_schema import ADVANTAGE_MIN_K
 from masdsl.errors import UserError, did_you_mean
 from masdsl.lang.judge import judge_problems
@@ -65,11 +68,13 @@ class RunPlanError(ConfigError):
 class RunPlan:
     """What a run will run, decided before anything starts."""
 
-    config: Config  # what the plan was resolved from: the run folder and MLflow record it
+    config: Config  # what the plan was resolved from: kept only as the record the run folder and MLflow save
     policies: Mapping[str, PolicySpec]  # the file's policies with `policy.<name>.*` applied
     samples: Mapping[str, Mapping[str, Any]]  # role -> its `sample { }` settings after `sample.*` overrides
     max_model_len: int  # an evaluation engine's context: runtime.max_prompt_tokens + the longest max_tokens
     placement: Placement  # per policy: its engine and its learner
+    # what it was resolved for, so that nothing below the commands takes a workflow beside its plan
+    workflow: Workflow = dataclasses.field(repr=False, compare=False)
     advantages: Mapping[str, str] = dataclasses.field(default_factory=dict)  # role -> its `advantage` estimator
 
     @property
@@ -100,6 +105,27 @@ class RunPlan:
     def max_tokens(self, role: str) -> int:
         """The reply budget of `role`."""
         return int(self.samples[role].get("max_tokens", DEFAULT_MAX_TOKENS))
+
+    def with_models(self, models: Mapping[str, str | os.PathLike]) -> "RunPlan":
+        """This plan with `policy.NAME.model=FOLDER` for each of `models` (a checkpoint's exported
+        policies, `masdsl eval --checkpoint`): the policies, placement and the config it records
+        change, nothing is checked again (a model's name is never checked by a rollout's plan).
+
+        >>> import masdsl
+        >>> from masdsl.config import resolve_config
+        >>> wf = masdsl.load("workflows/coder_tester.mas")
+        >>> plan = resolve_rollout(wf, resolve_config(wf.train)).with_models({"shared": "/tmp/trained"})
+        >>> plan.policies["shared"].model, plan.config.policy["shared"].model, plan.placement.lines()[0][-13:]
+        ('/tmp/trained', '/tmp/trained', '/tmp/trained)')
+        """
+        cfg = copy.deepcopy(self.config)
+        cfg.policy = dict(cfg.policy or {})
+        for name, folder in models.items():
+            cfg.policy[name] = dataclasses.replace(cfg.policy.get(name) or PolicyOverride(), model=str(folder))
+        specs = {name: dataclasses.replace(spec, model=str(models[name])) if name in models else spec
+                 for name, spec in self.policies.items()}
+        return dataclasses.replace(self, config=cfg, policies=specs,
+                                   placement=plan_placement(self.workflow, specs, cfg.runtime))
 
     def lines(self) -> list[str]:
         """The plan as `masdsl run --dry-run` prints it: placement, sampling per role, context."""
@@ -155,7 +181,7 @@ def _plan(workflow: Workflow, cfg: Config, specs: dict[str, PolicySpec]) -> RunP
     longest = max((int(s.get("max_tokens", DEFAULT_MAX_TOKENS)) for s in samples.values()), default=DEFAULT_MAX_TOKENS)
     return RunPlan(config=cfg, policies=specs, samples=samples, max_model_len=int(cfg.runtime.max_prompt_tokens) + longest,
                    placement=plan_placement(workflow, specs, cfg.runtime),
-                   advantages={role: spec.advantage for role, spec in workflow.roles.items()})
+                   advantages={role: spec.advantage for role, spec in workflow.roles.items()}, workflow=workflow)
 
 
 def run_problems(workflow: Workflow, cfg: Config, specs: Mapping[str, PolicySpec]) -> list[str]:

@@ -1,6 +1,6 @@
 """A run folder's own copy of every file its workflow reads, so the folder works alone.
 
-When a run folder is made (`masdsl.runtime.rundir.RunDir.create`), `keep` copies the `.mas`
+When a run folder is made (`masdsl.runtime.rundir.RunDir.open`), `keep` copies the `.mas`
 source and every local file it names: each `import "x.py"` (and, recursively, the local Python
 modules such a file imports: `import helper` of a `helper.py` beside it), each quoted data
 file (`data train "tasks.jsonl"`) and each `prompt file "p.j2"`. They go under `files/` at the

@@ -28,6 +28,7 @@ from masdsl.config import to_yaml
 from masdsl.errors import UserError
 from masdsl.lang.graph import to_mermaid
 from masdsl.runtime import run_files
+from masdsl.runtime.plan import RunPlan
 from masdsl.runtime.records import StepRecord, read_records, write_records
 
 RECORDS = "records.jsonl"
@@ -52,19 +53,27 @@ class RunDir:
         self.n_records = 0
 
     @classmethod
-    def create(cls, workflow: Any, cfg: Any, root: str | Path | None = None) -> "RunDir":
-        """A fresh `root/<workflow>/<UTC timestamp>` folder holding graph, config and source."""
-        base = Path(root if root is not None else cfg.runtime.runs_dir) / workflow.name
-        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-        path, i = base / stamp, 1
-        while path.exists():
-            i += 1
-            path = base / f"{stamp}-{i}"
-        rd = cls(path)
-        (path / GRAPH).write_text(mermaid(workflow), encoding="utf-8")
-        (path / CONFIG).write_text(to_yaml(cfg), encoding="utf-8")
-        (path / SOURCE).write_text(workflow.source or "", encoding="utf-8")
-        run_files.keep(path, workflow)  # the folder works alone: export after the originals moved
+    def open(cls, plan: RunPlan, path: str | Path | None = None) -> "RunDir":
+        """The one writer of a run folder's record of what ran: a fresh
+        `runtime.runs_dir/<workflow>/<UTC timestamp>` folder, or `path` (a resumed run, a sweep
+        trial, `masdsl.train(run_dir=...)`), holding the plan's `config.yaml` (on resume: the
+        configuration the run continues with) and, where it has none yet, the graph, the source
+        and the files the workflow reads. Records go in with `write_records`; checkpoints under
+        `checkpoints/` (`masdsl.learner.session.TrainSession.save_checkpoint`)."""
+        workflow = plan.workflow
+        if path is None:
+            base = Path(plan.runtime.runs_dir) / workflow.name
+            stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+            path, i = base / stamp, 1
+            while path.exists():
+                i += 1
+                path = base / f"{stamp}-{i}"
+        rd = cls(Path(path))
+        (rd.path / CONFIG).write_text(to_yaml(plan.config), encoding="utf-8")
+        if not (rd.path / SOURCE).is_file():  # a resumed run keeps the source it started from
+            (rd.path / GRAPH).write_text(mermaid(workflow), encoding="utf-8")
+            (rd.path / SOURCE).write_text(workflow.source or "", encoding="utf-8")
+            run_files.keep(rd.path, workflow)  # the folder works alone: export after the originals moved
         return rd
 
     @property

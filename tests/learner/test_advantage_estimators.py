@@ -100,6 +100,7 @@ def test_a_role_s_estimator_reaches_the_update(tiny_model_dir, tmp_path, one_thr
     from masdsl.config import resolve_config
     from masdsl.learner import checkpoint
     from masdsl.learner.trainer import train
+    from masdsl.runtime.plan import resolve_run
     from masdsl.runtime.records import read_records
 
     toy = Path(__file__).parent / "toy"
@@ -113,7 +114,7 @@ def test_a_role_s_estimator_reaches_the_update(tiny_model_dir, tmp_path, one_thr
         cfg = resolve_config(wf.train, overrides=[f"policy.shared.model={tiny_model_dir}", "tracking.enabled=false",
                                                   "runtime.engine=hf", "train.steps=1", "train.samples=4", "train.batch=3",
                                                   "train.eval_tasks=1", "train.lr=0.01"])
-        result = train(wf, cfg, run_dir=tmp_path / name)
+        result = train(resolve_run(wf, cfg), run_dir=tmp_path / name)
         recs = [(r.task_id, r.role, r.candidate, r.response_ids, r.reward) for r in read_records(tmp_path / name / "records.jsonl")]
         runs[name] = (recs, checkpoint.load_weights(result.checkpoints[-1] / "policies" / "shared.safetensors"))
     assert runs["grpo"][0] == runs["drgrpo"][0]  # one rollout

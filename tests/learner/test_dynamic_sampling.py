@@ -10,6 +10,7 @@ import pytest
 import masdsl
 from masdsl.config import resolve_config
 from masdsl.learner.trainer import train
+from masdsl.runtime.plan import resolve_run
 from masdsl.runtime.records import read_records
 
 TOY = Path(__file__).parent / "toy"
@@ -30,7 +31,7 @@ def toy(reward: str):
 
 def run(wf, model_dir, tmp_path, *extra):
     cfg = resolve_config(wf.train, overrides=[*BASE, *(f"policy.{p}.model={model_dir}" for p in wf.policies), *extra])
-    result = train(wf, cfg, run_dir=tmp_path / "run")
+    result = train(resolve_run(wf, cfg), run_dir=tmp_path / "run")
     return result.history[-1], list(read_records(tmp_path / "run" / "records.jsonl"))
 
 

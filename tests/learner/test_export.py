@@ -81,7 +81,7 @@ def logprobs(model, ids: torch.Tensor) -> torch.Tensor:
 def _checkpoint_policy(mas: Path, run_dir: Path, name: str):
     """The policy as the trainer builds it, with the checkpoint's weights."""
     wf, ck = masdsl.load(mas), checkpoint.latest(run_dir)
-    p = load_policies(wf, resolve_rollout(wf, checkpoint_config(ck)))[name]
+    p = load_policies(resolve_rollout(wf, checkpoint_config(ck)))[name]
     p.load_state_dict(checkpoint.policy_weights(ck, name))
     p.activate()
     return p

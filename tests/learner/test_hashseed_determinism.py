@@ -62,12 +62,13 @@ import masdsl
 from masdsl.config import resolve_config
 from masdsl.learner.checkpoint import policy_weights
 from masdsl.learner.trainer import train
+from masdsl.runtime.plan import resolve_run
 
 model_dir, toy_dir, out = sys.argv[1:4]
 wf = masdsl.loads(sys.stdin.read(), name="hashseed_probe", base_dir=toy_dir)
 cfg = resolve_config(wf.train, overrides=[f"policy.shared.model={model_dir}", "tracking.enabled=false",
                                           "runtime.engine=hf", "train.seed=3"])
-result = train(wf, cfg, run_dir=out)
+result = train(resolve_run(wf, cfg), run_dir=out)
 rows = [json.loads(line) for line in open(f"{out}/records.jsonl")]
 for r in rows:
     r.pop("gen_s"), r.pop("env_s")

@@ -15,6 +15,7 @@ from masdsl.config import resolve_config
 from masdsl.envs.env_server import make_server
 from masdsl.lang.imports import import_file
 from masdsl.learner.trainer import train
+from masdsl.runtime.plan import resolve_run
 
 TOY = Path(__file__).parent / "toy"
 PENALTY = -2.0
@@ -59,7 +60,7 @@ def test_a_run_survives_its_env_server_dying_and_counts_the_lost_episodes(tiny_m
     overrides = [f"policy.shared.model={tiny_model_dir}", "tracking.enabled=false", "runtime.engine=hf", "train.steps=2",
                  "train.samples=2", "train.batch=3", "train.eval_tasks=2", "train.eval_every=0"]
     try:
-        result = train(wf, resolve_config(wf.train, overrides=overrides), run_dir=tmp_path / "run")
+        result = train(resolve_run(wf, resolve_config(wf.train, overrides=overrides)), run_dir=tmp_path / "run")
     finally:
         server.server_close()
     assert [h["env_lost"] for h in result.history] == [0.0, 3.0]

@@ -84,7 +84,7 @@ def test_open_learners_follows_the_plan_placement(tiny_model_dir):
     from masdsl.learner.logprobs import AdapterOff
     from masdsl.learner.policies import load_policies
 
-    policies = load_policies(wf, plan)
+    policies = load_policies(plan)
     learners = open_learners(policies, plan, print)
     assert set(learners) == {"namer_p"}  # the frozen policy has no learner
     assert isinstance(learners["namer_p"], LocalLearner) and isinstance(learners["namer_p"].reference, AdapterOff)

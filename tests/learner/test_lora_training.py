@@ -53,7 +53,7 @@ def tensor_elements() -> int:
 @pytest.fixture(scope="module")
 def lora(tiny_model_dir):
     wf, plan = plan_of("toy_digits_lora.mas", tiny_model_dir, "train.kl_coef=0.1", "train.lr=0.01")
-    policies = load_policies(wf, plan)
+    policies = load_policies(plan)
     return plan, policies
 
 
@@ -123,7 +123,7 @@ def test_the_kl_reference_of_a_lora_policy_is_no_second_copy(lora, tiny_model_di
     refs = references(policies, plan)
     assert all(isinstance(r, AdapterOff) for r in refs.values()) and tensor_elements() == before
     wf, full_plan = plan_of("toy_digits.mas", tiny_model_dir, "train.kl_coef=0.1")
-    full = load_policies(wf, full_plan)
+    full = load_policies(full_plan)
     before = tensor_elements()
     full_refs = references(full, full_plan)
     copy_elements = sum(p.numel() for p in next(iter(full.values())).model.parameters())

@@ -20,6 +20,7 @@ from masdsl.config import ConfigError, check_names, flatten, resolve_config
 from masdsl.learner.display import Progress, cut_warnings, role_budgets, step_line, summary_table
 from masdsl.learner.metrics import eval_metrics, reply_counts, reply_shares, step_metrics
 from masdsl.learner.trainer import train
+from masdsl.runtime.plan import resolve_run
 from masdsl.runtime.records import StepRecord, read_records
 from masdsl.runtime.plan import resolve_rollout, role_sample
 from masdsl.tracking.lineage import params_of, route
@@ -210,7 +211,7 @@ def test_a_training_run_counts_warns_and_takes_the_every_role_budget(tiny_model_
         "train.samples=2", "train.batch=2", "train.eval_tasks=2", "train.eval_every=0",
         "sample.*.max_tokens=2", "sample.copier.max_tokens=1"])
     buf = io.StringIO()
-    result = train(wf, cfg, run_dir=tmp_path / "run", console=Console(file=buf, width=400))
+    result = train(resolve_run(wf, cfg), run_dir=tmp_path / "run", console=Console(file=buf, width=400))
     records = list(read_records(tmp_path / "run" / "records.jsonl"))
     budget = {"namer": 2, "copier": 1}
     assert all(len(r.response_ids) <= budget[r.role] for r in records)

@@ -16,6 +16,7 @@ import masdsl
 from masdsl.config import resolve_config
 from masdsl.errors import StepFailed
 from masdsl.learner.trainer import train
+from masdsl.runtime.plan import resolve_run
 
 TOY = Path(__file__).parent / "toy"
 
@@ -44,7 +45,7 @@ def boom_workflow(tmp_path: Path):
 def run(wf, model_dir, run_dir, *extra, console=None):
     overrides = [f"policy.shared.model={model_dir}", "tracking.enabled=false", "runtime.engine=hf", "train.steps=2",
                  "train.samples=2", "train.batch=3", "train.eval_tasks=2", "train.eval_every=0", *extra]
-    return train(wf, resolve_config(wf.train, overrides=overrides), run_dir=run_dir, console=console)
+    return train(resolve_run(wf, resolve_config(wf.train, overrides=overrides)), run_dir=run_dir, console=console)
 
 
 def test_a_raising_reward_scores_0_and_is_counted(tiny_model_dir, tmp_path):

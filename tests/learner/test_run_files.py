@@ -66,6 +66,7 @@ def test_modules_data_files_and_parent_paths_are_kept(tmp_path, capsys):
     from masdsl.config import resolve_config
     from masdsl.lang.fingerprint import fingerprint
     from masdsl.runtime import run_files
+    from masdsl.runtime.plan import resolve_rollout
     from masdsl.runtime.rundir import RunDir
 
     files = scaffold("quiz")
@@ -81,7 +82,8 @@ def test_modules_data_files_and_parent_paths_are_kept(tmp_path, capsys):
     mas = mas.replace('data eval quiz_tasks("eval")', 'data eval "tasks.jsonl"')
     (wf_dir / "quiz.mas").write_text(mas)
     wf = load(wf_dir / "quiz.mas")
-    run = RunDir.create(wf, resolve_config(wf.train, None, [f"runtime.runs_dir={tmp_path / 'runs'}"])).path
+    plan = resolve_rollout(wf, resolve_config(wf.train, None, [f"runtime.runs_dir={tmp_path / 'runs'}"]))
+    run = RunDir.open(plan).path
     kinds = {r["written"]: r["kind"] for r in json.loads((run / "files.json").read_text())["files"]}
     assert kinds == {"../lib/quiz_env.py": "import", "tasks.jsonl": "data", f"../lib/{helper}.py": "module"}
     shutil.rmtree(tmp_path / "proj")

@@ -77,7 +77,7 @@ def _changed(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) ->
 def _run(wf, model_dir, run_dir: Path, *extra, **kw):
     """Train; keep each step's weights as its checkpoint had them (a run keeps only the last two)."""
     seen: dict[int, dict] = {}
-    result = train(wf, config(wf, model_dir, *extra), run_dir=run_dir,
+    result = train(resolve_run(wf, config(wf, model_dir, *extra)), run_dir=run_dir,
                    on_step=lambda step, _m: seen.__setitem__(step, _weights(run_dir, step)), **kw)
     return result, seen
 
@@ -104,7 +104,7 @@ def test_alternation_changes_exactly_the_scheduled_policy_each_step(tiny_model_d
             raise Stop
 
     with pytest.raises(Stop):
-        train(wf, config(wf, tiny_model_dir), run_dir=tmp_path / "cut", on_step=stop_at_3)
+        train(resolve_run(wf, config(wf, tiny_model_dir)), run_dir=tmp_path / "cut", on_step=stop_at_3)
     _, resumed = _run(wf, tiny_model_dir, tmp_path / "cut", resume=tmp_path / "cut")
     assert sorted(resumed) == [4, 5, 6]
     assert not _changed(seen[3]["a"], resumed[4]["a"]) and _changed(seen[3]["b"], resumed[4]["b"])  # still b's phase

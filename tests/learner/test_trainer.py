@@ -15,6 +15,7 @@ from masdsl.config import resolve_config
 from masdsl.errors import CheckpointError
 from masdsl.learner import checkpoint
 from masdsl.learner.trainer import train
+from masdsl.runtime.plan import resolve_run
 from masdsl.runtime.records import read_records
 from masdsl.runtime.plan import resolve_rollout
 
@@ -58,7 +59,7 @@ def test_toy_learns_from_chance_to_090(tiny_model_dir, tmp_path):
     wf = toy()
     cfg = config(wf, tiny_model_dir, "train.seed=0")
     assert (cfg.train.samples, cfg.train.batch, cfg.train.steps) == (16, 20, 60)
-    result = train(wf, cfg, run_dir=tmp_path / "run")
+    result = train(resolve_run(wf, cfg), run_dir=tmp_path / "run")
     curve = [(e["step"], e["success/eval"]) for e in result.evals]
     print("eval success by step:", curve)
     assert curve[0] == (0, 0.0) or curve[0][1] <= 0.2
@@ -71,7 +72,7 @@ def test_toy_learns_from_chance_to_090(tiny_model_dir, tmp_path):
 
 
 def _run(wf, model_dir, run_dir, *extra, **kw):
-    return train(wf, config(wf, model_dir, *SHORT, *extra), run_dir=run_dir, **kw)
+    return train(resolve_run(wf, config(wf, model_dir, *SHORT, *extra)), run_dir=run_dir, **kw)
 
 
 def _records(run_dir):
@@ -149,11 +150,11 @@ def test_lora_adapters_train_only_on_their_own_roles(tiny_model_dir, tmp_path):
 
     wf = toy("toy_digits_lora.mas")
     cfg = config(wf, tiny_model_dir, "train.samples=8", "train.batch=10", "train.lr=0.01")
-    policies = load_policies(wf, resolve_rollout(wf, cfg))
+    policies = load_policies(resolve_rollout(wf, cfg))
     assert policies["namer_p"].model is policies["copier_p"].model  # one base in memory
     base = {n: p.detach().clone() for n, p in policies["namer_p"].model.named_parameters() if "lora_" not in n}
     env, data = prepare(wf, cfg.sandbox)
-    engines = build_engines(wf, resolve_rollout(wf, cfg), policies)
+    engines = build_engines(resolve_rollout(wf, cfg), policies)
     roll = rollout(wf, env, data["train"][:10], engines, mode="train", samples=8, step=0, seed=3, plan=resolve_rollout(wf, cfg))
     # the namer's samples get advantages (alternating signs within each group: a random tiny
     # model rarely earns a real reward), the copier's none: the copier's adapter must not move
@@ -191,9 +192,9 @@ def test_engine_samples_from_updated_weights(tiny_model_dir, tmp_path):
 
     wf = toy()
     cfg = config(wf, tiny_model_dir)
-    policies = load_policies(wf, resolve_rollout(wf, cfg))
+    policies = load_policies(resolve_rollout(wf, cfg))
     p = policies["shared"]
-    engine = build_engines(wf, resolve_rollout(wf, cfg), policies)["shared"]
+    engine = build_engines(resolve_rollout(wf, cfg), policies)["shared"]
     prompt = p.tokenizer.apply_chat_template([{"role": "user", "content": "target:7:7:7"}], add_generation_prompt=True)
     prompt = list(getattr(prompt, "input_ids", prompt))
     req = GenRequest(prompt_ids=prompt, n=1, temperature=1.0, max_tokens=4, seed=11)

@@ -16,6 +16,7 @@ from masdsl.learner.grouping import group_records
 from masdsl.learner.logprobs import sequence_logprobs
 from masdsl.learner.metrics import role_metrics
 from masdsl.learner.trainer import train
+from masdsl.runtime.plan import resolve_run
 from masdsl.learner.update import update_policy
 from masdsl.runtime.episodes import EpisodeResult
 from masdsl.runtime.records import StepRecord
@@ -134,7 +135,7 @@ def test_a_training_step_with_kl_off_logs_entropy_kl_roles_and_phase_times(tiny_
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cfg = config(wf, tiny_model_dir, "train.steps=1", "train.samples=4", "train.batch=5", "train.eval_tasks=2",
                  "train.kl_coef=0", "tracking.enabled=true", f"tracking.uri={uri}", "tracking.experiment=m")
-    result = train(wf, cfg, run_dir=tmp_path / "run")
+    result = train(resolve_run(wf, cfg), run_dir=tmp_path / "run")
     h = result.history[-1]
     for p in ("namer_p", "copier_p"):
         assert math.isfinite(h[f"entropy/{p}"]) and h[f"entropy/{p}"] > 0

@@ -13,6 +13,7 @@ from masdsl.config import resolve_config
 from masdsl.envs.parsers import actions, code_block
 from masdsl.envs.plan_path import PlanPathEnv, plan_path
 from masdsl.learner import warm_start as ws
+from masdsl.runtime.plan import resolve_rollout
 from masdsl.sandbox import run_python
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +45,7 @@ def test_demonstrations_render_each_role_prompt_at_turn_0(tiny_model_dir):
     _, tok = load_model(tiny_model_dir)
     env = make_env(wf, cfg.sandbox)
     tasks = plan_path("train", n=3, size=5)
-    data = ws.demonstrations(env, wf, cfg, tok, tasks, ["tool", "planner"])
+    data = ws.demonstrations(env, resolve_rollout(wf, cfg), tok, tasks, ["tool", "planner"])
     assert [(d.role, d.task_id) for d in data] == [(r, t["id"]) for t in tasks for r in ("tool", "planner")]
     tool, planner = data[0], data[1]
     assert "grid.shortest_path(board)" in tok.decode(tool.reply_ids)
@@ -59,7 +60,8 @@ def test_supervised_steps_lower_the_loss_and_the_folder_loads(tiny_model_dir, tm
     wf = masdsl.load(HELPER)
     cfg = resolve_config(wf.train, overrides=["tracking.enabled=false", f"policy.shared.model={tiny_model_dir}"])
     steps = []
-    info = ws.warm_start(wf, cfg, tmp_path / "warm", tasks=2, epochs=20, lr=3e-3, on_step=lambda *a: steps.append(a))
+    info = ws.warm_start(resolve_rollout(wf, cfg), tmp_path / "warm", tasks=2, epochs=20, lr=3e-3,
+                         on_step=lambda *a: steps.append(a))
     assert info.roles == ["tool", "planner"] and info.steps == 2 * 2 * 20 == len(steps)
     assert steps[-1][:2] == (80, 80)
     assert info.loss_last < 0.5 * info.loss_first  # a tiny random model memorises four replies
@@ -77,7 +79,7 @@ def test_the_same_seed_gives_the_same_weights(tiny_model_dir, tmp_path):
     wf = masdsl.load(HELPER)
     cfg = resolve_config(wf.train, overrides=["tracking.enabled=false", f"policy.shared.model={tiny_model_dir}"])
     for name in ("a", "b"):
-        ws.warm_start(wf, cfg, tmp_path / name, tasks=1, epochs=1, lr=1e-3, seed=3)
+        ws.warm_start(resolve_rollout(wf, cfg), tmp_path / name, tasks=1, epochs=1, lr=1e-3, seed=3)
     a, b = (load_model(tmp_path / n)[0].state_dict() for n in ("a", "b"))
     assert all(torch.equal(a[k], b[k]) for k in a)
 

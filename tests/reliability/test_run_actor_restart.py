@@ -40,6 +40,7 @@ def test_engine_actor_killed_mid_rollout_run_equals_uninterrupted_run(local_ray,
     from masdsl.config import resolve_config
     from masdsl.learner import session
     from masdsl.learner.trainer import train
+    from masdsl.runtime.plan import resolve_run
     from masdsl.runtime import actors
 
     wf = masdsl.load(str(DATA / "lengths.mas"))
@@ -49,7 +50,7 @@ def test_engine_actor_killed_mid_rollout_run_equals_uninterrupted_run(local_ray,
     real_build = session.build_engines
     monkeypatch.setattr(session, "build_engines", lambda w, c, p: built.append(real_build(w, c, p)) or built[-1])
 
-    reference = train(wf, cfg, run_dir=tmp_path / "reference")
+    reference = train(resolve_run(wf, cfg), run_dir=tmp_path / "reference")
     (engine,) = {id(e): e for e in built[0].values()}.values()
     assert isinstance(engine, actors.RemoteEngine) and engine.restarts == 0
 
@@ -84,7 +85,7 @@ def test_engine_actor_killed_mid_rollout_run_equals_uninterrupted_run(local_ray,
 
     monkeypatch.setattr(actors, "engine_from_folder", slow_first_armed_call)
     thread, killed = kill_first_logged(log, delay_s=0.5, timeout_s=300)  # inside the sleep, before it generates
-    run = train(wf, cfg, run_dir=tmp_path / "run", on_step=lambda step, m: step == 1 and armed.touch())
+    run = train(resolve_run(wf, cfg), run_dir=tmp_path / "run", on_step=lambda step, m: step == 1 and armed.touch())
     thread.join(timeout=5)
     (engine,) = {id(e): e for e in built[1].values()}.values()
     assert killed, "no generate call was seen to kill"

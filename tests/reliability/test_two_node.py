@@ -47,7 +47,7 @@ def test_env_tasks_and_inference_actor_on_different_nodes(two_node_cluster, tiny
 
     wf, cfg, env, tasks = _setup(two_node_cluster, "runtime.engine=hf", f"policy.shared.model={tiny_model_dir}")
     log = tmp_path / "where.jsonl"
-    engines = build_engines(wf, resolve_rollout(wf, cfg))
+    engines = build_engines(resolve_rollout(wf, cfg))
     try:
         engine = engines["shared"]
         assert isinstance(engine, RemoteEngine)

@@ -77,6 +77,6 @@ def test_prepare_env_splits_and_policy_overrides(tmp_path):
     assert effective_policies(wf, cfg)["shared"].model == "/models/x"
     with pytest.raises(ConfigError, match="did you mean `policy.shared`"):
         effective_policies(wf, resolve_config(overrides=["policy.sharde.model=x"]))
-    engines = build_engines(wf, resolve_rollout(wf, resolve_config(overrides=["runtime.engine=replay",
+    engines = build_engines(resolve_rollout(wf, resolve_config(overrides=["runtime.engine=replay",
                                                           f"runtime.replay_file={DATA / 'toy_replay.jsonl'}"])))
     assert list(engines) == ["shared"]

@@ -190,7 +190,7 @@ def test_training_with_sleep_mode_sleeps_around_each_update(tiny_model_dir, tmp_
     cfg = resolve_config(wf.train, None, ["runtime.engine=vllm", "runtime.device=cuda", "runtime.vllm_sleep_mode=true",
                                           f"policy.shared.model={tiny_model_dir}", "tracking.enabled=false",
                                           "train.steps=2", "runtime.vllm_gpu_memory_utilization=0.2"])
-    run = train(wf, cfg, run_dir=tmp_path / "run")
+    run = train(resolve_run(wf, cfg), run_dir=tmp_path / "run")
     assert run.steps == 2 and calls == ["sleep", "wake"] * 2
 
 

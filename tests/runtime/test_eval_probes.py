@@ -61,7 +61,7 @@ def test_probes_change_what_the_planner_is_shown_and_nothing_else(tmp_path):
         cfg = resolve_config(wf.train, overrides=["runtime.engine=replay", f"runtime.replay_file={replay}",
                                                   f"runtime.runs_dir={tmp_path / probe}", "tracking.enabled=false",
                                                   f"train.eval_probe={probe}"])
-        results[probe] = run_evaluation(wf, cfg, tasks)
+        results[probe] = run_evaluation(resolve_rollout(wf, cfg), tasks)
     for t in tasks:
         state = env.reset(t)
         truth = json.dumps(shortest_path(state.maze, state.start))

@@ -109,7 +109,7 @@ def recipe(name: str):
     config, workflow, hardware = gp.RECIPES[name]
     wf = masdsl.load(ROOT / workflow)
     cfg = resolve_config(wf.train, ROOT / config)
-    return wf, cfg, gp.recipe_from_plan(name, resolve_run(wf, cfg), wf, hardware)
+    return wf, cfg, gp.recipe_from_plan(name, resolve_run(wf, cfg), hardware)
 
 
 @pytest.mark.parametrize("name", list(gp.RECIPES))

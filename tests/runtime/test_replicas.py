@@ -125,6 +125,7 @@ def test_training_with_two_replicas_syncs_new_weights_into_both(local_ray, tiny_
     from masdsl.learner import session
     from masdsl.learner.checkpoint import policy_weights
     from masdsl.learner.trainer import train
+    from masdsl.runtime.plan import resolve_run
     from masdsl.runtime import actors
     from masdsl.runtime.backends.hf import HFEngine
     from masdsl.runtime.models import load_model
@@ -148,7 +149,7 @@ def test_training_with_two_replicas_syncs_new_weights_into_both(local_ray, tiny_
         seen["replicas"] = [r.generate(probe) for r in engine.replicas]
         seen["served"] = list(engine.served)
 
-    run = train(wf, cfg, run_dir=tmp_path / "run", on_step=after_step)
+    run = train(resolve_run(wf, cfg), run_dir=tmp_path / "run", on_step=after_step)
     assert run.steps == 1 and min(seen["served"]) > 0
     trained = policy_weights(tmp_path / "run" / "checkpoints" / "step_000001", "shared")
 

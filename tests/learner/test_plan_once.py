@@ -1,0 +1,200 @@
+"""The plan is what runs: each command and each API call resolves its plan once
+(`masdsl.runtime.plan.resolve_run` / `resolve_rollout`) and hands the `RunPlan` down; below the
+commands no function takes a `Config`; one owner writes the run folder's record of what ran.
+
+The counts are taken at run time: both functions are wrapped in every masdsl module that holds
+them, and the commands run for real on the toy workflow and the tiny model (one step)."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+
+import masdsl
+import masdsl.api  # noqa: F401  (imported before the wrapping, so it holds the original functions)
+import masdsl.learner.evaluation  # noqa: F401
+import masdsl.learner.export  # noqa: F401
+import masdsl.learner.trainer  # noqa: F401
+import masdsl.learner.warm_start  # noqa: F401
+import masdsl.runtime.plan as plan_module
+from masdsl.cli import main
+from masdsl.config import resolve_config, to_yaml
+from masdsl.runtime.plan import resolve_rollout
+
+TOY = Path(__file__).parent / "toy" / "toy_digits.mas"
+ROOT = Path(masdsl.__file__).parent
+REPLAY = Path(__file__).parents[1] / "runtime" / "data"
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
+
+
+class Plans:
+    """Every `resolve_run` / `resolve_rollout` call while it is open: (function, caller)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self._patch = pytest.MonkeyPatch()
+
+    def __enter__(self) -> "Plans":
+        for name in ("resolve_run", "resolve_rollout"):
+            original = getattr(plan_module, name)
+
+            def counted(workflow, cfg, _original=original, _name=name):
+                caller = sys._getframe(1)
+                self.calls.append((_name, f"{caller.f_globals['__name__']}.{caller.f_code.co_name}"))
+                return _original(workflow, cfg)
+
+            # the module itself (the commands import from it when they run) and every module that bound it
+            for module in [m for m in list(sys.modules.values()) if getattr(m, "__name__", "").startswith("masdsl")]:
+                if getattr(module, name, None) is original:
+                    self._patch.setattr(module, name, counted)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._patch.undo()
+
+
+def _run_args(model: Path, runs: Path, *extra: str) -> list[str]:
+    return [f"policy.shared.model={model}", "runtime.engine=hf", "tracking.enabled=false", f"runtime.runs_dir={runs}",
+            "train.samples=2", "train.batch=2", "train.eval_tasks=1", *extra]
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_model_dir, tmp_path_factory, one_thread):
+    """(run folder, the plans `masdsl run` resolved) of a one-step run of the toy."""
+    root = tmp_path_factory.mktemp("plan_once")
+    with Plans() as plans:
+        assert main(["run", str(TOY), *_run_args(tiny_model_dir, root / "runs", "train.steps=1"), "-q"]) == 0
+    (run_dir,) = (root / "runs" / "toy_digits").iterdir()
+    return run_dir, plans.calls
+
+
+def test_masdsl_run_plans_once_and_its_folder_holds_the_plans_config(trained):
+    run_dir, calls = trained
+    assert calls == [("resolve_run", "masdsl.commands.run.main")]
+    checkpoint = run_dir / "checkpoints" / "step_000001"
+    assert (run_dir / "config.yaml").read_text() == (checkpoint / "config.yaml").read_text()
+    assert (run_dir / "workflow.mas").read_text() == TOY.read_text() and (run_dir / "graph.mmd").is_file()
+
+
+def test_resume_plans_once_and_records_the_configuration_it_continues_with(trained, tiny_model_dir, tmp_path):
+    import shutil
+
+    run_dir = Path(shutil.copytree(trained[0], tmp_path / "run"))
+    with Plans() as plans:
+        assert main(["run", str(TOY), "--resume", str(run_dir), "train.steps=2", "-q"]) == 0
+    assert plans.calls == [("resolve_run", "masdsl.commands.run.main")]
+    assert "steps: 2" in (run_dir / "config.yaml").read_text()
+
+
+def test_eval_of_a_checkpoint_plans_the_command_once_and_the_checkpoint_once(trained, tmp_path):
+    """`eval --checkpoint`: the command's plan, and the plan the checkpoint's own configuration
+    rebuilds its policies with (a different configuration: the record of the run); the exported
+    models go in with `RunPlan.with_models`, not by planning a third time."""
+    with Plans() as plans:
+        assert main(["eval", str(TOY), "--checkpoint", str(trained[0]), "--tasks", "1", "runtime.engine=hf",
+                     "tracking.enabled=false", f"runtime.runs_dir={tmp_path}", "--json"]) == 0
+    assert plans.calls == [("resolve_rollout", "masdsl.commands.eval.main"),
+                           ("resolve_rollout", "masdsl.learner.export.checkpoint_plan")]
+    with Plans() as plans:
+        assert main(["export", str(trained[0]), "--out", str(tmp_path / "out")]) == 0
+    assert plans.calls == [("resolve_rollout", "masdsl.learner.export.checkpoint_plan")]
+
+
+def test_eval_plans_once(tmp_path):
+    with Plans() as plans:
+        assert main(["eval", str(REPLAY / "toy.mas"), "runtime.engine=replay",
+                     f"runtime.replay_file={REPLAY / 'toy_replay.jsonl'}", f"runtime.runs_dir={tmp_path}",
+                     "tracking.enabled=false", "--json"]) == 0
+    assert plans.calls == [("resolve_rollout", "masdsl.commands.eval.main")]
+
+
+def test_the_api_plans_once_per_call(tiny_model_dir, tmp_path):
+    with Plans() as plans:
+        result = masdsl.train(TOY, _run_args(tiny_model_dir, tmp_path / "runs", "train.steps=1"),
+                              run_dir=tmp_path / "run")
+    assert plans.calls == [("resolve_run", "masdsl.api.train")]
+    assert (tmp_path / "run" / "workflow.mas").is_file() and result.steps == 1
+    with Plans() as plans:
+        masdsl.evaluate(TOY, _run_args(tiny_model_dir, tmp_path / "runs"), tasks=1)
+    assert plans.calls == [("resolve_rollout", "masdsl.api.evaluate")]
+    with Plans() as plans:
+        masdsl.rollout(TOY, _run_args(tiny_model_dir, tmp_path / "runs"), tasks=1)
+    assert plans.calls == [("resolve_rollout", "masdsl.api.rollout")]
+
+
+def test_with_models_is_the_plan_of_the_config_with_those_models():
+    """`RunPlan.with_models` derives what planning `policy.NAME.model=FOLDER` again gives."""
+    wf = masdsl.load(TOY)
+    base = ["runtime.engine=hf", "sample.*.max_tokens=3"]
+    derived = resolve_rollout(wf, resolve_config(wf.train, overrides=base)).with_models({"shared": "/models/trained"})
+    again = resolve_rollout(wf, resolve_config(wf.train, overrides=[*base, "policy.shared.model=/models/trained"]))
+    assert derived == again and derived.workflow is wf
+    assert derived.placement.lines() == again.placement.lines()
+    assert to_yaml(derived.config) == to_yaml(again.config)
+    assert [f.name for f in dataclasses.fields(derived)] == [f.name for f in dataclasses.fields(again)]
+
+
+# Functions below the commands that still take a `Config`, each with its reason.
+TAKES_A_CONFIG = {
+    # the configuration layer itself: it builds, layers, checks and prints a Config
+    "config.py": "*", "config_overrides.py": "*", "config_file.py": "*", "config_aliases.py": "*",
+    # the planner: the one arrow from a Config to a RunPlan
+    "runtime/plan.py": "*",
+    # the record of a run: MLflow logs the configuration as the run's parameters
+    "tracking/__init__.py": {"validate", "start_run"}, "tracking/tracker.py": {"__init__"},
+    "tracking/lineage.py": {"parent_tags"},
+    # the sandbox's one converter to Limits takes a `sandbox` block in any of its forms
+    "sandbox/limits.py": {"_values", "limits_from_config"},
+    # narrows a checkpoint's saved configuration to its trained policies before it is planned
+    "learner/export.py": {"_only"},
+}
+
+
+def _config_params(tree: ast.AST):
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
+                note = ast.unparse(arg.annotation) if arg.annotation is not None else ""
+                if arg.arg == "cfg" or "Config" in note.replace("|", " ").split():
+                    yield node.name, arg.arg, note
+
+
+def test_no_function_below_the_commands_takes_a_config():
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith(("commands/", "testing/")) or rel in ("api.py", "cli.py"):
+            continue
+        allowed = TAKES_A_CONFIG.get(rel, set())
+        for func, name, note in _config_params(ast.parse(path.read_text())):
+            if allowed != "*" and func not in allowed:
+                found.append(f"{rel}: {func}({name}: {note or '?'})")
+    assert found == [], "take the RunPlan (or the one section needed), not the Config:\n" + "\n".join(found)
+    stale = [f"{rel}: {func}" for rel, funcs in TAKES_A_CONFIG.items() if funcs != "*"
+             for func in funcs if func not in {f for f, _, _ in _config_params(ast.parse((ROOT / rel).read_text()))}]
+    assert stale == [], "exceptions that no longer take a Config: remove them from TAKES_A_CONFIG"
+
+
+def test_one_owner_writes_the_record_and_the_checkpoint_call_is_written_once():
+    """A run folder's `config.yaml`: `RunDir.open` only (a checkpoint keeps its own copy);
+    `checkpoint.save`: `TrainSession.save_checkpoint` only."""
+    writers, saves = [], []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel, text = path.relative_to(ROOT).as_posix(), path.read_text()
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                continue
+            call = ast.unparse(node)
+            if node.func.attr == "write_text" and ("config.yaml" in call or "CONFIG" in call):
+                writers.append(rel)
+            if call.startswith(("ckpt.save(", "checkpoint.save(")):
+                saves.append(rel)
+    # api.py: a `Config` object given to the API is written to a temporary file and layered as `--config`
+    assert sorted(writers) == ["api.py", "learner/checkpoint.py", "runtime/rundir.py"]
+    assert saves == ["learner/session.py"]
