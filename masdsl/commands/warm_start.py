@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from masdsl.commands import output
+from masdsl.errors import UserError
 
 
 def _options(p: argparse.ArgumentParser) -> None:
@@ -58,7 +59,6 @@ def main(args: argparse.Namespace) -> int:
     import masdsl  # start-up: the commands import what they use when they run
     from masdsl.commands import split_options
     from masdsl.config import resolve_config
-    from masdsl.errors import UserError
     from masdsl.learner.warm_start import DEFAULT_LR, DEFAULT_TASKS, INFO_FILE, warm_start
     from masdsl.runtime.plan import resolve_rollout
 

@@ -45,6 +45,8 @@ class Plans:
 
             def counted(workflow, cfg, _original=original, _name=name):
                 caller = sys._getframe(1)
+                while caller.f_code.co_name.startswith("<"):  # a comprehension: its function
+                    caller = caller.f_back
                 self.calls.append((_name, f"{caller.f_globals['__name__']}.{caller.f_code.co_name}"))
                 return _original(workflow, cfg)
 
@@ -125,6 +127,35 @@ def test_the_api_plans_once_per_call(tiny_model_dir, tmp_path):
     with Plans() as plans:
         masdsl.rollout(TOY, _run_args(tiny_model_dir, tmp_path / "runs"), tasks=1)
     assert plans.calls == [("resolve_rollout", "masdsl.api.rollout")]
+
+
+def test_warm_start_plans_once(tiny_model_dir, tmp_path):
+    helper = ROOT.parent / "workflows" / "plan_path_helper.mas"
+    with Plans() as plans:
+        assert main(["warm-start", str(helper), "--out", str(tmp_path / "warm"), "--tasks", "1", "--epochs", "1",
+                     f"policy.shared.model={tiny_model_dir}", "tracking.enabled=false", "-q"]) == 0
+    assert plans.calls == [("resolve_rollout", "masdsl.commands.warm_start.main")]
+
+
+def test_a_sweep_plans_each_trial_once_before_any_starts_and_each_trial_once_in_its_worker(tiny_model_dir, tmp_path,
+                                                                                           monkeypatch):
+    """The driver plans every trial before any starts; each trial's worker, a process of its own
+    that loads the workflow again, plans its trial once. Here the trials run in this process
+    through the worker's own `run_trial`, one after the other, instead of as Ray tasks."""
+    from masdsl.learner import sweep_runner
+
+    def in_this_process(file, configs, remaining, folder, extra, plan, cpus, gpus, say):
+        for trial in remaining:
+            yield trial, sweep_runner.run_trial(file, configs, [*trial.overrides, *extra],
+                                                str(folder / "trials" / trial.folder))
+
+    monkeypatch.setattr(sweep_runner, "_run_on_ray", in_this_process)
+    with Plans() as plans:
+        result = sweep_runner.run_sweep(str(TOY), ["train.lr=1e-5,3e-5", *_run_args(tiny_model_dir, tmp_path / "runs"),
+                                                   "train.steps=1"], [0], out=tmp_path / "sweep", say=lambda line: None)
+    assert len(result.rows) == 2 and result.ran == [row["id"] for row in result.rows]
+    assert plans.calls == [("resolve_run", "masdsl.learner.sweep_runner.run_sweep")] * 2 \
+        + [("resolve_run", "masdsl.learner.sweep_runner.run_trial")] * 2
 
 
 def test_with_models_is_the_plan_of_the_config_with_those_models():
