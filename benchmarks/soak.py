@@ -143,7 +143,7 @@ def soak(steps: int, batch: int, samples: int, use_ray: bool, folder: Path, log_
         for step in range(steps):
             t0 = time.perf_counter()
             idx, cursor = next_batch(len(rows), batch, cfg.train.seed, cursor)
-            roll = collect(workflow, env, [rows[i] for i in idx], engines, plan, step)
+            roll = collect(env, [rows[i] for i in idx], engines, plan, step)
             t_roll = time.perf_counter() - t0
             records = roll.records
             write_records(run_dir / "records.jsonl", records)

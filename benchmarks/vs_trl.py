@@ -86,7 +86,7 @@ def run_ours(steps: int, engine: str = "hf") -> dict:
     times, gen, upd, tokens = [], [], [], []
     for step in range(steps):
         t0 = time.perf_counter()
-        roll = collect(wf, env, data["train"][:8], engines, plan, step)
+        roll = collect(env, data["train"][:8], engines, plan, step)
         t1 = time.perf_counter()
         adv, _ = compute_advantages(group_records(roll.records, "at"), len(roll.records))
         update_policy(p, opt, roll.records, adv, cfg.train)

@@ -189,6 +189,11 @@ PLAN_CONSUMERS = [
     ("masdsl.learner.evaluation", "evaluate", "plan"),
     ("masdsl.learner.learners", "open_learners", "plan"),
     ("masdsl.learner.display", "role_budgets", "plan"),
+    ("masdsl.learner.trainer", "train", "plan"),
+    ("masdsl.learner.evaluation", "run_evaluation", "plan"),
+    ("masdsl.learner.warm_start", "warm_start", "plan"),
+    ("masdsl.learner.export", "export_checkpoint", "plan"),
+    ("masdsl.runtime.rundir", "open", "plan"),
 ]
 
 

@@ -28,7 +28,6 @@ import time
 from collections import Counter
 from typing import Any, Callable, Mapping, Sequence
 
-from masdsl.lang.workflow import Workflow
 from masdsl.learner.advantages import compute_advantages, select_groups
 from masdsl.learner.checkpoint import TrainState
 from masdsl.learner.grouping import Group, group_records, rollout_shape
@@ -102,7 +101,7 @@ def sample_batch(session: TrainSession, step: int, draw: Draw, cursor: int) -> t
         rounds += 1
         label = f"step {step + 1}/{tc.steps}: rollout" + (f" ({rounds})" if rounds > 1 else "")
         n_episodes = len(tasks) * rollout_shape(tc.grouping, tc.samples)[1]
-        part = collect(session.workflow, session.env, tasks, session.engines, session.plan, step,
+        part = collect(session.env, tasks, session.engines, session.plan, step,
                        progress=show.counter(label, n_episodes), repeat=rounds - 1)
         # merged once each: merge_rollouts renumbers the later part's episodes in place
         roll = part if roll is None else merge_rollouts([roll, part])
@@ -170,12 +169,12 @@ def kept_rows(kept: Sequence[Group], n: int) -> list[bool]:
     return keep
 
 
-def collect(workflow: Workflow, env: Any, tasks: Sequence[dict], engines: Mapping[str, Engine], plan: RunPlan,
-            step: int, on_records: Callable[[list], None] | None = None,
-            progress: Callable[[int], None] | None = None, repeat: int = 0) -> Rollout:
+def collect(env: Any, tasks: Sequence[dict], engines: Mapping[str, Engine], plan: RunPlan, step: int,
+            on_records: Callable[[list], None] | None = None, progress: Callable[[int], None] | None = None,
+            repeat: int = 0) -> Rollout:
     """The training rollout, in the shape the grouping declares (`grouping.rollout_shape`): tree
     sampling of K candidates, or K independent episodes of every task for `trajectory`. `repeat`
     numbers a step's extra rollouts (dynamic sampling), so that each draws fresh seeds."""
     samples, repeats = rollout_shape(plan.train.grouping, plan.train.samples)
-    return rollout(workflow, env, tasks, engines, mode="train", samples=samples, repeats=repeats, step=step,
+    return rollout(plan.workflow, env, tasks, engines, mode="train", samples=samples, repeats=repeats, step=step,
                    seed=plan.train.seed + 7_919 * repeat, plan=plan, on_records=on_records, progress=progress)

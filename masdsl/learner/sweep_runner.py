@@ -17,11 +17,15 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from masdsl.errors import UserError
 from masdsl.learner.sweep import Trial, compare, expand, markdown_table, summarise, trials
 from masdsl.startup import start_owned_process
+
+if TYPE_CHECKING:  # the plan's module loads the config layer: `masdsl --help` imports this module
+    from masdsl.config import TrackingConfig
+    from masdsl.runtime.plan import RunPlan
 
 RESULTS, SPEC = "results.jsonl", "sweep.json"
 PROGRESS_EVERY_S = 60.0  # how often a running sweep says how far its trials got
@@ -154,7 +158,7 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f} %"
 
 
-def _open_tracking(tracking: Any, workflow: Any, folder: Path, spec: dict, grid: list, seeds: Sequence[int]):
+def _open_tracking(tracking: TrackingConfig, workflow: Any, folder: Path, spec: dict, grid: list, seeds: Sequence[int]):
     """(client, parent run id, resolved uri), or (None, None, None) with tracking off."""
     if not tracking.enabled:
         return None, None, None
@@ -172,7 +176,7 @@ def _open_tracking(tracking: Any, workflow: Any, folder: Path, spec: dict, grid:
     return mlflow, parent, uri
 
 
-def _run_on_ray(file: str, configs: list[str], remaining: list[Trial], folder: Path, extra: list[str], plan: Any,
+def _run_on_ray(file: str, configs: list[str], remaining: list[Trial], folder: Path, extra: list[str], plan: RunPlan,
                 trial_cpus: float | None, trial_gpus: float, say: Callable[[str], None]):
     """Yield (trial, TrainResult) as trials finish, each a Ray task."""
     if not remaining:

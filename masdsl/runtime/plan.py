@@ -77,6 +77,12 @@ class RunPlan:
     workflow: Workflow = dataclasses.field(repr=False, compare=False)
     advantages: Mapping[str, str] = dataclasses.field(default_factory=dict)  # role -> its `advantage` estimator
 
+    def __getstate__(self) -> dict[str, Any]:
+        # a plan sent to a Ray actor (learner workers, engine actors) leaves its workflow behind:
+        # the functions a workflow imports from its own .py files load only in the process that
+        # loaded the file, and nothing on the actors' side reads the workflow
+        return {**self.__dict__, "workflow": None}
+
     @property
     def train(self) -> TrainConfig:
         return self.config.train

@@ -48,7 +48,7 @@ def test_engine_actor_killed_mid_rollout_run_equals_uninterrupted_run(local_ray,
                                           "tracking.enabled=false", "train.steps=2", "train.seed=5"])
     built: list[dict] = []  # the engines each train() built
     real_build = session.build_engines
-    monkeypatch.setattr(session, "build_engines", lambda w, c, p: built.append(real_build(w, c, p)) or built[-1])
+    monkeypatch.setattr(session, "build_engines", lambda plan, p: built.append(real_build(plan, p)) or built[-1])
 
     reference = train(resolve_run(wf, cfg), run_dir=tmp_path / "reference")
     (engine,) = {id(e): e for e in built[0].values()}.values()

@@ -135,7 +135,7 @@ def test_training_with_two_replicas_syncs_new_weights_into_both(local_ray, tiny_
     monkeypatch.setattr(actors, "engine_from_folder", build)
     built: list[dict] = []
     real_build = session.build_engines
-    monkeypatch.setattr(session, "build_engines", lambda w, c, p: built.append(real_build(w, c, p)) or built[-1])
+    monkeypatch.setattr(session, "build_engines", lambda plan, p: built.append(real_build(plan, p)) or built[-1])
     wf = masdsl.load(str(DATA / "lengths.mas"))
     cfg = resolve_config(wf.train, None, ["runtime.ray=true", "runtime.engine=hf", "runtime.engine_replicas=2",
                                           f"policy.shared.model={tiny_model_dir}", "tracking.enabled=false",
