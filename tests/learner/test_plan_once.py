@@ -107,6 +107,17 @@ def test_eval_of_a_checkpoint_plans_the_command_once_and_the_checkpoint_once(tra
     assert plans.calls == [("resolve_rollout", "masdsl.learner.export.checkpoint_plan")]
 
 
+@pytest.mark.parametrize("argv, caller", [
+    (["run", str(TOY), "--dry-run"], "masdsl.commands.run.main"),
+    (["check", str(TOY), "train.steps=2"], "masdsl.commands.check.run_refusal"),
+    (["graph", str(TOY)], "masdsl.commands.graph.text_sections"),
+])
+def test_the_commands_that_only_plan_plan_once(argv, caller, capsys):
+    with Plans() as plans:
+        assert main(argv) == 0
+    assert plans.calls == [("resolve_run", caller)]
+
+
 def test_eval_plans_once(tmp_path):
     with Plans() as plans:
         assert main(["eval", str(REPLAY / "toy.mas"), "runtime.engine=replay",
