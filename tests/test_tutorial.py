@@ -8,42 +8,17 @@ test model in place of the real one (one training step, two eval tasks, no MLflo
 from __future__ import annotations
 
 import json
-import re
-import shlex
 import subprocess
-import sys
 from pathlib import Path
 
+from masdsl.testing.tutorial import FILE, blocks, script
+
 ROOT = Path(__file__).parents[1]
-TUTORIAL = ROOT / "docs" / "tutorial.md"
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.S | re.M)
-FILE = re.compile(r"# file: (\S+)\n")
-
-
-def blocks() -> list[tuple[str, str]]:
-    return FENCE.findall(TUTORIAL.read_text())
-
-
-def script(overrides: list[str]) -> str:
-    o = " ".join(shlex.quote(x) for x in overrides)
-    lines = ["set -euo pipefail",
-             f'masdsl() {{ local c=$1; shift; case $c in'
-             f' run) {shlex.quote(sys.executable)} -m masdsl.cli run "$@" {o};;'
-             f' eval) {shlex.quote(sys.executable)} -m masdsl.cli eval "$1" {o} "${{@:2}}";;'
-             f' *) {shlex.quote(sys.executable)} -m masdsl.cli "$c" "$@";; esac; }}']
-    for lang, body in blocks():
-        m = FILE.match(body)
-        if m:
-            lines.append(f"cat > {shlex.quote(m.group(1))} <<'TUTORIAL_EOF'\n{body}TUTORIAL_EOF")
-        else:
-            lines.append(f'echo "$ "{shlex.quote(body.strip())}')
-            lines.append(body)
-    return "\n".join(lines) + "\n"
 
 
 def test_every_block_is_run():
     kinds = [(lang, bool(FILE.match(body))) for lang, body in blocks()]
-    assert kinds and all(lang == "sh" or is_file for lang, is_file in kinds), kinds
+    assert kinds and all(lang in ("sh", "text") or is_file for lang, is_file in kinds), kinds
     assert sum(lang == "sh" for lang, _ in kinds) >= 4
     text = " ".join(body for lang, body in blocks() if lang == "sh")
     for command in ("masdsl new", "masdsl check", "masdsl fmt", "masdsl run", "masdsl trace", "masdsl eval"):
@@ -64,3 +39,21 @@ def test_the_tutorial_runs(tiny_model_dir, tmp_path):
     (run_dir,) = [d for d in (quiz / "runs" / "quiz").iterdir() if (d / "checkpoints").is_dir()]  # eval adds one
     assert json.loads((run_dir / "summary.json").read_text())["steps"] == 1
     assert "checker" in r.stdout
+
+
+def test_the_page_states_what_the_measured_run_showed():
+    """The numbers of "What to expect" are benchmarks/results/tutorial.json's (re-measure with
+    benchmarks/tutorial_run.py, then update the page)."""
+    page = (ROOT / "docs" / "tutorial.md").read_text()
+    runs = json.loads((ROOT / "benchmarks" / "results" / "tutorial.json").read_text())
+    first = runs["0"]
+    shown = "\n".join(body for lang, body in blocks() if lang == "text")
+    assert f"success/eval (before -> after)   {first['success_before']:.3f} -> {first['success_after']:.3f}" in shown
+    assert f"reward/eval (before -> after)    {first['reward_before']:.3f} -> {first['reward_after']:.3f}" in shown
+    for seed, run in runs.items():
+        solved = f"{sum(run['before'].values())} -> {sum(run['after'].values())}"
+        assert run["tasks"] == 16 and f"{run['run_s']:.0f} s" in page and f"{run['page_s']:.0f} s" in page
+        assert f"p = {run['mcnemar']['p']:.3g}" in page or f"and {run['mcnemar']['p']:.3g}" in page, seed
+        assert seed == "0" or (f"{run['success_before']:.3f} ->\n{run['success_after']:.3f}" in page
+                               or f"{run['success_before']:.3f} -> {run['success_after']:.3f}" in page), seed
+        assert solved in page or f"{sum(run['before'].values())} of the 16" in page, seed

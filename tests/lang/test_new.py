@@ -41,8 +41,11 @@ def test_the_python_file_registers_an_env_a_reward_and_tasks(tmp_path):
     reward = REGISTRY.functions["quiz_reward"].fn
     assert (reward("7", "7"), reward("8", "7")) == (1.0, 0.0)
     assert REGISTRY.functions["quiz_answer"].fn("It is 42.") == "42"
-    rows = REGISTRY.data_sources["quiz_tasks"].fn("train")
-    assert len(rows) == 16 and rows[1] == {"id": "train-1", "question": "What is 1 + 3?", "answer": "4"}
+    assert REGISTRY.functions["quiz_answer"].fn("3 + 4 = 7") == "7"  # the result, not the first operand
+    train, evals = (REGISTRY.data_sources["quiz_tasks"].fn(s) for s in ("train", "eval"))
+    assert (len(train), len(evals)) == (65, 16) and train[1] == {"id": "train-1+2", "question": "What is 1 + 2?", "answer": "3"}
+    assert not {r["question"] for r in train} & {r["question"] for r in evals}  # no eval question is trained on
+    assert len(REGISTRY.data_sources["quiz_tasks"].fn("train", 4)) == 4
 
 
 def test_new_refuses_to_overwrite_and_bad_names(tmp_path, capsys):
