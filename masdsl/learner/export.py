@@ -32,6 +32,7 @@ from masdsl.config import ALL_POLICIES, Config, TrainConfig, resolve_config
 from masdsl.errors import CheckpointError, UserError
 from masdsl.lang import loads
 from masdsl.lang.workflow import Workflow
+from masdsl.runtime.placement import plan_placement
 from masdsl.runtime.plan import RunPlan, resolve_rollout
 from masdsl.learner import checkpoint as ckpt
 from masdsl.learner.policies import Policy, load_policies
@@ -85,6 +86,13 @@ def export_run(run_dir: str | os.PathLike, *, workflow: Workflow | None = None, 
     return export_checkpoint(checkpoint_plan(workflow, path), path, out, merge=merge)
 
 
+def export_final(plan: RunPlan, run_dir: Path, step: int) -> dict[str, Path]:
+    """What a run logs with `tracking.log_models`: its policies at its last checkpoint (`step`),
+    merged, into `run_dir/export/step_N/`, rebuilt from the run's own plan (`narrowed`)."""
+    path = find_checkpoint(run_dir, step)
+    return export_checkpoint(narrowed(plan, path), path, run_dir / "export" / ckpt.checkpoint_name(step), merge=True)
+
+
 def checkpoint_config(path: Path) -> Config:
     """The configuration a checkpoint was trained with, on the CPU."""
     return resolve_config(None, path / "config.yaml", ["runtime.device=cpu"])
@@ -94,10 +102,24 @@ def checkpoint_plan(workflow: Workflow, path: Path) -> RunPlan:
     """The plan a checkpoint's trained policies are rebuilt with: the configuration saved with it
     (`checkpoint_config`), narrowed to those policies (no frozen judge is loaded for nothing). The
     caller checked that `path` is a checkpoint of `workflow` (`checkpoint.read_state`)."""
+    return resolve_rollout(*_only(workflow, checkpoint_config(path), _trained(workflow, path)))
+
+
+def narrowed(plan: RunPlan, path: Path) -> RunPlan:
+    """`checkpoint_plan` of a checkpoint saved from `plan`, derived from it instead of planning the
+    saved configuration again: the same policies, narrowed the same way, on the CPU."""
+    only, cfg = _only(plan.workflow, plan.config, _trained(plan.workflow, path))
+    cfg.runtime.device = "cpu"  # as `checkpoint_config`
+    specs = {name: plan.policies[name] for name in only.policies}
+    return dataclasses.replace(plan, config=cfg, workflow=only, policies=specs,
+                               placement=plan_placement(only, specs, cfg.runtime))
+
+
+def _trained(workflow: Workflow, path: Path) -> list[str]:
     names = [n for n in ckpt.trained_policies(path) if n in workflow.policies]
     if not names:
         raise CheckpointError(f"checkpoint `{path}` holds no trained policy of workflow `{workflow.name}`")
-    return resolve_rollout(*_only(workflow, checkpoint_config(path), names))
+    return names
 
 
 def export_checkpoint(plan: RunPlan, path: Path, out: Path, *, merge: bool = False) -> dict[str, Path]:

@@ -35,7 +35,7 @@ from masdsl.errors import StepFailed
 from masdsl.learner import checkpoint as ckpt
 from masdsl.learner.display import Progress, print_summary
 from masdsl.learner.evaluation import evaluate, greedy_repeats_warning
-from masdsl.learner.export import export_run
+from masdsl.learner.export import export_final
 from masdsl.learner.recovery import Recovery, take_unfinished
 from masdsl.learner.session import TrainSession, open_session, start_state
 from masdsl.learner.step import train_step
@@ -109,7 +109,7 @@ def train(plan: RunPlan, *, run_dir: RunDir | str | Path, resume: str | Path | N
         with show.live():
             saved = _loop(session, state, tracker, on_step)  # 3. evaluate, then step until train.steps
         if tracker.wants_models and saved:  # tracking.log_models / register: HF folders of the final policies
-            tracker.log_models(export_run(run_dir, workflow=workflow, step=state.step, merge=True), step=state.step)
+            tracker.log_models(export_final(plan, run_dir, state.step), step=state.step)
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"

@@ -118,6 +118,31 @@ def test_the_commands_that_only_plan_plan_once(argv, caller, capsys):
     assert plans.calls == [("resolve_run", caller)]
 
 
+@pytest.mark.parametrize("judge", [False, True])
+def test_the_final_export_of_a_run_derives_its_plan_from_the_runs_plan(trained, judge):
+    """What the trainer exports for `tracking.log_models` is rebuilt from the run's own plan,
+    narrowed as `checkpoint_plan` narrows the configuration saved in the checkpoint (to the
+    trained policies: a frozen judge is left out), not planned again."""
+    from masdsl.learner.export import checkpoint_plan, narrowed
+
+    run_dir, _ = trained
+    text = TOY.read_text()
+    if judge:
+        text = text.replace('policy shared { model: "smollm2-135m-instruct" }',
+                            'policy shared { model: "smollm2-135m-instruct" }\n'
+                            'policy critic { model: "smollm2-135m-instruct", frozen: true }')
+    wf, checkpoint = masdsl.loads(text, name="toy_digits", base_dir=TOY.parent), run_dir / "checkpoints" / "step_000001"
+    assert len(wf.policies) == (2 if judge else 1)
+    run_plan = resolve_rollout(wf, resolve_config(None, run_dir / "config.yaml"))
+    with Plans() as plans:
+        derived = narrowed(run_plan, checkpoint)
+    assert plans.calls == []
+    planned = checkpoint_plan(wf, checkpoint)
+    assert derived == planned and to_yaml(derived.config) == to_yaml(planned.config)
+    assert derived.placement.lines() == planned.placement.lines() and derived.runtime.device == "cpu"
+    assert list(derived.workflow.policies) == list(planned.workflow.policies) == ["shared"]
+
+
 def test_eval_plans_once(tmp_path):
     with Plans() as plans:
         assert main(["eval", str(REPLAY / "toy.mas"), "runtime.engine=replay",
