@@ -95,6 +95,28 @@ def test_a_2x2_sweep_killed_after_two_trials_resumes_and_compares_its_children(t
     assert capsys.readouterr().out == result.table
 
 
+def test_a_trial_cut_off_after_a_checkpoint_continues_from_it(tiny_model_dir, tmp_path, local_ray):
+    """A trial whose folder holds a checkpoint (the sweep was killed mid-trial) continues from
+    that step instead of starting again, and writes its progress lines to progress.log."""
+    from masdsl import api
+    from masdsl.learner.sweep_runner import PROGRESS_LOG, run_sweep
+
+    common = [f"policy.shared.model={tiny_model_dir}", "runtime.engine=hf", "tracking.enabled=false",
+              "train.samples=2", "train.batch=2", "train.eval_tasks=2", "train.checkpoint_every=1"]
+    (trial,) = trials([[]], [0], [*common, "train.steps=2"])
+    folder = tmp_path / "sweep" / "trials" / trial.folder
+    api.train(TOY, [*common, "train.steps=1", "train.seed=0"], run_dir=folder)  # the cut-off part: step 1 only
+    assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == ["step_000001"]
+    said: list[str] = []
+    result = run_sweep(str(TOY), [*common, "train.steps=2"], [0], out=tmp_path / "sweep", trial_cpus=1, say=said.append)
+    assert f"trial {trial.id}: continues from step_000001" in said
+    assert result.ran == [trial.id] and result.rows[0]["curves"]["groups/nonflat_frac"][-1][0] == 2
+    steps = [json.loads(line)["step"] for line in (folder / "records.jsonl").read_text().splitlines()]
+    assert sorted(set(steps)) == [1, 2]  # step 1's records from the first part, step 2's from the continuation
+    log = (folder / PROGRESS_LOG).read_text()
+    assert "step 2/2" in log and "step 1/2" not in log
+
+
 @pytest.mark.parametrize("argv, message", [
     (["train.seed=1,2"], "give the seeds with --seeds"),
     (["train.lr=1e-5,"], "an empty value between commas"),

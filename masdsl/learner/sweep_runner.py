@@ -3,8 +3,11 @@
 The sweep folder (`runs/<workflow>/sweeps/<name>/`) holds `sweep.json` (the grid, the seeds,
 the MLflow parent), `results.jsonl` (one row per finished trial, appended as each ends),
 `trials/<trial>/` (each trial's ordinary run folder), `sweeps/NAME/comparison.md` and `curves/<metric>.png`.
-Restarted with the same command, a sweep skips the trials in `results.jsonl` and reruns a trial
-that was cut off from scratch; so a killed sweep keeps what finished.
+Restarted with the same command, a sweep skips the trials in `results.jsonl`, continues a trial
+that was cut off from its newest checkpoint (`train.checkpoint_every`; bitwise as `masdsl run
+--resume`), and reruns one that had none from scratch; so a killed sweep keeps what finished, and
+a table longer than one sitting is built by running the same command again. Each trial writes its
+progress lines (`masdsl.learner.loglines`) to `trials/<trial>/progress.log`.
 
 Trials are Ray tasks asking for `trial_cpus` CPUs and `trial_gpus` GPUs (default: the whole
 local machine, so they run one after another here; on a cluster with room, side by side).
@@ -27,7 +30,7 @@ if TYPE_CHECKING:  # the plan's module loads the config layer: `masdsl --help` i
     from masdsl.config import TrackingConfig
     from masdsl.runtime.plan import RunPlan
 
-RESULTS, SPEC = "results.jsonl", "sweep.json"
+RESULTS, SPEC, PROGRESS_LOG = "results.jsonl", "sweep.json", "progress.log"
 PROGRESS_EVERY_S = 60.0  # how often a running sweep says how far its trials got
 CURVES = ("success/eval", "reward/eval", "groups/nonflat_frac")  # one image each
 
@@ -52,19 +55,26 @@ def default_name(file: str, overrides: Sequence[str], seeds: Sequence[int], conf
     return hashlib.sha256(key.encode()).hexdigest()[:8]
 
 
-def run_trial(file: str, configs: Sequence[str], overrides: Sequence[str], run_dir: str) -> Any:
+def run_trial(file: str, configs: Sequence[str], overrides: Sequence[str], run_dir: str,
+              resume: str | None = None) -> Any:
     """One trial, in a Ray worker: an ordinary training run; its `TrainResult`. The worker is a
     process of its own that loads the workflow again (a workflow's imported functions do not
-    cross to it), so it plans the trial once itself; the driver refused the bad trials already."""
+    cross to it), so it plans the trial once itself; the driver refused the bad trials already.
+    `resume`: the checkpoint a cut-off trial continues from, with the configuration it saved."""
     start_owned_process()  # the worker runs this one trial only (`max_calls=1`)
     import masdsl  # heavy: the trial's worker loads the workflow and the learner itself
+    from rich.console import Console  # as above
+
     from masdsl.config import resolve_config  # as above
     from masdsl.learner.trainer import train  # as above
     from masdsl.runtime.plan import resolve_run  # as above
 
     workflow = masdsl.load(file)
-    return train(resolve_run(workflow, resolve_config(workflow.train, list(configs) or None, list(overrides))),
-                 run_dir=run_dir)
+    sources = [str(Path(resume) / "config.yaml")] if resume else list(configs) or None
+    plan = resolve_run(workflow, resolve_config(workflow.train, sources, list(overrides)))
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    with (Path(run_dir) / PROGRESS_LOG).open("a", encoding="utf-8") as log:  # a file: one flushed line per phase
+        return train(plan, run_dir=run_dir, resume=resume, console=Console(file=log, width=240))
 
 
 def read_rows(folder: Path) -> list[dict]:
@@ -183,6 +193,7 @@ def _run_on_ray(file: str, configs: list[str], remaining: list[Trial], folder: P
         return
     import ray  # heavy: ray is optional (the train extra); only sweeps and `runtime.ray` runs need it
 
+    from masdsl.learner import checkpoint as ckpt  # torch: only once trials run
     from masdsl.runtime.actors import init_ray  # as above
 
     init_ray(plan.runtime)
@@ -193,9 +204,13 @@ def _run_on_ray(file: str, configs: list[str], remaining: list[Trial], folder: P
     pending = {}
     for trial in remaining:
         run_dir = folder / "trials" / trial.folder
-        if run_dir.exists():  # cut off by an earlier kill: start it again
+        resume = ckpt.latest(run_dir) if run_dir.exists() else None
+        if run_dir.exists() and resume is None:  # cut off by an earlier kill before a checkpoint: start again
             shutil.rmtree(run_dir)
-        ref = task.remote(file, configs, [*trial.overrides, *extra], str(run_dir.resolve()))
+        if resume is not None:
+            say(f"trial {trial.id}: continues from {resume.name}")
+        ref = task.remote(file, configs, [*trial.overrides, *extra], str(run_dir.resolve()),
+                          str(resume.resolve()) if resume else None)
         pending[ref] = trial
     say(f"submitted {len(pending)} trials to Ray ({cpus:g} CPUs, {trial_gpus:g} GPUs each)")
     steps = plan.train.steps
