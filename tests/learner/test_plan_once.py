@@ -286,6 +286,26 @@ def test_no_function_takes_a_workflow_beside_its_plan():
     assert found == allowed, "read `plan.workflow` instead of taking both"
 
 
+# Where a plan's `Config` is read: only to save it (the run folder, a checkpoint, MLflow) or to derive a plan.
+READS_PLAN_CONFIG = {
+    "runtime/rundir.py": "RunDir.open writes config.yaml",
+    "learner/session.py": "TrainSession.save_checkpoint writes the checkpoint's config.yaml",
+    "learner/trainer.py": "start_run logs it to MLflow",
+    "learner/evaluation.py": "start_run logs it to MLflow",
+    "learner/export.py": "narrowed derives the export's plan from it",
+}
+
+
+def test_the_plan_keeps_its_config_only_as_the_record():
+    readers = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "config" and ast.unparse(node.value).endswith("plan"):
+                readers.append(rel)
+    assert sorted(set(readers)) == sorted(READS_PLAN_CONFIG), "read the plan's sections (plan.train, plan.runtime, ...)"
+
+
 def test_one_owner_writes_the_record_and_the_checkpoint_call_is_written_once():
     """A run folder's `config.yaml`: `RunDir.open` only (a checkpoint keeps its own copy);
     `checkpoint.save`: `TrainSession.save_checkpoint` only."""
