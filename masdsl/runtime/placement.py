@@ -73,9 +73,12 @@ class PolicyPlacement:
     model: str
     engine: EnginePlan
     learner: LearnerPlan
+    judges: tuple[str, ...] = ()  # the roles whose `reward` asks this policy to judge (`judge(...)`)
 
     def lines(self) -> list[str]:
         who = f"role{'s' if len(self.roles) != 1 else ''} {', '.join(self.roles) or '(none)'}"
+        if self.judges:
+            who += f"; judges the replies of {', '.join(self.judges)}"
         return [f"policy {self.policy} <- {who} ({self.weights}, {self.model})",
                 f"  engine: {describe_engine(self.engine)}", f"  learner: {describe_learner(self.learner)}"]
 
@@ -182,7 +185,8 @@ def plan_placement(workflow: Workflow, specs: Mapping[str, PolicySpec], rt: Runt
         else:
             eng = EnginePlan(kind, False, tensor_parallel=rt.vllm_tensor_parallel_size, sleep=sleep,
                              note="its own engine, loading the learner's new weights after each update")
-        out.append(PolicyPlacement(name, roles, weights_kind(spec), spec.model, eng, _learner(spec, roles, rt)))
+        judges = tuple(r.name for r in workflow.roles.values() if any(j.policy == name for j in r.judges))
+        out.append(PolicyPlacement(name, roles, weights_kind(spec), spec.model, eng, _learner(spec, roles, rt), judges))
     return Placement(tuple(out))
 
 

@@ -93,3 +93,12 @@ def test_the_run_plan_refuses_an_override_that_trains_a_judge(registry, global_r
     resolve_run(a.workflow, resolve_config(a.workflow.train, overrides=["tracking.enabled=false"]))
     with pytest.raises(RunPlanError, match=r"w.mas:10:10: the judge policy `critic` of role `coder` would be trained"):
         resolve_run(a.workflow, resolve_config(a.workflow.train, overrides=["tracking.enabled=false", "policy.critic.frozen=false"]))
+
+
+def test_the_run_plan_names_the_roles_a_judge_policy_scores(registry):
+    a, errors = check(registry, GOOD)
+    assert errors == []
+    plan = resolve_run(a.workflow, resolve_config(overrides=["runtime.engine=hf"]))
+    lines = plan.placement.lines()
+    assert "policy critic <- roles (none); judges the replies of coder (frozen, smollm2-135m-instruct)" in lines
+    assert not any("judges" in line for line in lines if line.startswith("policy shared"))
