@@ -8,7 +8,8 @@ What does count: the workflow's name, the env and its arguments, the data lines,
 each policy, each role's policy, system text, prompt, `sample { }` block, parses, reward and
 advantage estimator (a part only when the role names one other than `grpo`), the
 flow (edges, guards, `max_turns`), `team`, `alpha`, `success`, and each key of `train { }`. The
-description string is prose for people (and MLflow's note), so it does not count.
+description string is prose for people (and MLflow's note), and a role's `metric` lines are
+measured, never trained on, so neither counts.
 
 Each part's value is its canonical text when short (so a refusal can show the old and new value:
 `train.lr changed 0.001 -> 0.01`), else `sha256:` and the first 16 hex digits of that text.
