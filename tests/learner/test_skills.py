@@ -76,3 +76,11 @@ def test_two_metrics_with_one_name_are_refused(tmp_path):
 
 def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_metric_lines_do_not_change_what_a_checkpoint_resumes(tmp_path):
+    from masdsl.lang.fingerprint import changes, fingerprint
+
+    plain = masdsl.load(TOY / "toy_digits.mas")
+    measured = masdsl.load(toy_with_metrics(tmp_path))
+    assert measured.roles["copier"].metrics and changes(fingerprint(plain), fingerprint(measured)) == []
