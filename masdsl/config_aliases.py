@@ -52,6 +52,7 @@ _LORA = "a mapping, e.g. `policy.shared.lora={r: 16, alpha: 32}`"
 # `seed`) are not here: `ecosystem_hint` finds them in the schema, in their own section.
 _ROWS: tuple[tuple[str, str, str, str], ...] = (
     ("learning_rate", "TRL", "train.lr", ""),
+    ("async", "", "train.async_rollout", "`async` is a Python keyword; 1 is one-step off-policy"),
     ("actor_learning_rate", "OpenRLHF", "train.lr", ""),
     ("actor_rollout_ref.actor.optim.lr", "verl", "train.lr", ""),
     ("num_generations", "TRL", "train.samples", ""),

@@ -26,6 +26,9 @@ class TrainConfig:
     mini_batch_size: int = 16  # rows per optimizer step (the paper's 16); 0: the whole rollout in one step
     ppo_epochs: int = 1  # passes over each rollout's mini-batches
     old_logprobs: str = "auto"  # engine | trainer | auto (trainer unless runtime.dtype is float32)
+    # 1: one-step off-policy (`async` is a Python keyword): step n+1's rollout samples from step n-1's
+    # weights in a thread while step n updates (hf engine, its own copy of the weights); 0: synchronous
+    async_rollout: int = 0
     drop_flat_groups: bool = False  # leave out groups whose rewards are all equal (they teach nothing)
     drop_lowest_groups: float = 0.0  # leave out this fraction of groups, lowest mean reward first (paper's code/math: 0.3)
     dynamic_sampling: int = 0  # DAPO's dynamic sampling: draw more tasks until a step holds this many non-flat groups; 0: off
@@ -228,6 +231,8 @@ def train_problems(tc: TrainConfig) -> list[str]:
     if tc.dynamic_sampling_roles and tc.grouping not in ("at", "agent"):
         out.append(f"`train.dynamic_sampling_roles` counts each role's groups; `train.grouping={tc.grouping}` "
                    "mixes roles in a group: use `at` or `agent`")
+    if tc.async_rollout not in (0, 1):
+        out.append(f"`train.async_rollout` must be 0 (synchronous) or 1 (one-step off-policy); got {tc.async_rollout}")
     if tc.grouping == "trajectory" and tc.samples < 2:
         out.append("`train.grouping=trajectory` needs `train.samples` >= 2 episodes per task to compare")
     return out

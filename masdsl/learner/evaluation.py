@@ -125,6 +125,8 @@ def evaluate(env: Any, tasks: Sequence[dict], engines: Mapping[str, Engine], pla
     independent episodes per task (mean@N and pass@k when N > 1)."""
     roll = rollout(plan.workflow, env, tasks, engines, mode="eval", samples=1, step=step, seed=plan.train.seed,
                    plan=plan, progress=progress, repeats=plan.train.eval_samples)
+    for r in roll.records:
+        r.weights_step = step  # the engines were synced to this step's weights
     write_records(eval_dir(run_dir) / f"step_{step:06d}.jsonl", roll.records)
     result = {"step": step, **eval_metrics(roll.records, roll.episodes), "reward_errors/eval": float(roll.reward_errors),
               "env_lost/eval": float(roll.env_lost), **judge_metrics(roll, "/eval")}

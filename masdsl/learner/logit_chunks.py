@@ -162,6 +162,9 @@ def _chunked(head: Any, hidden: Any, targets: Any, chunks: Chunks, state: dict) 
         cols = []
         for p in range(0, length, positions):
             h, tgt = hidden[r : r + rows, p : p + positions], targets[r : r + rows, p : p + positions]
-            cols.append(checkpoint(piece, h, tgt, use_reentrant=False) if recompute else piece(h, tgt))
+            # a chunk draws no random numbers: restoring the global RNG around its recompute would rewind
+            # the stream of a rollout sampling beside the update (train.async_rollout), so it is not saved
+            cols.append(checkpoint(piece, h, tgt, use_reentrant=False, preserve_rng_state=False) if recompute
+                        else piece(h, tgt))
         out.append(torch.cat(cols, dim=1))
     return torch.cat(out, dim=0)

@@ -34,10 +34,15 @@ class Recovery:
         wf = session.workflow
         file = wf.path if wf.path is not None else f"{wf.name}.mas"
         raise StepFailed(f"{self.label} failed: {exc}. Saved checkpoint {path}; continue with: "
-                         f"masdsl run {file} --resume {session.run_dir}", role=exc.role, task_id=exc.task_id,
+                         f"masdsl run {file} --resume {session.run_dir}" + _sync_from_here(session), role=exc.role, task_id=exc.task_id,
                          turn=exc.turn, error=exc.error, checkpoint=path) from None
 
 
 def take_unfinished(state: ckpt.TrainState) -> bool:
     """Whether a failed run left this checkpoint's step without its evaluation/checkpoint (and forget it)."""
     return bool(state.extra.pop(UNFINISHED, False))
+
+
+def _sync_from_here(session: Any) -> str:
+    """An async run (`train.async_rollout=1`) resumes synchronously (`masdsl.learner.ahead.RESUME_REFUSED`)."""
+    return " train.async_rollout=0" if session.plan.train.async_rollout else ""

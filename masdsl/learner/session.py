@@ -16,6 +16,7 @@ from masdsl.config import ConfigError, to_yaml
 from masdsl.lang.fingerprint import fingerprint
 from masdsl.lang.workflow import Workflow
 from masdsl.learner import checkpoint as ckpt
+from masdsl.learner.ahead import private_engines
 from masdsl.learner.display import Progress, role_budgets
 from masdsl.learner.learners import Learner, close_learners, open_learners
 from masdsl.learner.policies import Policy, iter_trainable, load_policies, sync
@@ -78,6 +79,8 @@ def open_session(plan: RunPlan, run_dir: Path, show: Progress) -> TrainSession:
     policies = load_policies(plan)
     session = TrainSession(workflow, plan, run_dir, show, env, train_rows, eval_rows, policies)
     session.engines = build_engines(plan, policies)
+    if tc.async_rollout:  # the update must not change the weights under the rollout sampling beside it
+        session.engines = private_engines(policies, session.engines)
     try:
         session.learners = open_learners(policies, plan, show.log)
     except BaseException:

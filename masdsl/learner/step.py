@@ -29,6 +29,7 @@ from collections import Counter
 from typing import Any, Callable, Mapping, Sequence
 
 from masdsl.learner.advantages import compute_advantages, select_groups
+from masdsl.learner.ahead import Ahead, sample_now
 from masdsl.learner.checkpoint import TrainState
 from masdsl.learner.grouping import Group, group_records, rollout_shape
 from masdsl.learner.metrics import role_metrics, step_metrics
@@ -46,15 +47,17 @@ from masdsl.runtime.rundir import RECORDS
 Draw = Callable[[int], tuple[Sequence[dict], int]]  # cursor -> (tasks, cursor after them)
 
 
-def train_step(session: TrainSession, state: TrainState, draw: Draw) -> dict[str, float]:
-    """Roll out the next tasks, update every trainable policy on its own roles' samples, record the step."""
+def train_step(session: TrainSession, state: TrainState, draw: Draw, ahead: Ahead | None = None) -> dict[str, float]:
+    """Roll out the next tasks, update every trainable policy on its own roles' samples, record the step.
+    With `ahead` (`train.async_rollout=1`) the rollout is the one sampled during the last update,
+    and the next one samples during this update (`masdsl.learner.ahead`)."""
     tc, step, show = session.plan.train, state.step, session.show
-    t0 = time.perf_counter()
-    roll, groups, cursor, rounds = sample_batch(session, step, draw, state.cursor)
-    t_roll = time.perf_counter() - t0
+    got = (ahead.rollout(step, state.cursor) if ahead is not None
+           else sample_now(lambda s, c: sample_batch(session, s, draw, c), step, state.cursor))
+    roll, groups, cursor, rounds, t_roll = got.roll, got.groups, got.cursor, got.rounds, got.seconds
     records = roll.records
     for r in records:  # one numbering (docs/concepts.md, "Step numbers"): the rollout of update N is step N
-        r.step = step + 1  # the seeds stay derived from `step`, as before: same samples, same runs
+        r.step, r.weights_step = step + 1, got.weights_step  # the seeds stay derived from `step`: same samples, same runs
     write_records(session.run_dir / RECORDS, records)
     # score: advantages within each (task, role, turn) group
     adv, gstats = compute_advantages(groups, len(records), estimators=session.plan.advantages,
@@ -64,15 +67,20 @@ def train_step(session: TrainSession, state: TrainState, draw: Draw) -> dict[str
     show.status(f"step {step + 1}/{tc.steps}: update")
     t0 = time.perf_counter()
     keep = kept_rows(kept, len(records))
+    if ahead is not None and step + 1 < tc.steps:  # the next step's rollout samples during this update
+        ahead.start(step + 1, cursor, weights_step=step)
     session.sleep_engines()  # runtime.vllm_sleep_mode: the learner gets the engines' GPU memory
     try:
         due = {n: lr for n, lr in session.learners.items() if session.plan.trains_at(n, step + 1)}  # the schedule
         updates = update_policies(due, session.policies, UpdateBatch(records, adv, keep), log=show.log)
     finally:
         session.wake_engines()
+    t_update = time.perf_counter() - t0
+    waited = ahead.wait() if ahead is not None else 0.0  # the engines sync only after the rollout ahead
     metrics = step_metrics(records, roll.episodes, gstats, updates, kept_groups=len(kept),
-                           tokens=roll.tokens_generated, rollout_s=t_roll, update_s=time.perf_counter() - t0,
-                           kl_on=tc.kl_coef > 0)
+                           tokens=roll.tokens_generated, rollout_s=t_roll, update_s=t_update, kl_on=tc.kl_coef > 0)
+    metrics["staleness"] = float(step - got.weights_step)  # updates between the sampling weights and this update's
+    metrics["time/rollout_wait_s"] = waited  # the update waiting for the rollout ahead (async)
     metrics.update(role_metrics(records, roll.episodes, groups, adv))
     metrics["dynamic/rounds"] = float(rounds)
     metrics["reward_errors"] = float(roll.reward_errors)  # rewards that raised, each scored 0

@@ -33,12 +33,13 @@ import torch
 from masdsl.config import ConfigError
 from masdsl.errors import StepFailed
 from masdsl.learner import checkpoint as ckpt
+from masdsl.learner.ahead import RESUME_REFUSED, Ahead
 from masdsl.learner.display import Progress, print_summary
 from masdsl.learner.evaluation import evaluate, greedy_repeats_warning
 from masdsl.learner.export import export_final
 from masdsl.learner.recovery import Recovery, take_unfinished
 from masdsl.learner.session import TrainSession, open_session, start_state
-from masdsl.learner.step import train_step
+from masdsl.learner.step import sample_batch, train_step
 from masdsl.learner.viewpage import log_view
 from masdsl.runtime.plan import RunPlan
 from masdsl.runtime.rundir import RECORDS, RunDir
@@ -92,6 +93,8 @@ def train(plan: RunPlan, *, run_dir: RunDir | str | Path, resume: str | Path | N
     `plan` (`masdsl.runtime.plan.resolve_run`), once, so every config mistake is refused before this."""
     t_start = time.perf_counter()
     workflow = plan.workflow
+    if resume is not None and plan.train.async_rollout:
+        raise ConfigError(RESUME_REFUSED)
     run_dir = (run_dir if isinstance(run_dir, RunDir) else RunDir.open(plan, run_dir)).path
     seed_everything(plan.train.seed)
     show = Progress(console, plan.train.steps)
@@ -138,6 +141,9 @@ def _loop(session: TrainSession, state: ckpt.TrainState, tracker: Any,
     saved: list[Path] = []
     recovery = Recovery("evaluation before training")
     unfinished = take_unfinished(state)  # a failed run left this step's eval/checkpoint
+    draw = _draw_for(session)
+    # train.async_rollout=1: the next step's rollout samples during each update (learner/ahead.py)
+    ahead = Ahead(lambda step, cursor: sample_batch(session, step, draw, cursor)) if tc.async_rollout else None
     try:
         if not state.evals:  # evaluation before any update
             state.evals.append(_evaluate(session, 0, tracker))
@@ -145,7 +151,7 @@ def _loop(session: TrainSession, state: ckpt.TrainState, tracker: Any,
             fresh, t_step = not unfinished, time.perf_counter()
             if not unfinished:
                 recovery.begin(f"step {state.step + 1}/{tc.steps}")
-                metrics = train_step(session, state, lambda cursor: _draw(session, cursor))
+                metrics = train_step(session, state, draw, ahead)
                 # from here on, a failure saves the updated step
                 recovery.begin(f"step {state.step}/{tc.steps} (weight sync)", updated=True)
                 t0 = time.perf_counter()
@@ -187,6 +193,11 @@ def _log_phase_times(tracker: Any, state: ckpt.TrainState, metrics: dict[str, fl
     metrics.update(times)
     state.history[-1].update(times)
     tracker.log_metrics(times, step=state.step)
+
+
+def _draw_for(session: TrainSession) -> Callable[[int], tuple[list[dict], int]]:
+    """The run's data order as `train_step` draws from it: cursor -> (tasks, cursor after them)."""
+    return lambda cursor: _draw(session, cursor)
 
 
 def _draw(session: TrainSession, cursor: int) -> tuple[list[dict], int]:

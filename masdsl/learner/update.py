@@ -123,9 +123,13 @@ def old_logprob_source(tc: Any, compute_dtype: str = "float32") -> str:
     >>> from types import SimpleNamespace as NS
     >>> old_logprob_source(NS(old_logprobs="auto"), "bfloat16"), old_logprob_source(NS(old_logprobs="auto"))
     ('trainer', 'engine')
+    >>> old_logprob_source(NS(old_logprobs="auto", async_rollout=1), "bfloat16")   # samples one step old
+    'engine'
     """
     if tc.old_logprobs != "auto":
         return tc.old_logprobs
+    if getattr(tc, "async_rollout", 0):  # only the sampler's log-probs are the behaviour policy's
+        return "engine"
     return "engine" if compute_dtype == "float32" else "trainer"
 
 

@@ -195,7 +195,7 @@ def run_problems(workflow: Workflow, cfg: Config, specs: Mapping[str, PolicySpec
     rt = cfg.runtime
     errors = train_problems(cfg.train) + engine_problems(rt) + role_problems(workflow, cfg)
     errors += [p for p in (probe_problem(workflow, cfg.train.eval_probe),) if p]
-    errors += advantage_problems(workflow, cfg)
+    errors += advantage_problems(workflow, cfg) + async_problems(cfg)
     errors += judge_problems(workflow.roles, specs)  # a judge that `policy.P.frozen=false` would train
     trained = [n for n, s in specs.items() if not s.frozen and workflow.roles_of_policy(n)]
     errors += schedule_problems(specs, trained, cfg.train.steps, cfg.train.alternate, cfg.train.alternate_every)
@@ -249,6 +249,37 @@ def role_problems(workflow: Workflow, cfg: Config) -> list[str]:
             if k is not None:
                 out.append(f"`sample.{role}.samples={k}`: a role of its own K needs tree sampling; "
                            "`train.grouping=trajectory` runs `train.samples` whole episodes per task")
+    return out
+
+
+def async_problems(cfg: Config) -> list[str]:
+    """What `train.async_rollout=1` (one-step off-policy, `masdsl.learner.ahead`) cannot run exactly
+    or is not built for. Allowed: `train.kl_coef` (its reference is frozen), dynamic sampling (all
+    of a step's rollouts sample from one weight version), schedules (`train.alternate`).
+
+    >>> from masdsl.config import resolve_config
+    >>> async_problems(resolve_config(overrides=["train.async_rollout=1", "runtime.engine=hf"]))
+    []
+    >>> async_problems(resolve_config(overrides=["train.async_rollout=1", "train.old_logprobs=trainer"]))[1][:52]
+    '`train.old_logprobs=trainer` recomputes the old log-'
+    """
+    rt, tc = cfg.runtime, cfg.train
+    if tc.async_rollout != 1:
+        return []
+    why = "`train.async_rollout=1` samples in a thread of the driver beside the update"
+    out = [] if rt.engine == "hf" else [f"{why}, on `runtime.engine=hf` only (each policy's engine holds its own "
+                                        f"copy of the weights); got `runtime.engine={rt.engine}`"]
+    if tc.old_logprobs == "trainer":
+        out.append("`train.old_logprobs=trainer` recomputes the old log-probs with the learner's newest weights, but "
+                   "`train.async_rollout=1` samples with the weights one step older, so the PPO ratio would not be "
+                   "the behaviour policy's; use `engine` (what `auto` is under async)")
+    if rt.learner_workers > 0:
+        out.append(f"{why}, not in learner workers: set `runtime.learner_workers=0`")
+    if rt.ray:
+        out.append(f"{why}, not with engines or env steps in Ray: set `runtime.ray=false`")
+    if tc.gradient_checkpointing:  # its recompute restores the global RNG, rewinding the sampler's stream
+        out.append(f"{why}, which draws from the global RNG that `train.gradient_checkpointing` saves and "
+                   "restores in the backward: set `train.gradient_checkpointing=false`")
     return out
 
 

@@ -42,6 +42,10 @@ class StepRecord:
     env_s: float = 0.0
     metrics: dict[str, float] = field(default_factory=dict)  # the role's `metric NAME = expr` values
     judge: list[dict[str, Any]] = field(default_factory=list)  # its reward's judges: prompt, reply, parsed, score
+    # the weights that sampled it, as the number of updates they had: a training record's is `step - 1`,
+    # or `step - 2` from step 2 on under `train.async_rollout=1` (staleness `step - 1 - weights_step`);
+    # an evaluation's is its step; None: `masdsl eval`
+    weights_step: int | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), default=str)

@@ -158,10 +158,16 @@ class HFEngine(LocalEngine):
         """Make the next `generate` use `state_dict`'s weights.
 
         Tensors that already are this model's own parameters (the learner trains the same
-        object) are skipped; others are copied in place. Keys must all be known.
+        object) are skipped; others are copied in place. Keys must all be known. An adapter
+        engine takes the adapter's weights as peft saves them (`get_peft_model_state_dict`).
         """
         import torch  # heavy: torch is optional (the train extra)
 
+        if self.adapter is not None and hasattr(self.model, "peft_config"):  # a copy's adapter, as peft names it
+            from peft import set_peft_model_state_dict  # heavy: peft only for LoRA policies
+
+            set_peft_model_state_dict(self.model, state_dict, adapter_name=self.adapter)
+            return
         own = self.model.state_dict()
         unknown = [k for k in state_dict if k not in own]
         if unknown:
