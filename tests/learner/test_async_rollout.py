@@ -166,3 +166,21 @@ def test_private_lora_engine_syncs_its_adapter_and_only_then(tiny_model_dir):
     (after,) = engine.generate([req])[0]
     assert torch.allclose(learner_logprobs(after), torch.tensor(after.logprobs), atol=1e-4)
     assert not torch.allclose(learner_logprobs(before), torch.tensor(before.logprobs), atol=1e-3)
+
+
+def test_chunked_logprobs_leave_the_global_rng_alone(tiny_model_dir, monkeypatch):
+    """The update's checkpointed logit chunks must not save and restore the global RNG: under
+    async, a restore in the backward rewinds the stream the rollout beside it samples from (seen
+    as every reply's last token repeating the one before it, in some runs and not others)."""
+    from masdsl.learner.logit_chunks import Chunks
+    from masdsl.runtime.models import load_model
+
+    model, tok = load_model(tiny_model_dir)
+    model.train()
+    sets = []
+    real = torch.set_rng_state
+    monkeypatch.setattr(torch, "set_rng_state", lambda state: (sets.append(1), real(state))[1])
+    lp, mask = sequence_logprobs(model, [[5, 6, 7, 8]] * 3, [[9, 10, 11], [12, 13], [14]], tok.pad_token_id,
+                                 chunks=Chunks(rows=2, positions=2))
+    (lp * mask).sum().backward()
+    assert mask.sum() == 6 and sets == []
