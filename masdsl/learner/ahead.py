@@ -16,6 +16,11 @@ policy's hf engine gets its own copy of the weights (`private_engines`, one per 
 costs one more model in memory. A resumed run cannot continue exactly (the checkpoint of step
 N holds the weights of step N, the next rollout wants those of step N-1): the trainer refuses
 `--resume` under async.
+
+The sampler draws from torch's global RNG (`HFEngine` seeds it per call under `fork_rng`), which
+the update beside it must leave alone: a model with dropout is refused here, and the run plan
+refuses `train.gradient_checkpointing` (its backward restores a saved RNG state); the logit
+chunks' own checkpoints do not save it (`logit_chunks.scoring`).
 """
 
 from __future__ import annotations

@@ -184,3 +184,17 @@ def test_chunked_logprobs_leave_the_global_rng_alone(tiny_model_dir, monkeypatch
                                  chunks=Chunks(rows=2, positions=2))
     (lp * mask).sum().backward()
     assert mask.sum() == 6 and sets == []
+
+
+def test_dynamic_sampling_and_kl_run_async(tiny_model_dir, tmp_path):
+    """Every round of a step's dynamic sampling samples ahead from one weight version, and the KL
+    term's frozen reference is the same whatever the lag."""
+    wf = dense_toy()
+    result = _run(wf, tiny_model_dir, tmp_path / "dk", ASYNC, "train.steps=3", "train.kl_coef=0.1",
+                  "train.dynamic_sampling=31", "train.dynamic_sampling_rounds=2")
+    assert [h["dynamic/rounds"] for h in result.history] == [2.0, 2.0, 2.0]
+    assert [h["staleness"] for h in result.history] == [0.0, 1.0, 1.0]
+    assert all(h["kl/shared"] >= 0 for h in result.history) and result.history[-1]["kl/shared"] > 0
+    recs = _records(tmp_path / "dk")
+    assert {(r.step, r.weights_step) for r in recs} == {(1, 0), (2, 0), (3, 1)}
+    assert len({r.task_id for r in recs if r.step == 2}) == 10  # two batches of 5 tasks
