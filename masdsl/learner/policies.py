@@ -22,6 +22,7 @@ import torch
 
 from masdsl.lang.workflow import PolicySpec
 from masdsl.runtime.backends.base import Engine
+from masdsl.learner.lora_merge import merged_state
 from masdsl.runtime.engine_factory import LoraSettings
 from masdsl.runtime.models import load_model, resolve_model
 from masdsl.runtime.plan import RunPlan
@@ -159,7 +160,8 @@ def sync(policy: Policy, engine: Engine) -> None:
     """Make `engine` sample from `policy`'s current weights before the next rollout.
 
     An hf engine holding the very model object trains in place (nothing to copy); any other
-    engine (vllm, or a copy) receives the weights, or only the adapter, by `update_weights`.
+    engine (vllm, or a copy) receives the weights, or only the adapter, by `update_weights`; a LoRA
+    policy's engine without adapters (`runtime.lora_sync=merged`) receives base + adapter merged.
     Weights trained by learner workers go to engine actors straight from the object store
     (`remote_weights`); the driver's model loads them only for an engine in this process.
     """
@@ -169,8 +171,11 @@ def sync(policy: Policy, engine: Engine) -> None:
     policy.current()
     if engine.model is policy.model:
         return
-    state = policy.state_dict()
-    if policy.adapter is None:  # fp32 master weights: send what the engine holds
+    if policy.adapter is not None and not engine.takes_adapter:  # runtime.lora_sync=merged: a plain engine
+        state = merged_state(policy.model, policy.adapter)
+    else:
+        state = policy.state_dict()
+    if policy.adapter is None or not engine.takes_adapter:  # fp32 master weights: send what the engine holds
         state = compute_state(state, policy.compute_dtype)
     engine.update_weights(state)
 

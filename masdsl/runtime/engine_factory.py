@@ -12,7 +12,8 @@ policies): `hf` engines hold the very model object the learner trains (for a LoR
 shared `PeftModel`, whose adapter the engine activates before each generate), so an update is
 visible to the next rollout with no copy; a `vllm` full policy gets its own engine, fed new
 weights through `update_weights`; LoRA policies on one base share one vLLM engine, each syncing
-its adapter as a LoRA request. With `runtime.ray`, engines (training: full policies only) live
+its adapter as a LoRA request (`runtime.lora_sync=merged`: each its own engine without LoRA, fed
+base + adapter merged after each update). With `runtime.ray`, engines (training: full policies only) live
 in Ray actors (`actors.RemoteEngine`); a dead actor is rebuilt and given the latest weights again.
 `runtime.engine_replicas=R` gives each such policy (evaluation: model) R actors behind one
 `replicas.ReplicatedEngine`; GPUs per actor: `placement.engine_gpus`.
@@ -119,7 +120,7 @@ def _training_engines(weights: Mapping[str, LiveWeights], plan: RunPlan) -> dict
             engines[name] = _remote_engine(kind, p, kw, plan, len(remote))
         elif kind == "hf":
             engines[name] = hf_engine_on(p.model, p.tokenizer, seed=kw["seed"], adapter=p.adapter)
-        elif p.adapter is None:
+        elif p.adapter is None or plan.runtime.lora_sync == "merged":  # merged: fed base + adapter (learner/lora_merge.py)
             engines[name] = vllm_engine(p.model_path, **kw)
         else:
             if p.model_path not in lora_bases:

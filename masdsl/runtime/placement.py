@@ -178,6 +178,9 @@ def plan_placement(workflow: Workflow, specs: Mapping[str, PolicySpec], rt: Runt
         elif kind == "hf":
             eng = EnginePlan(kind, False, note="sampling from the learner's own model object"
                              + (f" (adapter {name})" if spec.lora else ""))
+        elif spec.lora and rt.lora_sync == "merged":
+            eng = EnginePlan(kind, False, tensor_parallel=rt.vllm_tensor_parallel_size, sleep=sleep,
+                             note="its own engine without LoRA, loading base + adapter merged after each update")
         elif spec.lora:
             peers = [n for n, s in specs.items() if s.lora and s.model == spec.model]
             eng = EnginePlan(kind, False, tensor_parallel=rt.vllm_tensor_parallel_size, sleep=sleep,

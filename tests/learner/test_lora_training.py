@@ -91,7 +91,7 @@ def test_sync_sends_only_the_adapter(lora):
     namer = policies["namer_p"]
 
     class Receiver(LocalEngine):
-        tokenizer, sent = namer.tokenizer, None
+        tokenizer, sent, takes_adapter = namer.tokenizer, None, True
 
         def update_weights(self, state_dict):
             self.sent = dict(state_dict)
@@ -111,6 +111,36 @@ def test_sync_sends_only_the_adapter(lora):
     theirs = dict(copy_of_base.named_parameters())
     for n, p in namer.model.named_parameters():
         assert torch.equal(theirs[n], p), n  # the receiver now holds the trained adapter
+
+
+def test_an_engine_without_lora_gets_base_and_adapter_merged(lora, tiny_model_dir):
+    """`runtime.lora_sync=merged`: a LoRA policy's plain engine receives whole-model weights,
+    which in a plain copy of the base compute what the adapter computes."""
+    from masdsl.runtime.backends.base import LocalEngine
+    from masdsl.runtime.models import load_model
+
+    plan, policies = lora
+    namer = policies["namer_p"]
+
+    class Plain(LocalEngine):
+        tokenizer, sent = namer.tokenizer, None
+
+        def update_weights(self, state_dict):
+            self.sent = dict(state_dict)
+
+    with torch.no_grad():
+        for n, p in namer.model.named_parameters():
+            if ".namer_p." in n and "lora_B" in n:
+                p.add_(0.05)  # a trained adapter
+    engine = Plain()
+    sync(namer, engine)
+    assert engine.sent and not any("lora_" in k for k in engine.sent)
+    plain, _ = load_model(str(tiny_model_dir))
+    plain.load_state_dict(engine.sent)
+    ids = torch.tensor([[5, 17, 42, 9]])
+    namer.activate()
+    with torch.no_grad():
+        assert torch.allclose(namer.model(ids).logits, plain.eval()(ids).logits, atol=1e-5)
 
 
 def test_the_kl_reference_of_a_lora_policy_is_no_second_copy(lora, tiny_model_dir):

@@ -98,6 +98,8 @@ class Engine(Protocol):
     that lacks them, and callers read them as plain attributes:
     - `takes_refs`: `update_weights` takes a Ray object-store ref (engines in Ray actors, and
       replicas of them), not only the weights themselves;
+    - `takes_adapter`: `update_weights` takes a LoRA adapter's weights (peft names), not a
+      whole model's (a LoRA policy's engine of any other kind gets base + adapter merged);
     - `model`: the model object an `hf` engine samples from; the learner does not sync weights
       into an engine that holds its own policy's model;
     - `base`: a LoRA adapter engine's shared vLLM engine, closed once after its adapters (such a
@@ -109,6 +111,7 @@ class Engine(Protocol):
 
     tokenizer: Any = None  # a Hugging Face tokenizer (None for replay)
     takes_refs: bool = False
+    takes_adapter: bool = False
     model: Any = None
     base: Engine | None = None
 

@@ -121,6 +121,7 @@ class HFEngine(LocalEngine):
         self.seed = seed
         self.max_batch_rows = max_batch_rows
         self.adapter = adapter  # peft: the adapter to activate before generating
+        self.takes_adapter = adapter is not None  # a copy's update_weights takes the adapter's weights
         self._rng = random.Random(seed)
         tokenizer.padding_side = "left"
         eos = getattr(model.generation_config, "eos_token_id", None)

@@ -36,6 +36,8 @@ class AdapterFolders:
 class VLLMAdapterEngine(LocalEngine):
     """One LoRA adapter on a shared `VLLMEngine` base; a new `LoRARequest` per weight version."""
 
+    takes_adapter = True
+
     def __init__(self, base: "VLLMEngine", name: str, peft_config: Any) -> None:
         if base.lora_folders is None:
             raise ValueError("this VLLMEngine was built without `lora=`; LoRA is off")
