@@ -120,5 +120,9 @@ class DocState:
         return sorted(fields)
 
     def env_fields(self) -> list[str]:
+        """The env's fields as the checker knew them (an `env http(..., fields=[...])` declares its
+        own), else the registered env's."""
+        if self.ctx and self.ctx.env_fields:
+            return sorted(self.ctx.env_fields)
         spec = self.registry.envs.get(self.env_name() or "")
         return sorted(spec.fields) if spec else []

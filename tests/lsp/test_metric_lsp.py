@@ -41,3 +41,29 @@ def test_metric_lines_are_completed_and_hovered(client, tmp_path):
     labels = [i.label for i in (got.items if isinstance(got, T.CompletionList) else got)]
     assert "metric" in labels and "reward" in labels  # a role's lines, at the start of a new one
     client.close(uri)
+
+
+HTTP = '''env http("http://127.0.0.1:9", fields=["total", "moves", "target"])
+data train arith_words("train", n=8)
+policy shared { model: "smollm2-135m-instruct" }
+role player {
+  policy shared
+  prompt "Total so far: {{ env.total }}"
+  parse answer = boxed(output)
+  reward env.x
+}
+flow { start -> player -> end }
+'''
+
+
+def test_an_http_envs_declared_fields_are_completed(client, tmp_path):
+    """`env http(..., fields=[...])`: `env.` completes the declared fields (no server is asked)."""
+    path = tmp_path / "remote.mas"
+    path.write_text(HTTP)
+    uri = client.open(path)
+    client.wait_diagnostics(uri, 1)
+    got = client.run(client.lc.text_document_completion_async(
+        T.CompletionParams(T.TextDocumentIdentifier(uri), position(HTTP, "env.x", 4))))
+    labels = [i.label for i in (got.items if isinstance(got, T.CompletionList) else got)]
+    assert {"total", "moves", "target"} <= set(labels)
+    client.close(uri)
