@@ -84,7 +84,8 @@ def test_ctrl_c_prints_the_resume_command_and_resume_continues_one_mlflow_run(ti
     # far more steps than the interrupt leaves time for: on a quiet machine the toy runs 30 steps
     # in 6 s, and the checkpoint of step 1 is pruned before a 0.2 s poll sees it
     cmd = [str(masdsl), "run", *run_args(tiny_model_dir, tmp_path, "train.steps=100000")]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    # PYTHONFAULTHANDLER: a run that does not stop prints every thread's stack on SIGABRT (below)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="1")
     with open(tmp_path / "stderr.txt", "w") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, cwd=tmp_path, env=env)
         try:
@@ -93,7 +94,14 @@ def test_ctrl_c_prints_the_resume_command_and_resume_continues_one_mlflow_run(ti
                 assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "stderr.txt").read_text()[-3000:]
                 time.sleep(0.2)
             proc.send_signal(signal.SIGINT)
-            assert proc.wait(timeout=120) == 130
+            try:
+                code = proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:  # where it hangs, for the failure message
+                proc.send_signal(signal.SIGABRT)
+                proc.wait(timeout=30)
+                raise AssertionError("the run did not stop within 120 s of Ctrl-C; its threads:\n"
+                                     + (tmp_path / "stderr.txt").read_text()[-6000:]) from None
+            assert code == 130
         finally:
             if proc.poll() is None:
                 proc.kill()
