@@ -59,16 +59,20 @@ def log_step_line(line: str, metrics: Mapping[str, float], elapsed_s: float) -> 
 
 
 def eval_line(step: int, steps: int, metrics: Mapping[str, float]) -> str:
-    """An evaluation's result: success, mean reward, and each role's reward by turn.
+    """An evaluation's result: success, mean reward, each role's reward by turn, and each role's
+    skill metrics over its turns (`skill/eval/<role>/<name>`: its `metric` lines).
 
-    >>> eval_line(0, 3, {"success/eval": 0.25, "reward/eval": 0.4, "eval_reward/a/turn0": 0.5, "pass@1/eval": 0.25})
-    'eval at step 0/3  success 0.25  reward 0.40  a/t0 0.50'
+    >>> eval_line(0, 3, {"success/eval": 0.25, "reward/eval": 0.4, "eval_reward/a/turn0": 0.5, "pass@1/eval": 0.25,
+    ...                  "skill/eval/a/correct": 0.5, "skill/eval/a/correct/turn0": 0.4})
+    'eval at step 0/3  success 0.25  reward 0.40  a/t0 0.50  skill a/correct 0.50'
     """
     parts = [f"eval at step {step}/{steps}"]
     for key, label in (("success/eval", "success"), ("reward/eval", "reward")):
         if key in metrics:
             parts.append(f"{label} {metrics[key]:.2f}")
     parts += [f"{m['role']}/t{m['turn']} {v:.2f}" for k, v in metrics.items() if (m := _EVAL_REWARD.match(k))]
+    parts += [f"skill {k[len('skill/eval/'):]} {v:.2f}" for k, v in metrics.items()
+              if k.startswith("skill/eval/") and k.count("/") == 3]
     return "  ".join(parts)
 
 
