@@ -37,6 +37,7 @@ from masdsl.learner.ahead import RESUME_REFUSED, Ahead
 from masdsl.learner.display import Progress, print_summary
 from masdsl.learner.evaluation import evaluate, greedy_repeats_warning
 from masdsl.learner.export import export_final
+from masdsl.learner.interrupt import check, interruptible
 from masdsl.learner.recovery import Recovery, take_unfinished
 from masdsl.learner.session import TrainSession, open_session, start_state
 from masdsl.learner.step import sample_batch, train_step
@@ -109,7 +110,7 @@ def train(plan: RunPlan, *, run_dir: RunDir | str | Path, resume: str | Path | N
         tracker = start_run(workflow, plan.config, kind="run", run_dir=run_dir, resume=resume is not None)
         for point in [*state.history, *state.evals]:  # resumed: the plot at the end draws the whole run
             tracker.remember({k: v for k, v in point.items() if k != "step"}, step=point["step"])
-        with show.live():
+        with show.live(), interruptible():
             saved = _loop(session, state, tracker, on_step)  # 3. evaluate, then step until train.steps
         if tracker.wants_models and saved:  # tracking.log_models / register: HF folders of the final policies
             tracker.log_models(export_final(plan, run_dir, state.step), step=state.step)
@@ -148,6 +149,7 @@ def _loop(session: TrainSession, state: ckpt.TrainState, tracker: Any,
         if not state.evals:  # evaluation before any update
             state.evals.append(_evaluate(session, 0, tracker))
         while state.step < tc.steps or unfinished:
+            check()  # a Ctrl-C that a library swallowed (learner/interrupt.py)
             fresh, t_step = not unfinished, time.perf_counter()
             if not unfinished:
                 recovery.begin(f"step {state.step + 1}/{tc.steps}")
@@ -175,6 +177,7 @@ def _loop(session: TrainSession, state: ckpt.TrainState, tracker: Any,
                 _log_phase_times(tracker, state, metrics, (t_step, t_eval, t_ckpt))
             if on_step is not None:
                 on_step(state.step, _strip(state.history[-1]))
+        check()
     except StepFailed as exc:  # an env or engine failed for good: save, say how to continue
         recovery.save_and_raise(exc, session, state)
     return saved

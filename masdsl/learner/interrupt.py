@@ -1,0 +1,53 @@
+"""Ctrl-C that no library on the way can swallow.
+
+A SIGINT raises `KeyboardInterrupt` wherever the main thread is. Inside a library call that
+catches broad errors and retries, it can be lost: MLflow's sqlite store retries a metrics write
+that an interrupt broke, and the run went on training as if no key had been pressed (seen in
+`make test` under load). So while `interruptible()` is active, the handler also records the
+interrupt, and `check()` raises it again at the trainer's safe points (each step and evaluation),
+where the trainer's own `except KeyboardInterrupt` closes the engines and marks the run KILLED.
+
+>>> with interruptible():
+...     check()            # nothing pressed: returns
+>>> _PENDING.set()
+>>> try:
+...     check()
+... except KeyboardInterrupt:
+...     print("raised again")
+raised again
+>>> _PENDING.clear()
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+_PENDING = threading.Event()
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    _PENDING.set()
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """Record every Ctrl-C while the block runs (only the main thread can install a handler)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _PENDING.clear()
+    previous = signal.signal(signal.SIGINT, _on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def check() -> None:
+    """Raise `KeyboardInterrupt` if a Ctrl-C came and something on the way swallowed it."""
+    if _PENDING.is_set():
+        raise KeyboardInterrupt

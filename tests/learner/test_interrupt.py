@@ -1,0 +1,35 @@
+"""A Ctrl-C that a library swallows still stops the run (masdsl/learner/interrupt.py): MLflow's
+sqlite store retried a metrics write that the interrupt broke, and `masdsl run` trained on."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from masdsl import api
+
+TOY = Path(__file__).parent / "toy" / "toy_digits.mas"
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
+
+
+def test_a_swallowed_ctrl_c_stops_the_run_at_the_next_step(tiny_model_dir, tmp_path):
+    seen: list[int] = []
+
+    def swallow_a_ctrl_c(step: int, metrics: dict) -> None:
+        seen.append(step)
+        if step == 2:
+            try:  # what a retrying library does with the KeyboardInterrupt the signal raises
+                os.kill(os.getpid(), signal.SIGINT)
+            except KeyboardInterrupt:
+                pass
+
+    overrides = [f"policy.shared.model={tiny_model_dir}", "tracking.enabled=false", "runtime.engine=hf",
+                 "train.steps=6", "train.samples=2", "train.batch=2", "train.eval_tasks=2", "train.eval_every=0"]
+    with pytest.raises(KeyboardInterrupt):
+        api.train(TOY, overrides, run_dir=tmp_path / "run", on_step=swallow_a_ctrl_c)
+    assert seen == [1, 2]  # stopped before step 3 ran
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
