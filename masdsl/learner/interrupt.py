@@ -6,6 +6,9 @@ that an interrupt broke, and the run went on training as if no key had been pres
 `make test` under load). So while `interruptible()` is active, the handler also records the
 interrupt, and `check()` raises it again at the trainer's safe points (each step and evaluation),
 where the trainer's own `except KeyboardInterrupt` closes the engines and marks the run KILLED.
+The handler is installed even where SIGINT was ignored when the process started (a shell does that
+for `cmd &`, pytest-xdist for its workers, and Python then keeps it ignored): `kill -INT` stops a
+background run the same way, with the resume command.
 
 >>> with interruptible():
 ...     check()            # nothing pressed: returns
