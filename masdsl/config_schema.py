@@ -15,6 +15,9 @@ from typing import Any, Optional
 @dataclass
 class TrainConfig:
     steps: int = 3  # optimizer steps (each: rollout -> group -> update -> sync)
+    # > 0: also stop after the step at which the training rollouts have generated this many tokens
+    # (arms compared on equal budgets); `steps` stays the cap. 0: off
+    token_budget: int = 0
     samples: int = 4  # K: candidates per role step (tree sampling)
     batch: int = 4  # tasks (episodes) per step
     lr: float = 1e-6
@@ -186,6 +189,7 @@ MINIMUMS = {
     ("train", "steps"): 1, ("train", "samples"): 1, ("train", "batch"): 1, ("train", "ppo_epochs"): 1,
     ("train", "eval_samples"): 1, ("runtime", "engine_replicas"): 1, ("runtime", "vllm_tensor_parallel_size"): 1,
     ("runtime", "learner_restarts"): 0, ("train", "dynamic_sampling"): 0, ("train", "dynamic_sampling_rounds"): 1,
+    ("train", "token_budget"): 0,
 }
 CHOICES = {
     ("train", "grouping"): GROUPINGS,

@@ -148,7 +148,7 @@ def _loop(session: TrainSession, state: ckpt.TrainState, tracker: Any,
     try:
         if not state.evals:  # evaluation before any update
             state.evals.append(_evaluate(session, 0, tracker))
-        while state.step < tc.steps or unfinished:
+        while (state.step < tc.steps and not budget_spent(state, tc.token_budget)) or unfinished:
             check()  # a Ctrl-C that a library swallowed (learner/interrupt.py)
             fresh, t_step = not unfinished, time.perf_counter()
             if not unfinished:
@@ -166,12 +166,16 @@ def _loop(session: TrainSession, state: ckpt.TrainState, tracker: Any,
                 metrics["time/tracking_s"] = time.perf_counter() - t0
                 show.step(state.step, metrics)
             unfinished = False
+            last = state.step if budget_spent(state, tc.token_budget) else tc.steps
+            if fresh and last < tc.steps:
+                show.log(f"step {state.step}/{tc.steps}: the token budget is spent "
+                         f"({_generated(state):,.0f} of train.token_budget={tc.token_budget:,}); this is the last step")
             t_eval = time.perf_counter()
-            if _due(state.step, tc.eval_every, tc.steps):  # evaluate every N steps (and at the end)
+            if _due(state.step, tc.eval_every, last):  # evaluate every N steps (and at the end)
                 recovery.begin(f"evaluation at step {state.step}/{tc.steps}", updated=True)
                 state.evals.append(_evaluate(session, state.step, tracker))
             t_ckpt = time.perf_counter()
-            if _due(state.step, tc.checkpoint_every, tc.steps):  # checkpoint every M (and at the end)
+            if _due(state.step, tc.checkpoint_every, last):  # checkpoint every M (and at the end)
                 saved.append(session.save_checkpoint(state))
             if fresh:
                 _log_phase_times(tracker, state, metrics, (t_step, t_eval, t_ckpt))
@@ -226,6 +230,20 @@ def _due(step: int, every: int, last: int) -> bool:
     ([3, 6, 7], [3])
     """
     return step == last or bool(every and step % every == 0)
+
+
+def budget_spent(state: ckpt.TrainState, budget: int) -> bool:
+    """Whether the training rollouts so far generated `budget` tokens or more (0: no budget).
+
+    >>> s = ckpt.TrainState(2, 0, "w", "h", history=[{"tokens/generated": 60.0}, {"tokens/generated": 50.0}])
+    >>> budget_spent(s, 100), budget_spent(s, 200), budget_spent(s, 0)
+    (True, False, False)
+    """
+    return budget > 0 and _generated(state) >= budget
+
+
+def _generated(state: ckpt.TrainState) -> float:
+    return sum(h.get("tokens/generated", 0.0) for h in state.history)
 
 
 def _strip(ev: dict[str, Any]) -> dict[str, float]:
