@@ -1,6 +1,6 @@
 """What each role can do before and after training, per run: the skill table of issue 28.
 
-    .venv/bin/python benchmarks/skill_table.py RUN_OR_SWEEP... [--workflow FILE] [--json OUT] [--markdown]
+    .venv/bin/python benchmarks/skill_table.py RUN_OR_SWEEP... [--workflow FILE] [--json OUT] [--plot PNG]
 
 Each argument is a training run's folder (it holds `eval/step_N.jsonl`) or a sweep folder (every
 `trials/*/` run in it). For each run, the first and the last evaluation are compared on the same
@@ -37,13 +37,18 @@ from masdsl.runtime.rundir import eval_files
 
 
 def run_folders(paths: list[str]) -> list[Path]:
-    """The training runs named: run folders as given, sweeps expanded to their trials' runs."""
+    """The training runs named: run folders as given, sweeps expanded to their finished trials'
+    runs (a trial still training, with one evaluation so far, is named on stderr and left out)."""
     out: list[Path] = []
     for p in map(Path, paths):
         if (p / "eval").is_dir():
             out.append(p)
         elif (p / "trials").is_dir():
-            out += sorted(t for t in (p / "trials").iterdir() if (t / "eval").is_dir())
+            for t in sorted(t for t in (p / "trials").iterdir() if (t / "eval").is_dir()):
+                if len(eval_files(t)) >= 2:
+                    out.append(t)
+                else:
+                    print(f"{t}: left out, no evaluation after training yet", file=sys.stderr)
         else:
             raise SystemExit(f"{p}: neither a run folder (no eval/) nor a sweep folder (no trials/)")
     return out
@@ -106,7 +111,10 @@ def rate(values: dict[str, float] | list[float]) -> dict:
     xs = list(values.values()) if isinstance(values, dict) else list(values)
     n = len(xs)
     r = sum(xs) / n if n else 0.0
-    return {"rate": r, "n": n, "ci": wilson(sum(xs), n) if n else (0.0, 0.0)}
+    out = {"rate": r, "n": n, "ci": wilson(sum(xs), n) if n else (0.0, 0.0)}
+    if isinstance(values, dict):
+        out["per_task"] = dict(values)
+    return out
 
 
 def train_tokens(run: Path) -> int:
@@ -139,6 +147,97 @@ def compare(run: Path, workflow_file: str | None) -> dict:
     return row
 
 
+def arm_of(run: Path) -> tuple[str, int | None]:
+    """A sweep trial's arm and seed from its folder name (`train.grouping=at,seed=1`); another
+    run is its own arm, seed unknown.
+
+    >>> arm_of(Path("trials/train.grouping=at,seed=1")), arm_of(Path("runs/single"))
+    (('train.grouping=at', 1), ('single', None))
+    """
+    parts = run.name.split(",")
+    seeds = [int(x.split("=", 1)[1]) for x in parts if x.startswith("seed=")]
+    arm = ",".join(x for x in parts if not x.startswith("seed=")) or run.name
+    return arm, (seeds[0] if seeds else None)
+
+
+def arms(rows: list[dict]) -> list[dict]:
+    """Per arm, its seeds' episode success after training, their mean and spread, and one
+    Wilson interval over the distinct tasks (each task's success averaged over the seeds, so n
+    is the number of tasks, never tasks x seeds)."""
+    grouped: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        grouped[arm_of(Path(row["run"]))[0]].append(row)
+    out = []
+    for arm, runs in grouped.items():
+        out.append({"arm": arm, "seeds": [arm_of(Path(r["run"]))[1] for r in runs],
+                    "before": pooled([r["success"]["before"]["per_task"] for r in runs]),
+                    "after": pooled([r["success"]["after"]["per_task"] for r in runs]),
+                    "after_per_seed": [r["success"]["after"]["rate"] for r in runs],
+                    "train_tokens": [r["train_tokens"] for r in runs]})
+    return out
+
+
+def pooled(per_seed: list[dict[str, float]]) -> dict:
+    """Each task's mean over seeds, then the rate and a Wilson interval with n = the tasks.
+
+    >>> r = pooled([{"a": 1, "b": 0}, {"a": 1, "b": 1}]); r["rate"], r["n"]
+    (0.75, 2)
+    """
+    tasks = sorted(set().union(*per_seed))
+    means = [sum(s.get(t, 0) for s in per_seed) / len(per_seed) for t in tasks]
+    return {"rate": sum(means) / len(tasks), "n": len(tasks), "ci": wilson(sum(means), len(tasks))}
+
+
+def arms_markdown(summary: list[dict]) -> str:
+    head = ("| arm | seeds | train tokens per seed | episode success before | after (pooled over seeds, n = tasks) "
+            "| after, per seed | spread |\n|---|---|--:|--:|--:|---|--:|\n")
+    lines = []
+    for a in summary:
+        per_seed = a["after_per_seed"]
+        lines.append(f"| {a['arm']} | {', '.join(str(s) for s in a['seeds'])} | "
+                     f"{', '.join(f'{t:,}' for t in a['train_tokens'])} | {pct(a['before'])} | {pct(a['after'])} | "
+                     f"{', '.join(f'{100 * x:.1f}' for x in per_seed)} | {100 * (max(per_seed) - min(per_seed)):.1f} |")
+    return head + "\n".join(lines)
+
+
+def curves(runs: list[Path], out: Path) -> None:
+    """One panel per training metric worth watching (each role's skill metrics at turn 0, the
+    non-flat share per role, the train success) and the held-out success at each evaluation;
+    one line per run. Read from each run's newest checkpoint (its `state.json` history)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from masdsl.learner.checkpoint import latest
+
+    states = {}
+    for run in runs:
+        newest = latest(run)
+        if newest is not None:
+            states[run.name] = json.loads((newest / "state.json").read_text())
+    keys = sorted({k for st in states.values() for h in st["history"] for k in h
+                   if (k.startswith("skill/train/") and k.endswith("/turn0")) or k.startswith("nonflat/")})
+    keys += ["success/train", "success/eval"]
+    cols = 3
+    fig, axes = plt.subplots((len(keys) + cols - 1) // cols, cols, figsize=(4.2 * cols, 3.0 * ((len(keys) + cols - 1) // cols)),
+                             squeeze=False)
+    for ax, key in zip(axes.flat, keys):
+        for name, st in states.items():
+            points = ([(e["step"], e["success/eval"]) for e in st["evals"]] if key == "success/eval" else
+                      [(h["step"], h[key]) for h in st["history"] if key in h])
+            if points:
+                ax.plot(*zip(*points), marker="o", label=name)
+        ax.set_title(key.replace("skill/train/", "train ").replace("/turn0", ", turn 0"), fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(keys):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
 def pct(r: dict) -> str:
     lo, hi = r["ci"]
     return f"{100 * r['rate']:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]"
@@ -166,10 +265,15 @@ def main() -> int:
     ap.add_argument("runs", nargs="+")
     ap.add_argument("--workflow", help="the .mas whose metric lines to evaluate again (default: the run's own)")
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--plot", help="draw each run's training curves into this image (.png)")
     args = ap.parse_args()
-    rows = [compare(run, args.workflow) for run in run_folders(args.runs)]
+    runs = run_folders(args.runs)
+    rows = [compare(run, args.workflow) for run in runs]
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+        Path(args.json).write_text(json.dumps({"runs": rows, "arms": arms(rows)}, indent=1))
+    if args.plot:
+        curves(runs, Path(args.plot))
+    print(arms_markdown(arms(rows)) + "\n")
     print(markdown(rows))
     return 0
 

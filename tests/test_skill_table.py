@@ -64,3 +64,57 @@ def test_records_without_metrics_get_the_workflows_metric_lines_again(skill_tabl
     rec = {"task_id": task["id"], "role": "tool", "turn": 0, "metrics": {}}
     assert metrics.of(rec, {"tool": {"code": right}}) == {"answers": 1.0, "correct": 1.0}
     assert metrics.of(rec, {"tool": {"code": "print('n/a')"}}) == {"answers": 0.0, "correct": 0.0}
+
+
+def eval_run(folder: Path, before: list[float], after: list[float]) -> Path:
+    """A run folder whose evaluations before and after hold one tool record per task."""
+    (folder / "eval").mkdir(parents=True)
+    shutil.copy(ROOT / "workflows" / "math_arith.mas", folder / "workflow.mas")
+    for step, rates in (("step_000000", before), ("step_000008", after)):
+        rows = [record(f"arith/eval/{i}", "tool", 0, s, {"answers": 1.0, "correct": s}) for i, s in enumerate(rates)]
+        (folder / "eval" / f"{step}.jsonl").write_text("\n".join(rows) + "\n")
+    return folder
+
+
+def test_an_arms_interval_counts_tasks_not_tasks_times_seeds(skill_table, tmp_path):
+    """Two seeds on the same 10 tasks: the pooled rate is the seeds' mean, and its Wilson
+    interval is the one of 10 tasks, as wide as one seed's, not the narrower one of 20 episodes."""
+    sweep = tmp_path / "sweep" / "trials"
+    runs = [eval_run(sweep / f"train.grouping=at,seed={seed}", [0.0] * 10, [1.0] * 8 + [0.0] * 2) for seed in (0, 1)]
+    rows = [skill_table.compare(run, None) for run in runs]
+    (arm,) = skill_table.arms(rows)
+    assert arm["arm"] == "train.grouping=at" and arm["seeds"] == [0, 1]
+    assert arm["after"]["n"] == 10 and arm["after"]["rate"] == pytest.approx(0.8)
+    assert arm["after"]["ci"] == pytest.approx(skill_table.wilson(8, 10))
+    assert arm["after"]["ci"] != pytest.approx(skill_table.wilson(16, 20))
+    assert "| train.grouping=at | 0, 1 |" in skill_table.arms_markdown([arm])
+
+
+def test_a_trial_still_training_is_left_out_of_its_sweep(skill_table, tmp_path, capsys):
+    trials = tmp_path / "sweep" / "trials"
+    done = eval_run(trials / "train.grouping=at,seed=0", [0.0, 1.0], [1.0, 1.0])
+    running = trials / "train.grouping=at,seed=1"
+    (running / "eval").mkdir(parents=True)
+    (running / "eval" / "step_000000.jsonl").write_text(record("arith/eval/0", "tool", 0, 0.0) + "\n")
+    assert skill_table.run_folders([str(tmp_path / "sweep")]) == [done]
+    assert "seed=1: left out" in capsys.readouterr().err
+
+
+def test_curves_draw_each_runs_history(skill_table, tmp_path):
+    run = tmp_path / "run"
+    ckpt = run / "checkpoints" / "step_000002"
+    ckpt.mkdir(parents=True)
+    history = [{"step": s, "skill/train/tool/correct/turn0": 0.1 * s, "nonflat/tool": 0.5, "success/train": 0.2 * s}
+               for s in (1, 2)]
+    evals = [{"step": 0, "success/eval": 0.1}, {"step": 2, "success/eval": 0.4}]
+    (ckpt / "state.json").write_text(json.dumps({"history": history, "evals": evals}))
+    out = tmp_path / "curves.png"
+    skill_table.curves([run], out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+
+
+def test_the_modules_examples(skill_table):
+    import doctest
+
+    result = doctest.testmod(skill_table)
+    assert result.attempted >= 2 and result.failed == 0
