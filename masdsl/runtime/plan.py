@@ -140,7 +140,9 @@ class RunPlan:
         out += [f"  {role}: {json.dumps(dict(s), sort_keys=True)}" for role, s in self.samples.items()]
         out.append("advantage estimator per role (its `advantage` line; grpo when it has none):")
         out += [f"  {role}: {name}" for role, name in self.advantages.items()]
-        out.append(f"training schedule per policy (steps 1..{self.train.steps}):")
+        budget = (f", or until the training rollouts have generated {self.train.token_budget:,} tokens"
+                  if self.train.token_budget else "")
+        out.append(f"training schedule per policy (steps 1..{self.train.steps}{budget}):")
         out += [f"  {name}: {describe(spec, self.train.steps, self.train.lr, self.train.alternate, self.train.alternate_every)}"
                 for name, spec in self.policies.items()]
         out.append(f"engine context: max_model_len {self.max_model_len} (runtime.max_prompt_tokens + the longest max_tokens)")

@@ -50,3 +50,10 @@ def test_a_negative_budget_is_refused():
     wf = masdsl.load(TOY / "toy_digits.mas")
     with pytest.raises(ConfigError, match="token_budget"):
         resolve_config(wf.train, overrides=["train.token_budget=-1"])
+
+
+def test_the_dry_run_plan_names_the_budget(tiny_model_dir):
+    wf = masdsl.load(TOY / "toy_digits.mas")
+    cfg = resolve_config(wf.train, overrides=[*BASE, "train.token_budget=5000"])
+    text = "\n".join(resolve_run(wf, cfg).lines())
+    assert "steps 1..6, or until the training rollouts have generated 5,000 tokens" in text
