@@ -91,20 +91,41 @@ def evaluation(path: Path, metrics: Metrics) -> dict:
     success: dict[str, int] = {}
     first: dict[str, dict[str, float]] = defaultdict(dict)  # "role/name" -> task -> value at turn 0
     every: dict[str, list[float]] = defaultdict(list)       # "role/name" -> values over all turns
+    given: dict[str, list[float]] = defaultdict(list)       # "role/name | other right|wrong" -> values
     tokens = 0
     for task, recs in episodes(path).items():
         success[task] = int(float(recs[-1].get("episode_success") or 0.0) >= 1.0 - 1e-9)
         fields: dict[str, dict] = {}
+        at: dict[tuple[str, int], dict[str, float | None]] = {}  # (role, turn) -> its metric values
         for r in recs:
             tokens += len(r["response_ids"])
             fields = {**fields, r["role"]: {**r["fields"], "output": r["response_text"]}}
-            for name, value in metrics.of(r, fields).items():
+            at[(r["role"], r["turn"])] = values = metrics.of(r, fields)
+            for name, value in values.items():
                 if value is None:
                     continue
                 every[f"{r['role']}/{name}"].append(value)
                 if r["turn"] == 0:
                     first[f"{r['role']}/{name}"][task] = value
-    return {"success": success, "first": first, "every": every, "tokens": tokens}
+        for key, value in given_other(at):
+            given[key].append(value)
+    return {"success": success, "first": first, "every": every, "given": given, "tokens": tokens}
+
+
+def given_other(at: dict[tuple[str, int], dict[str, float | None]]) -> list[tuple[str, float]]:
+    """A role's `correct` at turn t >= 1, keyed by whether another role's `correct` at turn t-1
+    (the answer it was shown) was right: does it adopt a right answer, does it resist a wrong one.
+
+    >>> given_other({("tool", 0): {"correct": 1.0}, ("reasoner", 0): {"correct": 0.0}, ("reasoner", 1): {"correct": 1.0}})
+    [('reasoner/correct, shown a right tool answer', 1.0)]
+    """
+    out = []
+    for (role, turn), values in at.items():
+        for (other, t), seen in at.items():
+            if other != role and t == turn - 1 and values.get("correct") is not None and seen.get("correct") is not None:
+                shown = "right" if seen["correct"] >= 1 else "wrong"
+                out.append((f"{role}/correct, shown a {shown} {other} answer", float(values["correct"])))
+    return out
 
 
 def rate(values: dict[str, float] | list[float]) -> dict:
@@ -144,6 +165,8 @@ def compare(run: Path, workflow_file: str | None) -> dict:
             "turn0": {"before": rate(b), "after": rate(a),
                       "mcnemar": mcnemar({t: int(b[t] >= 1) for t in common}, {t: int(a[t] >= 1) for t in common})},
             "all_turns": {"before": rate(before["every"].get(key, [])), "after": rate(after["every"].get(key, []))}}
+    row["given"] = {key: {"before": rate(before["given"].get(key, [])), "after": rate(after["given"].get(key, []))}
+                    for key in sorted(set(before["given"]) | set(after["given"]))}
     return row
 
 
@@ -257,6 +280,9 @@ def markdown(rows: list[dict]) -> str:
                          f"{t0['mcnemar']['p']:.3g} ({t0['mcnemar']['b']}, {t0['mcnemar']['c']}) |")
             lines.append(f"| | | | {key}, all turns ({every['before']['n']} -> {every['after']['n']} replies) | "
                          f"{pct(every['before'])} | {pct(every['after'])} | |")
+        for key, v in row.get("given", {}).items():
+            lines.append(f"| | | | {key} ({v['before']['n']} -> {v['after']['n']} replies) | "
+                         f"{pct(v['before'])} | {pct(v['after'])} | |")
     return head + "\n".join(lines)
 
 

@@ -118,3 +118,25 @@ def test_the_modules_examples(skill_table):
 
     result = doctest.testmod(skill_table)
     assert result.attempted >= 2 and result.failed == 0
+
+
+def test_a_roles_answer_is_split_by_the_answer_it_was_shown(skill_table, tmp_path):
+    """The reasoner at turn 1 saw the tool's turn-0 answer: its correctness is reported apart for
+    a right and a wrong answer shown (adopting vs resisting), before and after."""
+    run = tmp_path / "run"
+    (run / "eval").mkdir(parents=True)
+    shutil.copy(ROOT / "workflows" / "math_arith.mas", run / "workflow.mas")
+
+    def episode(task, tool_right, reasoner_turn1):
+        return [record(task, "tool", 0, 0.0, {"answers": 1.0, "correct": tool_right}),
+                record(task, "reasoner", 0, 0.0, {"correct": 0.0}),
+                record(task, "reasoner", 1, reasoner_turn1, {"correct": reasoner_turn1})]
+
+    before = episode("a", 1.0, 0.0) + episode("b", 0.0, 0.0)
+    after = episode("a", 1.0, 1.0) + episode("b", 0.0, 0.0)
+    (run / "eval" / "step_000000.jsonl").write_text("\n".join(before) + "\n")
+    (run / "eval" / "step_000004.jsonl").write_text("\n".join(after) + "\n")
+    given = skill_table.compare(run, None)["given"]
+    right, wrong = given["reasoner/correct, shown a right tool answer"], given["reasoner/correct, shown a wrong tool answer"]
+    assert (right["before"]["rate"], right["after"]["rate"], right["after"]["n"]) == (0.0, 1.0, 1)
+    assert (wrong["before"]["rate"], wrong["after"]["rate"]) == (0.0, 0.0)
