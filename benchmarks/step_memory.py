@@ -99,7 +99,7 @@ def child(args: argparse.Namespace) -> int:
     from masdsl.learner.policies import Policy
     from masdsl.learner.update import update_policy
     from masdsl.learner.workers import build_optimizer
-    from masdsl.runtime.engine_factory import LoraSettings
+    from masdsl.lang.workflow import LoraSettings
     from masdsl.runtime.models import load_model, resolve_model
 
     torch.set_num_threads(args.threads)

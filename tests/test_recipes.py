@@ -51,7 +51,7 @@ def test_every_recipe_fits_every_workflow(config, workflows):
             assert kwargs.items() <= (specs[policy].chat_template_kwargs or {}).items(), (config.name, name)
         budget = ((given.get("sample") or {}).get("*") or {}).get("max_tokens")
         if budget:
-            assert all(plan.samples[role]["max_tokens"] == budget for role in wf.roles), (config.name, name)
+            assert all(plan.samples[role].max_tokens == budget for role in wf.roles), (config.name, name)
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])

@@ -73,10 +73,64 @@ class Expr(Protocol):
 
 
 @dataclass(frozen=True)
+class LoraSettings:
+    """A policy's `lora: { ... }` block, typed; peft's defaults (r 8, alpha 2r) where a key is
+    left out. The one place these defaults are written.
+
+    >>> LoraSettings.of({"r": 16}), LoraSettings.of({"r": 4, "alpha": 8, "dropout": 0.1}).alpha
+    (LoraSettings(r=16, alpha=32.0, dropout=0.0, target_modules='all-linear'), 8.0)
+    """
+
+    r: int = 8
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: Any = "all-linear"
+
+    @classmethod
+    def of(cls, block: Mapping[str, Any]) -> "LoraSettings":
+        r = int(block.get("r", cls.r))
+        return cls(r, float(block.get("alpha", 2 * r)), float(block.get("dropout", cls.dropout)),
+                   block.get("target_modules", cls.target_modules))
+
+
+@dataclass(frozen=True)
+class SampleSpec:
+    """A role's `sample { }` settings after the overrides, typed: every default written once,
+    here (a role's request, the reply budgets, the engines' context length read them).
+
+    >>> s = SampleSpec.of({"max_tokens": 64, "stop": ["\\n"], "samples": 8})
+    >>> s.max_tokens, s.temperature, s.stop, s.samples, s.given()
+    (64, 1.0, ('\\n',), 8, {'max_tokens': 64, 'samples': 8, 'stop': ['\\n']})
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0: off
+    min_p: float = 0.0  # 0: off
+    max_tokens: int = 256  # a role's reply budget when neither its `sample { }` nor an override sets one
+    stop: tuple[str, ...] = ()
+    seed: int | None = None  # folded into the role's request seeds
+    repetition_penalty: float = 1.0  # 1: off
+    samples: int | None = None  # the role's own K in training (None: `train.samples`)
+    keys: tuple[str, ...] = ()  # the keys the file or an override set (what `--dry-run` prints)
+
+    @classmethod
+    def of(cls, block: Mapping[str, Any]) -> "SampleSpec":
+        casts = {"temperature": float, "top_p": float, "top_k": int, "min_p": float, "max_tokens": int,
+                 "stop": tuple, "seed": int, "repetition_penalty": float, "samples": int}
+        given = {k: v for k, v in block.items() if v is not None}
+        return cls(**{k: casts[k](v) for k, v in given.items() if k in casts}, keys=tuple(sorted(given)))
+
+    def given(self) -> dict[str, Any]:
+        """The keys set, as written (`stop` as a list)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k in self.keys for v in (getattr(self, k),)}
+
+
+@dataclass(frozen=True)
 class PolicySpec:
     name: str
     model: str
-    lora: Mapping[str, Any] | None = None  # e.g. {"r": 16, "alpha": 32}
+    lora: Mapping[str, Any] | None = None  # e.g. {"r": 16, "alpha": 32}; typed: `lora_settings`
     frozen: bool = False
     options: Mapping[str, Any] = field(default_factory=dict)  # any other keys of the block
     span: Span | None = None
@@ -87,6 +141,11 @@ class PolicySpec:
     lr: float | None = None
     train_every: int = 1
     frozen_until: int = 0
+
+    @property
+    def lora_settings(self) -> LoraSettings | None:
+        """The `lora` block typed (None: full weights)."""
+        return LoraSettings.of(self.lora) if self.lora else None
 
 
 @dataclass(frozen=True)

@@ -88,12 +88,12 @@ class LocalLearner:
 
 def open_learners(policies: Mapping[str, Policy], plan: RunPlan, log: Log) -> dict[str, Learner]:
     """One learner per trainable policy, as the plan places it (`RunPlan.placement`)."""
-    where = {p.policy: p.learner for p in plan.placement.policies}
     learners: dict[str, Learner] = {}
     try:
         for p in iter_trainable(policies):
-            if where[p.name].where == "workers":
-                group = LearnerGroup(p, plan, where[p.name].workers)
+            where = plan.placement.of(p.name).learner
+            if where.where == "workers":
+                group = LearnerGroup(p, plan, where.workers)
                 log(group.describe())
                 learners[p.name] = group
             else:

@@ -20,11 +20,11 @@ from typing import Any, Callable, Iterator, Mapping
 
 import torch
 
-from masdsl.lang.workflow import PolicySpec
+from masdsl.lang.workflow import LoraSettings, PolicySpec
 from masdsl.runtime.backends.base import Engine
 from masdsl.learner.lora_merge import merged_state
-from masdsl.runtime.engine_factory import LoraSettings
 from masdsl.runtime.models import load_model, resolve_model
+from masdsl.runtime.placement import is_trainable
 from masdsl.runtime.plan import RunPlan
 
 
@@ -60,7 +60,7 @@ class Policy:
 
     @property
     def trainable(self) -> bool:
-        return not self.spec.frozen and bool(self.roles)
+        return is_trainable(self.spec, self.roles)
 
     def activate(self) -> None:
         """Make this policy's adapter the active one (no-op for full models)."""
@@ -111,8 +111,7 @@ def load_policies(plan: RunPlan) -> dict[str, Policy]:
         path = str(resolve_model(spec.model))
         roles = workflow.roles_of_policy(name)
         if not spec.lora:
-            trains = not spec.frozen and bool(roles)
-            model, tok = load_model(path, dtype=master_dtype(plan) if trains else rt.dtype, device=rt.device)
+            model, tok = load_model(path, dtype=master_dtype(plan) if is_trainable(spec, roles) else rt.dtype, device=rt.device)
             if spec.frozen:
                 model.requires_grad_(False)
             policies[name] = Policy(name, spec, roles, model, tok, path, compute_dtype=rt.dtype)

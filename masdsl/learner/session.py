@@ -86,8 +86,8 @@ def open_session(plan: RunPlan, run_dir: Path, show: Progress) -> TrainSession:
     except BaseException:
         session.close()
         raise
-    if tc.gradient_checkpointing and plan.runtime.learner_workers == 0:  # workers set it on their own copies
-        for p in iter_trainable(policies):
+    if tc.gradient_checkpointing:  # workers set it on their own copies
+        for p in (q for q in iter_trainable(policies) if plan.placement.of(q.name).learner.where == "driver"):
             p.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return session
 

@@ -129,7 +129,7 @@ class LearnerWorker:
         model.load_state_dict(weights)
         if plan.train.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        self.shard = (FsdpShard if plan.runtime.learner_fsdp else Shard)(self.rank, self.world)
+        self.shard = (FsdpShard if plan.placement.of(shell["name"]).learner.fsdp else Shard)(self.rank, self.world)
         model = self.shard.wrap(model)
         self.policy = Policy(shell["name"], shell["spec"], shell["roles"], model, tok, shell["model_path"],
                              compute_dtype=plan.runtime.dtype)
@@ -185,7 +185,7 @@ class LearnerGroup:
 
         init_ray(plan.runtime)
         self._ray, self.name, self.world, self.plan = ray, policy.name, workers, plan
-        self.fsdp = bool(plan.runtime.learner_fsdp)
+        self.fsdp = plan.placement.of(policy.name).learner.fsdp
         self.restarts_left = int(plan.runtime.learner_restarts)
         self.cast = master_dtype(plan) != plan.runtime.dtype  # rank 0 also returns the weights in the compute dtype
         self.updates = 0  # updates the driver kept since the actors started or loaded an optimizer state

@@ -5,6 +5,10 @@ evaluations inside a run.
     engines = build_engines(plan, weights)    # training: sampling from the learner's live weights
     close_engines(engines)
 
+Training builds what the plan decided (`RunPlan.placement`, one `PolicyPlan` per policy): each
+`EnginePlan.source` says how that policy's engine gets its weights, and nothing here decides it
+again; `runtime.engine=auto` is decided once, into the plan (`resolved`).
+
 Evaluation (`weights=None`): one engine per distinct model (policies on the same model act with
 the same weights, so they share it); `runtime.engine=replay` serves every policy from
 `runtime.replay_file`. Training (`weights`: `{policy: LiveWeights}`, the learner's loaded
@@ -21,39 +25,18 @@ in Ray actors (`actors.RemoteEngine`); a dead actor is rebuilt and given the lat
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Mapping, Protocol
 
 from masdsl.config import ConfigError
-from masdsl.lang.workflow import PolicySpec
+from masdsl.lang.workflow import LoraSettings, PolicySpec
 from masdsl.runtime import actors
 from masdsl.runtime.backends import build_engine, engine_kwargs, hf_engine_on, vllm_available, vllm_engine
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.heartbeat import starting
-from masdsl.runtime.placement import REPLAY_CANNOT_TRAIN, engine_gpus
+from masdsl.runtime.placement import REPLAY_CANNOT_TRAIN, EnginePlan, engine_gpus
 from masdsl.runtime.plan import RunPlan
 from masdsl.runtime.replicas import ReplicatedEngine
-
-
-@dataclass(frozen=True)
-class LoraSettings:
-    """A policy's `lora: { ... }` block, typed (peft's defaults where a key is left out).
-
-    >>> LoraSettings.of({"r": 16}), LoraSettings.of({"r": 4, "alpha": 8, "dropout": 0.1}).alpha
-    (LoraSettings(r=16, alpha=32.0, dropout=0.0, target_modules='all-linear'), 8.0)
-    """
-
-    r: int = 8
-    alpha: float = 16.0
-    dropout: float = 0.0
-    target_modules: Any = "all-linear"
-
-    @classmethod
-    def of(cls, block: Mapping[str, Any]) -> "LoraSettings":
-        r = int(block.get("r", 8))
-        return cls(r, float(block.get("alpha", 2 * r)), float(block.get("dropout", 0.0)),
-                   block.get("target_modules", "all-linear"))
 
 
 class LiveWeights(Protocol):
@@ -69,14 +52,11 @@ class LiveWeights(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
 
-def engine_kind(plan: RunPlan, training: bool = False) -> str:
-    """`runtime.engine` with `auto` resolved: vllm when it imports and runs here, else hf."""
-    kind = plan.runtime.engine
-    if kind == "auto":
-        kind = "vllm" if vllm_available()[0] else "hf"
-    if kind == "replay" and training:
-        raise ConfigError(REPLAY_CANNOT_TRAIN)
-    return kind
+def resolved(plan: RunPlan) -> RunPlan:
+    """The plan with `runtime.engine=auto` decided here: vllm when it imports and runs, else hf."""
+    if plan.runtime.engine != "auto":
+        return plan
+    return plan.with_engines_resolved(vllm_available()[0])
 
 
 def build_engines(plan: RunPlan, weights: Mapping[str, LiveWeights] | None = None) -> dict[str, Engine]:
@@ -96,7 +76,7 @@ def build_engines(plan: RunPlan, weights: Mapping[str, LiveWeights] | None = Non
             continue
         if rt.ray:
             actors.init_ray(rt)
-            by_model[spec.model] = _replicas(plan, len(models), lambda gpus: actors.RemoteEngine(
+            by_model[spec.model] = _replicas(rt.engine_replicas, engine_gpus(rt, len(models)), lambda gpus: actors.RemoteEngine(
                 partial(_from_name, spec, plan), num_gpus=gpus), f"engine {rt.engine} for {spec.model} (Ray actor)")
         else:
             by_model[spec.model] = _from_name(spec, plan)
@@ -110,22 +90,25 @@ def _from_name(spec: PolicySpec, plan: RunPlan) -> Engine:
 
 
 def _training_engines(weights: Mapping[str, LiveWeights], plan: RunPlan) -> dict[str, Engine]:
-    kind = engine_kind(plan, training=True)
+    """Each policy's engine as its `EnginePlan` says (`placement.plan_placement`): built here,
+    decided there."""
+    placement = resolved(plan).placement
     kw = engine_kwargs(plan.runtime, plan.train.seed)
     engines: dict[str, Engine] = {}
     lora_bases: dict[str, Engine] = {}  # model path -> the vLLM engine with LoRA on
-    remote = [n for n, p in weights.items() if p.adapter is None] if plan.runtime.ray else []
     for name, p in weights.items():
-        if name in remote:
-            engines[name] = _remote_engine(kind, p, kw, plan, len(remote))
-        elif kind == "hf":
+        eng = placement.of(name).engine
+        if eng.source == "replay":
+            raise ConfigError(REPLAY_CANNOT_TRAIN)
+        if eng.source == "actor":
+            engines[name] = _remote_engine(eng, p, kw, plan)
+        elif eng.source == "learner_object":
             engines[name] = hf_engine_on(p.model, p.tokenizer, seed=kw["seed"], adapter=p.adapter)
-        elif p.adapter is None or plan.runtime.lora_sync == "merged":  # merged: fed base + adapter (learner/lora_merge.py)
+        elif eng.source in ("own", "merged"):  # merged: fed base + adapter (learner/lora_merge.py)
             engines[name] = vllm_engine(p.model_path, **kw)
-        else:
+        else:  # lora_shared
             if p.model_path not in lora_bases:
-                ranks = [LoraSettings.of(q.spec.lora or {}).r for q in weights.values()
-                         if q.model_path == p.model_path and q.adapter]
+                ranks = [q.spec.lora_settings.r for q in weights.values() if q.model_path == p.model_path and q.adapter]
                 lora = {"max_lora_rank": max(8, *ranks), "max_loras": len(ranks)}
                 lora_bases[p.model_path] = vllm_engine(p.model_path, lora=lora, **kw)
             engines[name] = lora_bases[p.model_path].adapter(name, p.model.peft_config[p.adapter])
@@ -133,23 +116,23 @@ def _training_engines(weights: Mapping[str, LiveWeights], plan: RunPlan) -> dict
     return engines
 
 
-def _remote_engine(kind: str, p: LiveWeights, kw: dict[str, Any], plan: RunPlan, n_remote: int) -> Engine:
-    """A full policy's engine in its own Ray actor, built there from the policy's model folder."""
+def _remote_engine(eng: EnginePlan, p: LiveWeights, kw: dict[str, Any], plan: RunPlan) -> Engine:
+    """A full policy's engine in its own Ray actors, built there from the policy's model folder."""
     import torch  # heavy: only training engines need torch's thread count
 
     actors.init_ray(plan.runtime)
     on_gpu = str(plan.runtime.device).startswith("cuda")
     threads = None if on_gpu else torch.get_num_threads()  # sample as the driver would
-    return _replicas(plan, n_remote, lambda gpus: actors.RemoteEngine(
-        partial(actors.engine_from_folder, kind, p.model_path, kw, threads), num_gpus=gpus),
-        f"engine {kind} for {p.model_path} (Ray actor)")
+    return _replicas(eng.replicas, eng.gpus_each, lambda gpus: actors.RemoteEngine(
+        partial(actors.engine_from_folder, eng.kind, p.model_path, kw, threads), num_gpus=gpus),
+        f"engine {eng.kind} for {p.model_path} (Ray actor)")
 
 
-def _replicas(plan: RunPlan, n_models: int, start: Callable[[float], Engine], what: str) -> Engine:
-    """`runtime.engine_replicas` engine actors from `start(num_gpus)`: the one engine, or a
+def _replicas(n: int, gpus: float, start: Callable[[float], Engine], what: str) -> Engine:
+    """`n` engine actors (`runtime.engine_replicas`) from `start(num_gpus)`: the one engine, or a
     `ReplicatedEngine` over them (a failed start closes those already up). Each start is
     announced as `what` (`heartbeat.starting`: the actor's own output does not reach this process)."""
-    gpus, made, n = engine_gpus(plan.runtime, n_models), [], plan.runtime.engine_replicas
+    made: list[Engine] = []
     try:
         for i in range(n):
             with starting(what if n == 1 else f"{what} {i + 1}/{n}"):

@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from masdsl.lang.workflow import RoleSpec, Workflow
+from masdsl.lang.workflow import RoleSpec, SampleSpec, Workflow
 from masdsl.runtime.backends.base import Candidate, Engine, GenRequest
 from masdsl.runtime.plan import RunPlan
 from masdsl.runtime.records import StepRecord
@@ -143,12 +143,12 @@ class RunState:
     judge_s: float = 0.0
     judge_unparsed: int = 0
     fail_on_env: bool = False  # an env call failing after its retries raises StepFailed
-    samples: dict[str, dict[str, Any]] = field(default_factory=dict)  # role -> effective `sample { }`
+    samples: dict[str, SampleSpec] = field(default_factory=dict)  # role -> effective `sample { }`
     chat_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)  # policy -> chat_template_kwargs
 
     def k_of(self, role: str) -> int:
         """Candidates per step of `role`: its own `samples` (K) in a training rollout, else `k`."""
-        own = self.samples.get(role, {}).get("samples") if self.mode == "train" else None
+        own = self.samples[role].samples if self.mode == "train" and role in self.samples else None
         return self.k if own is None else int(own)
 
     def error(self, message: str) -> None:

@@ -90,7 +90,7 @@ def rollout(
         raise ValueError(f"repeats must be at least 1, got {repeats!r}")
     k = max(1, int(samples)) if mode == "train" else 1
     run = RunState(workflow, env, as_engines(engines), plan, mode, k, step, seed, None,
-                   fail_on_env=on_env_failure == "fail", samples={name: dict(s) for name, s in plan.samples.items()},
+                   fail_on_env=on_env_failure == "fail", samples=dict(plan.samples),
                    chat_kwargs={name: dict(p.chat_template_kwargs or {}) for name, p in plan.policies.items()})
     run.pool = pool = make_pool(env, plan.runtime, plan.sandbox, max(run.k_of(name) for name in workflow.roles))
     n_tasks = len(tasks)

@@ -324,17 +324,17 @@ def communication(m: ModelDims, r: Recipe) -> dict[str, float]:
 def recipe_from_plan(name: str, plan: RunPlan, hardware: Hardware) -> Recipe:
     """A `Recipe` from a run plan (`masdsl.runtime.plan.resolve_run`) of the `Workflow` it runs."""
     specs, workflow = plan.policies, plan.workflow
-    trained = [n for n, s in specs.items() if not s.frozen and workflow.roles_of_policy(n)]
-    roles = {n: workflow.roles_of_policy(n) for n in trained}
+    roles = {p.policy: p.roles for p in plan.placement.policies if p.trainable}
+    trained = list(roles)
     groups = [tuple(d.get("roles", ())) for _, d in workflow.graph.nodes(data=True)]
     parallel = max(max(sum(1 for x in g if x in rs) for g in groups) for rs in roles.values())
     longest = max(plan.max_tokens(x) for rs in roles.values() for x in rs)
-    lora = [int((specs[n].lora or {}).get("r", 8)) for n in trained if specs[n].lora]
+    lora = [specs[n].lora_settings.r for n in trained if specs[n].lora]
     tc, rt = plan.train, plan.runtime
     return Recipe(
         name, hardware, policies=len(trained), roles_per_policy=max(len(rs) for rs in roles.values()),
         parallel_roles=parallel, turns=workflow.max_turns or 1, batch=tc.batch,
-        samples=max(int(plan.samples[x].get("samples", tc.samples)) for x in workflow.roles),
+        samples=max(plan.samples[x].samples or tc.samples for x in workflow.roles),
         prompt_tokens=rt.max_prompt_tokens, response_tokens=longest, mini_batch_size=tc.mini_batch_size,
         ppo_epochs=tc.ppo_epochs, micro_batch_tokens=tc.micro_batch_tokens,
         gradient_checkpointing=tc.gradient_checkpointing,

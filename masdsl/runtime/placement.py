@@ -34,26 +34,36 @@ policy shared <- roles coder, tester (full weights, smollm2-135m-instruct)
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from masdsl.config import RuntimeConfig
-from masdsl.lang.workflow import PolicySpec, Workflow
+from masdsl.lang.workflow import LoraSettings, PolicySpec, Workflow
 
 
 REPLAY_CANNOT_TRAIN = "`runtime.engine=replay` replays fixed outputs and cannot train; use hf or vllm"
 
 
+# How a training engine gets its weights (`EnginePlan.source`); `engine_factory.build_engines`
+# builds exactly this, deciding nothing again
+SOURCES = ("learner_object", "own", "merged", "lora_shared", "actor", "replay", "auto")
+
+
 @dataclass(frozen=True)
 class EnginePlan:
-    kind: str  # hf | vllm | replay | auto (resolved when the engines start)
+    kind: str  # hf | vllm | replay | auto (`resolve_auto` decides it when the engines start)
     in_ray: bool  # in Ray actors (else in the driver process)
     replicas: int = 1  # engine actors serving this policy, requests balanced across them
     gpus_each: float = 0.0  # Ray GPUs per engine actor (0: CPU, or the driver's device)
     tensor_parallel: int = 1  # GPUs one vLLM engine is split over
     sleep: bool = False  # a vLLM engine sleeps (frees its GPU memory) during the learner's update
     note: str = ""  # what the engine shares or receives
+    # one of SOURCES: the learner's own model object (hf), its own engine fed the new weights,
+    # its own engine fed base + adapter merged, one LoRA engine shared by the base's adapters,
+    # Ray actors built from the model folder, a replay file; auto: decided with `kind`
+    source: str = "own"
 
 
 @dataclass(frozen=True)
@@ -66,7 +76,9 @@ class LearnerPlan:
 
 
 @dataclass(frozen=True)
-class PolicyPlacement:
+class PolicyPlan:
+    """One policy of a run, decided: its spec after the overrides, its engine and its learner."""
+
     policy: str
     roles: tuple[str, ...]
     weights: str  # "full weights" | "LoRA r=R adapter on a shared base" | "frozen"
@@ -74,6 +86,16 @@ class PolicyPlacement:
     engine: EnginePlan
     learner: LearnerPlan
     judges: tuple[str, ...] = ()  # the roles whose `reward` asks this policy to judge (`judge(...)`)
+    spec: PolicySpec | None = None  # the policy after `policy.<name>.*`
+
+    @property
+    def trainable(self) -> bool:
+        """Whether a run updates it: not frozen, and some role acts with it. The one rule."""
+        return self.learner.where != "none"
+
+    @property
+    def lora(self) -> LoraSettings | None:
+        return self.spec.lora_settings if self.spec is not None else None
 
     def lines(self) -> list[str]:
         who = f"role{'s' if len(self.roles) != 1 else ''} {', '.join(self.roles) or '(none)'}"
@@ -85,7 +107,10 @@ class PolicyPlacement:
 
 @dataclass(frozen=True)
 class Placement:
-    policies: tuple[PolicyPlacement, ...]
+    policies: tuple[PolicyPlan, ...]
+
+    def of(self, policy: str) -> PolicyPlan:
+        return next(p for p in self.policies if p.policy == policy)
 
     def lines(self) -> list[str]:
         return [line for p in self.policies for line in p.lines()]
@@ -151,51 +176,90 @@ def weights_kind(spec: PolicySpec) -> str:
     if spec.frozen:
         return "frozen"
     if spec.lora:
-        return f"LoRA r={spec.lora.get('r', 8)} adapter on a shared base"
+        return f"LoRA r={spec.lora_settings.r} adapter on a shared base"
     return "full weights"
 
 
-def plan_placement(workflow: Workflow, specs: Mapping[str, PolicySpec], rt: RuntimeConfig) -> Placement:
-    """Where every policy (`specs`: after the overrides) acts and learns: the rules of
-    `engine_factory.build_engines` with the learner's weights, and of `runtime.learner_workers`
-    (`runtime.engine=auto` is vllm when usable, else hf; replay engines replay a file)."""
-    kind = rt.engine
+def plan_placement(workflow: Workflow, specs: Mapping[str, PolicySpec], rt: RuntimeConfig,
+                   engine: str | None = None) -> Placement:
+    """Where every policy (`specs`: after the overrides) acts and learns: its engine (what
+    `engine_factory.build_engines` builds with the learner's weights) and its learner (the
+    driver or `runtime.learner_workers`). `engine`: the kind `runtime.engine=auto` resolved to
+    (`resolve_auto`); left out, an auto engine is described as either."""
+    kind = engine or rt.engine
     in_ray = [n for n, s in specs.items() if not s.lora] if rt.ray and kind != "replay" else []
     gpus = engine_gpus(rt, len(in_ray))
     out = []
     for name, spec in specs.items():
         roles = tuple(workflow.roles_of_policy(name))
-        sleep = rt.vllm_sleep_mode and kind != "hf"
-        if kind == "replay":
-            eng = EnginePlan(kind, False, note=f"replays {rt.replay_file or '`runtime.replay_file`'}")
-        elif name in in_ray:
-            eng = EnginePlan(kind, True, rt.engine_replicas, gpus, rt.vllm_tensor_parallel_size, sleep,
-                             "loads the learner's new weights after each update")
-        elif kind == "auto" and not spec.lora:
-            eng = EnginePlan(kind, False, tensor_parallel=rt.vllm_tensor_parallel_size, sleep=sleep,
-                             note="vllm when usable (its own engine, loading the learner's new weights after each "
-                                  "update), else hf (sampling from the learner's own model object)")
-        elif kind == "hf":
-            eng = EnginePlan(kind, False, note="sampling from the learner's own model object"
-                             + (f" (adapter {name})" if spec.lora else ""))
-        elif spec.lora and rt.lora_sync == "merged":
-            eng = EnginePlan(kind, False, tensor_parallel=rt.vllm_tensor_parallel_size, sleep=sleep,
-                             note="its own engine without LoRA, loading base + adapter merged after each update")
-        elif spec.lora:
-            peers = [n for n, s in specs.items() if s.lora and s.model == spec.model]
-            eng = EnginePlan(kind, False, tensor_parallel=rt.vllm_tensor_parallel_size, sleep=sleep,
-                             note=f"one engine with LoRA for {', '.join(peers)}, loading each new adapter")
-        else:
-            eng = EnginePlan(kind, False, tensor_parallel=rt.vllm_tensor_parallel_size, sleep=sleep,
-                             note="its own engine, loading the learner's new weights after each update")
         judges = tuple(r.name for r in workflow.roles.values() if any(j.policy == name for j in r.judges))
-        out.append(PolicyPlacement(name, roles, weights_kind(spec), spec.model, eng, _learner(spec, roles, rt), judges))
+        eng = _engine(name, spec, specs, rt, kind, in_ray, gpus)
+        if kind == "auto":  # not built until `resolve_auto` says which kind
+            eng = dataclasses.replace(eng, source="auto")
+        out.append(PolicyPlan(name, roles, weights_kind(spec), spec.model, eng, _learner(spec, roles, rt), judges, spec))
     return Placement(tuple(out))
+
+
+def resolve_auto(placement: Placement, rt: RuntimeConfig, vllm_usable: bool) -> Placement:
+    """The placement with `runtime.engine=auto` decided: vllm when it is usable here, else hf
+    (unchanged for any other kind). Only the engines change.
+
+    >>> from masdsl.config import resolve_config
+    >>> from masdsl.lang.workflow import RoleSpec
+    >>> import networkx as nx
+    >>> wf = Workflow("w", "", "code", nx.DiGraph(), roles={"a": RoleSpec("a", "p", "")},
+    ...               policies={"p": PolicySpec("p", "m", lora={"r": 4})}, data={})
+    >>> rt = resolve_config(overrides=["runtime.lora_sync=merged"]).runtime
+    >>> auto = plan_placement(wf, wf.policies, rt)
+    >>> auto.of("p").engine.source, resolve_auto(auto, rt, True).of("p").engine.source, resolve_auto(auto, rt, False).of("p").engine.source
+    ('auto', 'merged', 'learner_object')
+    """
+    if rt.engine != "auto":
+        return placement
+    kind = "vllm" if vllm_usable else "hf"
+    specs = {p.policy: p.spec for p in placement.policies if p.spec is not None}
+    in_ray = [n for n, s in specs.items() if not s.lora] if rt.ray else []
+    gpus = engine_gpus(rt, len(in_ray))
+    return Placement(tuple(dataclasses.replace(p, engine=_engine(p.policy, p.spec, specs, rt, kind, in_ray, gpus))
+                           for p in placement.policies if p.spec is not None))
+
+
+def _engine(name: str, spec: PolicySpec, specs: Mapping[str, PolicySpec], rt: RuntimeConfig, kind: str,
+            in_ray: list[str], gpus: float) -> EnginePlan:
+    sleep = rt.vllm_sleep_mode and kind != "hf"
+    tp = rt.vllm_tensor_parallel_size
+    if kind == "replay":
+        return EnginePlan(kind, False, note=f"replays {rt.replay_file or '`runtime.replay_file`'}", source="replay")
+    if name in in_ray:
+        return EnginePlan(kind, True, rt.engine_replicas, gpus, tp, sleep, "loads the learner's new weights after each update",
+                          source="actor")
+    if kind == "auto" and not spec.lora:
+        return EnginePlan(kind, False, tensor_parallel=tp, sleep=sleep, source="auto",
+                          note="vllm when usable (its own engine, loading the learner's new weights after each "
+                               "update), else hf (sampling from the learner's own model object)")
+    if kind == "hf":
+        return EnginePlan(kind, False, note="sampling from the learner's own model object"
+                          + (f" (adapter {name})" if spec.lora else ""), source="learner_object")
+    if spec.lora and rt.lora_sync == "merged":
+        return EnginePlan(kind, False, tensor_parallel=tp, sleep=sleep, source="merged",
+                          note="its own engine without LoRA, loading base + adapter merged after each update")
+    if spec.lora:
+        peers = [n for n, s in specs.items() if s.lora and s.model == spec.model]
+        return EnginePlan(kind, False, tensor_parallel=tp, sleep=sleep, source="lora_shared",
+                          note=f"one engine with LoRA for {', '.join(peers)}, loading each new adapter")
+    return EnginePlan(kind, False, tensor_parallel=tp, sleep=sleep, source="own",
+                      note="its own engine, loading the learner's new weights after each update")
+
+
+def is_trainable(spec: PolicySpec, roles: Sequence[str]) -> bool:
+    """Whether a run updates a policy: it is not frozen and some role acts with it. The one rule
+    (the run plan's checks, the placement, the GPU plan and the learner's `Policy` ask it)."""
+    return not spec.frozen and bool(roles)
 
 
 def _learner(spec: PolicySpec, roles: tuple[str, ...], rt: RuntimeConfig) -> LearnerPlan:
     device = str(rt.device)
-    if spec.frozen or not roles:
+    if not is_trainable(spec, roles):
         return LearnerPlan("none", device=device, why_none="frozen" if spec.frozen else "no role")
     if rt.learner_workers > 0 and not spec.lora:
         return LearnerPlan("workers", rt.learner_workers, rt.learner_fsdp, device)

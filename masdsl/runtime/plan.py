@@ -20,7 +20,7 @@ model names are only looked up (`masdsl.runtime.models.model_problem`). What nee
 >>> from masdsl.config import resolve_config
 >>> wf = masdsl.load("workflows/coder_tester.mas")
 >>> plan = resolve_run(wf, resolve_config(wf.train, overrides=["runtime.engine=hf", "sample.coder.max_tokens=64"]))
->>> plan.samples["coder"]["max_tokens"], plan.max_model_len, plan.placement.lines()[0]
+>>> plan.samples["coder"].max_tokens, plan.max_model_len, plan.placement.lines()[0]
 (64, 2240, 'policy shared <- roles coder, tester (full weights, smollm2-135m-instruct)')
 >>> resolve_run(wf, resolve_config(wf.train, overrides=["train.clip_eps=5", "runtime.engine=replay"]))
 Traceback (most recent call last):
@@ -44,14 +44,14 @@ from masdsl.config import (ALL_ROLES, Config, ConfigError, PolicyOverride, Runti
 from masdsl.config_schema import ADVANTAGE_MIN_K
 from masdsl.errors import UserError, did_you_mean
 from masdsl.lang.judge import judge_problems
-from masdsl.lang.workflow import PolicySpec, Workflow
+from masdsl.lang.workflow import PolicySpec, SampleSpec, Workflow
 from masdsl.runtime.models import model_problem
 from masdsl.runtime.probes import probe_problem
-from masdsl.runtime.placement import REPLAY_CANNOT_TRAIN, Placement, engine_problems, plan_placement
+from masdsl.runtime.placement import REPLAY_CANNOT_TRAIN, Placement, engine_problems, is_trainable, plan_placement, resolve_auto
 from masdsl.runtime.schedule import describe, schedule_problems, trains_at
 from masdsl.tracking import validate as check_tracking
 
-DEFAULT_MAX_TOKENS = 256  # a role's reply budget when neither its `sample { }` nor an override sets one
+DEFAULT_MAX_TOKENS = SampleSpec.max_tokens  # a role's reply budget when neither its `sample { }` nor an override sets one
 LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
 
 
@@ -70,7 +70,7 @@ class RunPlan:
 
     config: Config  # what the plan was resolved from: kept only as the record the run folder and MLflow save
     policies: Mapping[str, PolicySpec]  # the file's policies with `policy.<name>.*` applied
-    samples: Mapping[str, Mapping[str, Any]]  # role -> its `sample { }` settings after `sample.*` overrides
+    samples: Mapping[str, SampleSpec]  # role -> its `sample { }` settings after `sample.*` overrides
     max_model_len: int  # an evaluation engine's context: runtime.max_prompt_tokens + the longest max_tokens
     placement: Placement  # per policy: its engine and its learner
     # what it was resolved for, so that nothing below the commands takes a workflow beside its plan
@@ -110,7 +110,12 @@ class RunPlan:
 
     def max_tokens(self, role: str) -> int:
         """The reply budget of `role`."""
-        return int(self.samples[role].get("max_tokens", DEFAULT_MAX_TOKENS))
+        return self.samples[role].max_tokens
+
+    def with_engines_resolved(self, vllm_usable: bool) -> "RunPlan":
+        """This plan with `runtime.engine=auto` decided (`placement.resolve_auto`): what the
+        engine factory then builds. The caller probes vLLM; the plan never does."""
+        return dataclasses.replace(self, placement=resolve_auto(self.placement, self.runtime, vllm_usable))
 
     def with_models(self, models: Mapping[str, str | os.PathLike]) -> "RunPlan":
         """This plan with `policy.NAME.model=FOLDER` for each of `models` (a checkpoint's exported
@@ -137,7 +142,7 @@ class RunPlan:
         """The plan as `masdsl run --dry-run` prints it: placement, sampling per role, context."""
         out = ["placement (engines and learners per policy):", *("  " + line for line in self.placement.lines()),
                "sampling per role (the file's sample { } with the overrides):"]
-        out += [f"  {role}: {json.dumps(dict(s), sort_keys=True)}" for role, s in self.samples.items()]
+        out += [f"  {role}: {json.dumps(s.given(), sort_keys=True)}" for role, s in self.samples.items()]
         out.append("advantage estimator per role (its `advantage` line; grpo when it has none):")
         out += [f"  {role}: {name}" for role, name in self.advantages.items()]
         budget = (f", or until the training rollouts have generated {self.train.token_budget:,} tokens"
@@ -168,7 +173,7 @@ def resolve_rollout(workflow: Workflow, cfg: Config) -> RunPlan:
     >>> wf = masdsl.load("workflows/coder_tester.mas")
     >>> plan = resolve_rollout(wf, resolve_config(overrides=["runtime.engine=replay", "runtime.replay_file=r.jsonl",
     ...                                                      "sample.*.max_tokens=8"]))
-    >>> plan.samples["tester"]["max_tokens"], plan.placement.lines()[1]
+    >>> plan.samples["tester"].max_tokens, plan.placement.lines()[1]
     (8, '  engine: replay in the driver, replays r.jsonl')
     >>> resolve_rollout(wf, resolve_config(overrides=["runtime.engine=replay"]))
     Traceback (most recent call last):
@@ -185,8 +190,8 @@ def resolve_rollout(workflow: Workflow, cfg: Config) -> RunPlan:
 
 
 def _plan(workflow: Workflow, cfg: Config, specs: dict[str, PolicySpec]) -> RunPlan:
-    samples = {role: role_sample(workflow, cfg, role) for role in workflow.roles}
-    longest = max((int(s.get("max_tokens", DEFAULT_MAX_TOKENS)) for s in samples.values()), default=DEFAULT_MAX_TOKENS)
+    samples = {role: SampleSpec.of(role_sample(workflow, cfg, role)) for role in workflow.roles}
+    longest = max((s.max_tokens for s in samples.values()), default=DEFAULT_MAX_TOKENS)
     return RunPlan(config=cfg, policies=specs, samples=samples, max_model_len=int(cfg.runtime.max_prompt_tokens) + longest,
                    placement=plan_placement(workflow, specs, cfg.runtime),
                    advantages={role: spec.advantage for role, spec in workflow.roles.items()}, workflow=workflow)
@@ -199,7 +204,7 @@ def run_problems(workflow: Workflow, cfg: Config, specs: Mapping[str, PolicySpec
     errors += [p for p in (probe_problem(workflow, cfg.train.eval_probe),) if p]
     errors += advantage_problems(workflow, cfg) + async_problems(cfg)
     errors += judge_problems(workflow.roles, specs)  # a judge that `policy.P.frozen=false` would train
-    trained = [n for n, s in specs.items() if not s.frozen and workflow.roles_of_policy(n)]
+    trained = [n for n, s in specs.items() if is_trainable(s, workflow.roles_of_policy(n))]
     errors += schedule_problems(specs, trained, cfg.train.steps, cfg.train.alternate, cfg.train.alternate_every)
     if rt.engine == "replay":
         errors.append(REPLAY_CANNOT_TRAIN)
@@ -207,11 +212,11 @@ def run_problems(workflow: Workflow, cfg: Config, specs: Mapping[str, PolicySpec
         errors.append(f"`runtime.learner_workers` must be >= 0 (0: train in the driver); got {rt.learner_workers}")
     if rt.learner_fsdp and rt.learner_workers < 1:
         errors.append("`runtime.learner_fsdp=true` shards the learner over its workers: set `runtime.learner_workers` >= 1")
-    lora = [n for n, s in specs.items() if s.lora and not s.frozen and workflow.roles_of_policy(n)]
+    lora = [n for n in trained if specs[n].lora]
     if rt.learner_workers > 0 and lora:
         errors.append(f"`runtime.learner_workers` trains full policies only; LoRA polic{'ies' if len(lora) > 1 else 'y'} "
                       f"{', '.join(lora)} would need the driver: set `runtime.learner_workers=0`")
-    if all(s.frozen or not workflow.roles_of_policy(n) for n, s in specs.items()):
+    if not trained:
         errors.append("every policy is frozen (or has no role): `masdsl run` would train nothing; use `masdsl eval`")
     for name in ("train", "eval"):
         if name not in workflow.data:

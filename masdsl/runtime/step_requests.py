@@ -8,11 +8,10 @@ Every `sample { }` option (`masdsl.lang.check_roles.SAMPLE_KEYS`) reaches the re
 
 from __future__ import annotations
 
-from masdsl.lang.workflow import RoleSpec, Workflow
+from masdsl.lang.workflow import RoleSpec, SampleSpec, Workflow
 from masdsl.runtime import prompts
 from masdsl.runtime.backends.base import GenRequest
 from masdsl.runtime.episodes import Episode, RoleStep, RunState
-from masdsl.runtime.plan import DEFAULT_MAX_TOKENS
 from masdsl.runtime.probes import probed_view
 from masdsl.runtime.sampling import derive_seed
 
@@ -30,25 +29,23 @@ def request_for(ep: Episode, role: RoleSpec, turn: int, ids: list[int], run: Run
     In evaluation the temperature is `train.eval_temperature` (0: greedy). `seed` in a role's
     `sample { }` is folded into that role's request seeds (other roles keep theirs).
     """
-    sample = run.samples.get(role.name)
-    if sample is None:
-        sample = dict(role.sample or {})
-    temperature = sample.get("temperature", 1.0) if run.mode == "train" else run.plan.train.eval_temperature
+    sample = run.samples.get(role.name) or SampleSpec.of(role.sample or {})
+    temperature = sample.temperature if run.mode == "train" else run.plan.train.eval_temperature
     base = run.seed + REPEAT_SEED_STRIDE * ep.repeat
-    if sample.get("seed") is not None:
-        base = derive_seed(base, int(sample["seed"]), "", "sample.seed", 0)
+    if sample.seed is not None:
+        base = derive_seed(base, sample.seed, "", "sample.seed", 0)
     return GenRequest(
         prompt_ids=ids,
         n=run.k_of(role.name),
         temperature=float(temperature),
-        top_p=float(sample.get("top_p", 1.0)),
-        max_tokens=int(sample.get("max_tokens", DEFAULT_MAX_TOKENS)),
-        stop=list(sample.get("stop", ())),
+        top_p=sample.top_p,
+        max_tokens=sample.max_tokens,
+        stop=list(sample.stop),
         seed=derive_seed(base, run.step, ep.task_id, role.name, turn),
         key=(ep.task_id, role.name, turn),
-        top_k=int(sample.get("top_k", 0)),
-        min_p=float(sample.get("min_p", 0.0)),
-        repetition_penalty=float(sample.get("repetition_penalty", 1.0)),
+        top_k=sample.top_k,
+        min_p=sample.min_p,
+        repetition_penalty=sample.repetition_penalty,
     )
 
 

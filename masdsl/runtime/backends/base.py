@@ -27,19 +27,22 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, runtime_checkable
 
+from masdsl.lang.workflow import SampleSpec
+
 
 @dataclass
 class GenRequest:
     prompt_ids: list[int]
     n: int = 1  # candidates from this prompt (K in training, 1 in evaluation)
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_tokens: int = 256
+    # the sampling options default to a `sample { }` block's (`SampleSpec`, where each is written once)
+    temperature: float = SampleSpec.temperature
+    top_p: float = SampleSpec.top_p
+    max_tokens: int = SampleSpec.max_tokens
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
-    top_k: int = 0  # 0 or -1: off
-    min_p: float = 0.0  # 0: off
-    repetition_penalty: float = 1.0  # 1: off; > 1 discourages tokens already in the prompt or output
+    top_k: int = SampleSpec.top_k  # 0 or -1: off
+    min_p: float = SampleSpec.min_p  # 0: off
+    repetition_penalty: float = SampleSpec.repetition_penalty  # 1: off; > 1 discourages tokens already in the prompt or output
     key: tuple[str, str, int] | None = None  # (task_id, role, turn): used by the replay engine
 
 

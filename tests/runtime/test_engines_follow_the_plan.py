@@ -1,0 +1,62 @@
+"""The engines and learners of a run are what its plan says (`RunPlan.placement`): the factory
+and the learner layout build each `PolicyPlan`'s engine and learner, deciding nothing again
+from the runtime settings; `runtime.engine=auto` is decided once, into the plan."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import masdsl
+from masdsl.config import resolve_config
+from masdsl.learner.learners import LocalLearner, open_learners
+from masdsl.learner.policies import load_policies
+from masdsl.runtime.backends.hf import HFEngine
+from masdsl.runtime.engine_factory import build_engines, close_engines
+from masdsl.runtime.placement import EnginePlan, LearnerPlan, Placement
+from masdsl.runtime.plan import resolve_run
+
+TOY = Path(__file__).parents[1] / "learner" / "toy"
+
+
+def plan_with(placement_change, *overrides, model_dir):
+    wf = masdsl.load(TOY / "toy_digits_lora.mas")
+    plan = resolve_run(wf, resolve_config(wf.train, overrides=[f"policy.*.model={model_dir}", *overrides]))
+    return dataclasses.replace(plan, placement=Placement(tuple(placement_change(p) for p in plan.placement.policies)))
+
+
+def test_the_factory_builds_the_engine_the_plan_names_not_the_one_the_settings_would(tiny_model_dir):
+    """The settings ask for vllm with merged LoRA sync; the plan says each policy samples from
+    the learner's own model object (hf): that is what is built, and vllm is never started."""
+    hf = EnginePlan("hf", False, note="", source="learner_object")
+    plan = plan_with(lambda p: dataclasses.replace(p, engine=hf), "runtime.engine=vllm", "runtime.lora_sync=merged",
+                     model_dir=tiny_model_dir)
+    policies = load_policies(plan)
+    engines = build_engines(plan, policies)
+    try:
+        assert set(engines) == {"namer_p", "copier_p"}
+        assert all(isinstance(e, HFEngine) for e in engines.values())
+        assert {e.adapter for e in engines.values()} == {"namer_p", "copier_p"}  # each its own adapter
+    finally:
+        close_engines(engines)
+
+
+def test_auto_is_decided_into_the_plan():
+    wf = masdsl.load(TOY / "toy_digits_lora.mas")
+    plan = resolve_run(wf, resolve_config(wf.train, overrides=["runtime.engine=auto", "runtime.lora_sync=merged"]))
+    assert {p.engine.source for p in plan.placement.policies} == {"auto"}  # the dry run does not probe vLLM
+    on_vllm, on_hf = plan.with_engines_resolved(True), plan.with_engines_resolved(False)
+    assert {(p.engine.kind, p.engine.source) for p in on_vllm.placement.policies} == {("vllm", "merged")}
+    assert {(p.engine.kind, p.engine.source) for p in on_hf.placement.policies} == {("hf", "learner_object")}
+    assert on_hf.placement.of("namer_p").trainable and on_hf.placement.of("namer_p").lora.r == 4
+
+
+def test_the_learner_layout_is_the_plans(tiny_model_dir):
+    """`runtime.learner_workers=2` is set, but the plan puts the learner in the driver: a local
+    learner it is (no Ray worker starts)."""
+    driver = LearnerPlan("driver", device="cpu")
+    plan = plan_with(lambda p: dataclasses.replace(p, learner=driver), "runtime.engine=hf", model_dir=tiny_model_dir)
+    plan = dataclasses.replace(plan, config=dataclasses.replace(
+        plan.config, runtime=dataclasses.replace(plan.config.runtime, learner_workers=2)))
+    learners = open_learners(load_policies(plan), plan, print)
+    assert set(learners) == {"namer_p", "copier_p"} and all(isinstance(x, LocalLearner) for x in learners.values())
