@@ -154,7 +154,7 @@ def compare(run: Path, workflow_file: str | None) -> dict:
     metrics = Metrics(wf, tasks)
     before, after = evaluation(files[0], metrics), evaluation(files[-1], metrics)
     row = {"run": str(run), "steps": [files[0].stem, files[-1].stem], "tasks": len(before["success"]),
-           "train_tokens": train_tokens(run),
+           "train_tokens": train_tokens(run), "adapter_change": adapter_change(run),
            "success": {"before": rate(before["success"]), "after": rate(after["success"]),
                        "mcnemar": mcnemar(before["success"], after["success"])},
            "skills": {}}
@@ -261,6 +261,36 @@ def curves(runs: list[Path], out: Path) -> None:
     fig.savefig(out, dpi=110)
 
 
+def adapter_change(run: Path) -> dict[str, float]:
+    """Per LoRA policy, how far training moved it: ||dW||_F over all its adapted modules, where
+    dW = (alpha / r) B A is what the adapter adds to a base weight (B starts at zero, so this is
+    the change since step 0). Read from the newest checkpoint; full-weight policies are left out
+    (their change needs the starting weights)."""
+    import yaml
+    from safetensors.torch import load_file
+
+    from masdsl.learner.checkpoint import latest
+
+    newest = latest(run)
+    if newest is None:
+        return {}
+    cfg = yaml.safe_load((newest / "config.yaml").read_text()) or {}
+    out = {}
+    for path in sorted((newest / "policies").glob("*.safetensors")):
+        sd = load_file(str(path))
+        pairs = [(k, k.replace("lora_A", "lora_B")) for k in sd if ".lora_A." in k]
+        if not pairs:
+            continue
+        block = ((cfg.get("policy") or {}).get(path.stem) or (cfg.get("policy") or {}).get("*") or {}).get("lora") or {}
+        total = 0.0
+        for a, b in pairs:
+            r = sd[a].shape[0]
+            scale = float(block.get("alpha", 2 * r)) / r
+            total += float((scale * sd[b].float() @ sd[a].float()).pow(2).sum())
+        out[path.stem] = total ** 0.5
+    return out
+
+
 def pct(r: dict) -> str:
     lo, hi = r["ci"]
     return f"{100 * r['rate']:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]"
@@ -274,6 +304,8 @@ def markdown(rows: list[dict]) -> str:
         s = row["success"]
         lines.append(f"| {name} | {row['tasks']} | {row['train_tokens']:,} | episode success | {pct(s['before'])} | "
                      f"{pct(s['after'])} | {s['mcnemar']['p']:.3g} ({s['mcnemar']['b']}, {s['mcnemar']['c']}) |")
+        for policy, change in row.get("adapter_change", {}).items():
+            lines.append(f"| | | | policy {policy}: adapter change, \u2016(alpha/r)\u00b7BA\u2016_F | 0 | {change:.3g} | |")
         for key, v in row["skills"].items():
             t0, every = v["turn0"], v["all_turns"]
             lines.append(f"| | | | {key}, turn 0 | {pct(t0['before'])} | {pct(t0['after'])} | "

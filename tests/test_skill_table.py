@@ -140,3 +140,19 @@ def test_a_roles_answer_is_split_by_the_answer_it_was_shown(skill_table, tmp_pat
     right, wrong = given["reasoner/correct, shown a right tool answer"], given["reasoner/correct, shown a wrong tool answer"]
     assert (right["before"]["rate"], right["after"]["rate"], right["after"]["n"]) == (0.0, 1.0, 1)
     assert (wrong["before"]["rate"], wrong["after"]["rate"]) == (0.0, 0.0)
+
+
+def test_a_lora_policys_change_is_the_norm_of_what_its_adapter_adds(skill_table, tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    ckpt = tmp_path / "run" / "checkpoints" / "step_000003"
+    (ckpt / "policies").mkdir(parents=True)
+    (ckpt / "state.json").write_text("{}")
+    (ckpt / "config.yaml").write_text("policy:\n  '*':\n    lora: {r: 2, alpha: 8}\n")
+    a, b = torch.ones(2, 3), torch.zeros(4, 2)
+    b[0, 0] = 1.0  # B @ A: one row of ones (3 entries); scale alpha / r = 4
+    save_file({"m.lora_A.weight": a, "m.lora_B.weight": b}, str(ckpt / "policies" / "shared.safetensors"))
+    save_file({"m.weight": torch.ones(2)}, str(ckpt / "policies" / "full.safetensors"))
+    change = skill_table.adapter_change(tmp_path / "run")
+    assert change == {"shared": pytest.approx(4 * 3 ** 0.5)}
