@@ -2,8 +2,10 @@
 
 Each subcommand lives in `masdsl/commands/<name>.py` with `add_arguments(parser)` and
 `main(args) -> int`, imported only when used: `masdsl check` imports `commands/check.py` and
-no other command module (never torch, the runtime or MLflow); only `masdsl --help` and
-`masdsl completion` import them all. Exit status: 0 ok, 1 "something to change" (`fmt --check`),
+no other command module (never torch, the runtime or MLflow); `masdsl --help` imports none
+(it lists `COMMANDS`), only `masdsl completion` imports them all. A heavy command is split
+(`masdsl.commands`): its light module names its `BODY` and answers with `prepare(args)` what
+needs no torch; the body module is imported here only when the command goes ahead. Exit status: 0 ok, 1 "something to change" (`fmt --check`),
 2 user error (also a bad command line), 3 internal error (a bug in masdsl), 130 interrupted (Ctrl-C).
 
 Global flags, accepted before the command or anywhere after it: `--debug` (tracebacks of
@@ -23,6 +25,7 @@ import os
 import sys
 import traceback
 
+import masdsl
 from masdsl.commands import output
 from masdsl.errors import UserError
 from masdsl.startup import start_owned_process
@@ -59,8 +62,6 @@ def version() -> str:
     try:
         return importlib.metadata.version("masdsl")
     except importlib.metadata.PackageNotFoundError:
-        import masdsl  # start-up: only `--version` of an uninstalled tree asks
-
         return masdsl.__version__
 
 
@@ -76,12 +77,18 @@ class _Version(argparse.Action):
 
 
 def command_of(argv: list[str]) -> str | None:
-    """The command named on the command line (the first word that is one), else None."""
+    """The command named on the command line (the first word that is one), else None.
+
+    >>> command_of(["--color", "never", "check", "x.mas"]), command_of(["--help"]), command_of(["chek"])
+    ('check', None, None)
+    """
+    after_color = False
     for word in argv:
         if word in COMMANDS:
             return word
-        if not word.startswith("-"):
+        if not word.startswith("-") and not after_color:
             return None
+        after_color = len(word) > 3 and "--color".startswith(word)  # `--color WHEN` (or an abbreviation of it)
     return None
 
 
@@ -101,9 +108,10 @@ def add_global_flags(p: argparse.ArgumentParser, top: bool) -> None:
                    help=shown("colour: auto (a terminal, and NO_COLOR unset), always, never (default: auto)"))
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+def build_parser(command: str | None = None, bare: bool = False) -> argparse.ArgumentParser:
     """The CLI's parser; with `command`, only that command's module is imported (the others'
-    arguments are not needed to parse its command line)."""
+    arguments are not needed to parse its command line); `bare`, none (a command line without a
+    command: `--help`, `--version`, a mistyped command)."""
     parser = argparse.ArgumentParser(prog="masdsl", description="Multi-agent LLM workflows trained with AT-GRPO.")
     parser.add_argument("--version", action=_Version, help="show the version and exit")
     add_global_flags(parser, top=True)
@@ -112,7 +120,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         add_global_flags(p, top=False)
         p.set_defaults(_parser=p)
-        if command is not None and name != command:
+        if bare or (command is not None and name != command):
             continue
         try:
             module_name = f"masdsl.commands.{name.replace('-', '_')}"  # warm-start -> warm_start
@@ -159,9 +167,22 @@ def prepare(args: argparse.Namespace) -> bool:
     return asked_help
 
 
+def run_command(args: argparse.Namespace) -> int:
+    """Run the parsed command. A split command's light module answers first (`prepare`: the
+    refusals, `--dry-run`, `--print-config`); its body module, which imports torch and the rest at
+    its top, is imported only when the command goes ahead, and gets what `prepare` made."""
+    light = args._module
+    if not hasattr(light, "BODY"):
+        return int(light.main(args) or 0)
+    prepared = light.prepare(args)
+    if isinstance(prepared, int):  # answered without the body
+        return prepared
+    return int(importlib.import_module(light.BODY).main(args, prepared) or 0)
+
+
 def main(argv: list[str] | None = None) -> int:
     command = command_of(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(None if command in FULL_PARSER else command)
+    parser = build_parser(None if command in FULL_PARSER else command, bare=command is None)
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()
@@ -174,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         if not hasattr(args, "_module"):
             print(f"masdsl: `{args.command}` is not available in this build", file=sys.stderr)
             return 3
-        return int(args._module.main(args) or 0)
+        return run_command(args)
     except UserError as exc:
         print(exc.render(color=output.use_color(sys.stderr)), file=sys.stderr)
         return 2

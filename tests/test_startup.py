@@ -55,6 +55,41 @@ def test_the_masdsl_command_is_an_owned_process():
     assert library[-2:] == ["0", "False"]  # `main(argv)` called as a library changes nothing
 
 
+HEAVY = ("torch", "transformers", "vllm", "ray", "mlflow")
+LOADED_AFTER = ("import contextlib, io, json, sys\nfrom masdsl.cli import main\n"
+                "with contextlib.redirect_stdout(io.StringIO()) as text:\n"
+                "    try:\n        rc = main({argv!r})\n    except SystemExit as exc:\n        rc = exc.code\n"
+                "print(rc, json.dumps([sorted(m for m in sys.modules if m.startswith('masdsl.commands.')), "
+                f"[m for m in {HEAVY!r} if m in sys.modules]], separators=(',', ':')))")
+
+
+def loaded_after(argv: list[str]) -> tuple[int, list[str], list[str]]:
+    """(exit status, the command modules imported, the heavy packages imported) of `masdsl ARGV`."""
+    import json
+
+    rc, loaded = python(LOADED_AFTER.format(argv=argv))[-2:]
+    commands, heavy = json.loads(loaded)
+    return int(rc), commands, heavy
+
+
+def test_help_imports_no_command_and_nothing_heavy():
+    """`masdsl --help` lists the commands from `masdsl.cli.COMMANDS`: no command module loads."""
+    assert loaded_after(["--help"]) == (0, ["masdsl.commands.output"], [])
+    assert loaded_after(["--color", "never", "check", "workflows/coder_tester.mas"]) == (
+        0, ["masdsl.commands.check", "masdsl.commands.output"], [])
+
+
+def test_a_split_command_imports_its_body_only_when_it_goes_ahead():
+    """`masdsl run --dry-run` is answered by the light module (`masdsl.commands.run`); the body
+    (`run_body`: the trainer, torch) is not imported. `masdsl completion` imports every light module."""
+    rc, commands, heavy = loaded_after(["run", "workflows/coder_tester.mas", "--dry-run"])
+    assert rc == 0 and "masdsl.commands.run" in commands and heavy == []
+    assert not [m for m in commands if m.endswith("_body")]
+    rc, commands, heavy = loaded_after(["completion", "bash"])
+    assert rc == 0 and "masdsl.commands.eval" in commands and heavy == []
+    assert not [m for m in commands if m.endswith("_body")]
+
+
 def deferring(_) -> bool:
     """Run inside an actor: whether its process defers (what that does: the first test)."""
     return any(type(f).__name__ == "DeferImports" for f in sys.meta_path)

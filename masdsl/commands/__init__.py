@@ -1,4 +1,12 @@
-"""Subcommands of the `masdsl` CLI; shared argument handling lives here."""
+"""Subcommands of the `masdsl` CLI; shared argument handling lives here.
+
+Each command is `masdsl/commands/<name>.py` with `add_arguments(parser)` and `main(args)`,
+importing what it uses at its top. A command that needs torch is split (docs/architecture.md,
+"Light and body modules"): its light module names `BODY` and has `prepare(args)` (the arguments,
+the plan and every refusal that needs no torch: an exit status, or what the body needs), and the
+body module's `main(args, prepared)` does the rest; `masdsl.cli.run_command` imports the body only
+when the command goes ahead.
+"""
 
 from __future__ import annotations
 

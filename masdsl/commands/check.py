@@ -25,7 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from masdsl.commands.output import use_color
+from masdsl.config import resolve_config
 from masdsl.errors import UserError
+from masdsl.lang import analyze
+from masdsl.lang.errors import render_all
+from masdsl.runtime.plan import resolve_run
 
 
 def add_arguments(p) -> None:
@@ -49,9 +53,6 @@ def is_override(word: str) -> bool:
 
 def run_refusal(workflow: Any, config: list[str] | None, overrides: list[str]) -> UserError | None:
     """What `masdsl run` would refuse for this workflow and configuration (None: it would start)."""
-    from masdsl.config import resolve_config  # lazy: `masdsl --help` imports every command module
-    from masdsl.runtime.plan import resolve_run  # lazy: as above
-
     try:
         resolve_run(workflow, resolve_config(workflow.train, config, overrides))
     except UserError as exc:
@@ -79,8 +80,6 @@ def diagnostic_json(d) -> dict[str, Any]:
 def check_json(path: str, warnings: bool = True, config: list[str] | None = None,
                overrides: list[str] = ()) -> dict[str, Any]:
     """The `--json` entry of one file."""
-    from masdsl.lang import analyze  # lazy: `masdsl --help` imports every command module
-
     entry: dict[str, Any] = {"file": path, "ok": False, "error": None, "summary": None, "diagnostics": [],
                              "config_errors": []}
     try:
@@ -103,9 +102,6 @@ def check_json(path: str, warnings: bool = True, config: list[str] | None = None
 def check_one(path: str, fmt: str = "long", warnings: bool = True, color: bool = False,
               config: list[str] | None = None, overrides: list[str] = ()) -> tuple[bool, str, str]:
     """(ok, stdout line, diagnostics text) for one file."""
-    from masdsl.lang import analyze  # lazy: `masdsl --help` imports every command module
-    from masdsl.lang.errors import render_all  # lazy: as above
-
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")

@@ -22,6 +22,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import masdsl
+from masdsl.errors import UserError
+from masdsl.runtime import models as registry
+from masdsl.sandbox.isolation import choose_mode, zygote_enabled
+from masdsl.sandbox.limits import Limits
+
 PACKAGES = {  # shown name -> distributions that provide it, first installed wins
     "torch": ("torch",),
     "transformers": ("transformers",),
@@ -56,8 +62,6 @@ def masdsl_version() -> str:
     try:
         return importlib.metadata.version("masdsl")
     except importlib.metadata.PackageNotFoundError:
-        import masdsl  # start-up: only an uninstalled source tree asks
-
         return f"{masdsl.__version__} (not installed: source tree)"
 
 
@@ -99,10 +103,6 @@ def torch_gpus() -> list[str] | str:
 
 def sandbox_mode() -> str:
     """The isolation generated code gets on this machine (probed: runs a tiny program)."""
-    from masdsl.errors import UserError  # start-up: the sandbox only for this report
-    from masdsl.sandbox.isolation import choose_mode, zygote_enabled
-    from masdsl.sandbox.limits import Limits
-
     limits = Limits()
     try:
         mode = choose_mode(limits.isolation)
@@ -118,8 +118,6 @@ def sandbox_mode() -> str:
 
 def models() -> tuple[str, dict[str, str | None]]:
     """The cache folder, and per built-in model its unpacked folder there (None: not yet)."""
-    from masdsl.runtime import models as registry  # start-up: as above
-
     root = registry.cache_dir()
     present = {}
     for name in registry.BUILTINS:

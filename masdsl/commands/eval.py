@@ -22,16 +22,24 @@ as `policy.NAME.model=FOLDER`; the other settings come from the file and the ove
 without it. `--json` prints `{"workflow", "run_dir", "tasks", "checkpoint", "metrics"}` on stdout
 (the progress bar and warnings stay on stderr). The evaluation itself is
 `masdsl.learner.evaluation.run_evaluation`, shared with `masdsl.evaluate`.
+
+This module is the light half (the arguments, the configuration and the plan: no torch);
+`masdsl.commands.eval_body` evaluates the plan it hands over.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
-from masdsl.commands import output
+from masdsl.commands import split_options as split
+from masdsl.config import resolve_config
 from masdsl.errors import UserError
+from masdsl.lang import load
+from masdsl.lang.workflow import Workflow
+from masdsl.runtime.plan import RunPlan, resolve_rollout
+
+BODY = "masdsl.commands.eval_body"  # the evaluation (engines, torch): imported by the CLI once the plan is made
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -67,8 +75,6 @@ def split_options(args: argparse.Namespace) -> argparse.Namespace:
     >>> split_options(ns).tasks, ns.samples, ns.overrides
     (2, 4, ['a=1', 'b=2'])
     """
-    from masdsl.commands import split_options as split  # the package imports this module: not at the top
-
     return split(args, "masdsl eval", _options, ("config", "tasks", "all", "samples", "temperature", "checkpoint", "json"))
 
 
@@ -96,12 +102,6 @@ def flag_overrides(args: argparse.Namespace) -> list[str]:
             raise UserError(f"--temperature must be at least 0; got {args.temperature}")
         out.append(f"train.eval_temperature={args.temperature}")
     return out
-
-
-def _isolation_summary(sandbox: Any) -> str | None:
-    from masdsl.sandbox import isolation_summary, limits_from_config  # start-up: the sandbox only when evaluating
-
-    return isolation_summary(limits_from_config(sandbox))
 
 
 def table(workflow: Any, m: dict[str, float], run_dir: Any) -> Any:
@@ -138,43 +138,7 @@ def table(workflow: Any, m: dict[str, float], run_dir: Any) -> Any:
     return t
 
 
-def main(args: argparse.Namespace) -> int:
-    import masdsl  # start-up: the commands import what they use when they run
-    from masdsl.config import resolve_config
-    from masdsl.learner.display import cut_warnings, role_budgets
-    from masdsl.runtime.plan import resolve_rollout
-
-    err, out = output.console(stderr=True), output.console(stderr=False)
-    split_options(args)  # vLLM's logging: as quiet as `masdsl run` (vllm/environment.py), --verbose shows it
-    workflow = _workflow(args, masdsl.load)
-    cfg = resolve_config(workflow.train, args.config, [*args.overrides, *flag_overrides(args)])
-    plan = resolve_rollout(workflow, cfg)  # names, ranges and engine options, before any model loads
-    if args.tasks is not None and args.tasks < 0:
-        raise UserError("--tasks must be 0 (all) or more")
-    # start-up: torch (checkpoints), after the file, the configuration and the options were checked
-    from masdsl.learner.evaluation import eval_tasks, greedy_repeats_warning
-    tasks = eval_tasks(workflow, plan.train, args.tasks)
-    warning = greedy_repeats_warning(plan.train)
-    if warning:
-        err.print(warning, highlight=False, markup=False, soft_wrap=True)
-    summary = None if output.quiet() else _isolation_summary(plan.sandbox)
-    if summary:
-        err.print(summary if summary.startswith("sandbox") else f"sandbox: {summary}", highlight=False, markup=False)
-    result = _evaluate(plan, tasks, args.checkpoint, err)
-    for message, count in result.errors.items():
-        err.print(f"warning: {message} ({count}x, scored 0)", highlight=False, markup=False)
-    for line in cut_warnings(result.metrics, role_budgets(plan), what="eval_cut"):
-        err.print(line, highlight=False, markup=False, soft_wrap=True)
-    if args.json:
-        print(json.dumps({"workflow": workflow.name, "run_dir": str(result.run_dir), "tasks": result.tasks,
-                          "checkpoint": str(result.checkpoint) if result.checkpoint else None,
-                          "metrics": result.metrics}, indent=2))
-    else:
-        out.print(table(workflow, result.metrics, result.run_dir))
-    return 0
-
-
-def _workflow(args: argparse.Namespace, load: Any) -> Any:
+def _workflow(args: argparse.Namespace) -> Workflow:
     """FILE's workflow; without FILE, with `--checkpoint RUN_DIR`, the workflow the run folder keeps
     (its hash-checked copies of the source and the files it reads: `masdsl.runtime.run_files`)."""
     if args.file is not None and "=" in args.file and not args.file.endswith(".mas"):
@@ -184,35 +148,18 @@ def _workflow(args: argparse.Namespace, load: Any) -> Any:
         return load(args.file)
     if not args.checkpoint:
         raise UserError("masdsl eval: name the workflow file (masdsl eval FILE), or a run with --checkpoint RUN_DIR")
-    from masdsl.learner.export import find_checkpoint, run_workflow  # start-up: torch, only for --checkpoint
+    from masdsl.learner.export import find_checkpoint, run_workflow  # heavy: torch, only for --checkpoint without FILE
 
     return run_workflow(find_checkpoint(args.checkpoint).parent.parent)
 
 
-def _evaluate(plan: Any, tasks: list[dict], checkpoint: str | None, err: Any) -> Any:
-    """`run_evaluation` of the command's one plan, under a progress bar on stderr."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # start-up
-
-    from masdsl.learner.evaluation import run_evaluation  # start-up: engines pull in torch
-
-    if output.quiet():  # no progress bar, no status lines
-        return run_evaluation(plan, tasks, checkpoint=checkpoint)
-    if checkpoint:
-        err.print(f"evaluating the trained policies of {checkpoint}", highlight=False, markup=False)
-    tc = plan.train
-    if tc.eval_probe != "none":  # the prompts differ from the plain evaluation's on purpose
-        err.print(f"probe {tc.eval_probe}: evaluation prompts show `env.tool_output` "
-                  f"{'removed' if tc.eval_probe == 'no_tool_output' else 'as a wrong plan'}",
-                  highlight=False, markup=False)
-    err.print("loading models ...", highlight=False, markup=False)
-    if not output.is_terminal(err.file):  # a log file: plain lines, a heartbeat while it runs (loglines.py)
-        from masdsl.learner.loglines import LogLines  # start-up: as above
-
-        lines = LogLines(err)
-        with lines.live():
-            phase = lines.begin("eval", len(tasks) * tc.eval_samples)
-            return run_evaluation(plan, tasks, checkpoint=checkpoint, progress=lambda k: lines.advance(phase, k))
-    columns = (TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TextColumn("episodes"), TimeElapsedColumn())
-    with Progress(*columns, console=err, transient=False) as bar:
-        job = bar.add_task("eval", total=len(tasks) * tc.eval_samples)
-        return run_evaluation(plan, tasks, checkpoint=checkpoint, progress=lambda k: bar.advance(job, k))
+def prepare(args: argparse.Namespace) -> RunPlan:
+    """The workflow, the configuration and the plan: names, ranges and engine options, every
+    refusal before any model loads."""
+    split_options(args)  # vLLM's logging: as quiet as `masdsl run` (vllm/environment.py), --verbose shows it
+    workflow = _workflow(args)
+    cfg = resolve_config(workflow.train, args.config, [*args.overrides, *flag_overrides(args)])
+    plan = resolve_rollout(workflow, cfg)
+    if args.tasks is not None and args.tasks < 0:
+        raise UserError("--tasks must be 0 (all) or more")
+    return plan

@@ -9,14 +9,19 @@ its copies of the source and of every file it reads, checked against their sha25
 (`masdsl.runtime.run_files`), so an export works after the originals moved or changed;
 `--workflow FILE` names another (a run folder of an earlier version kept only `workflow.mas`).
 See `masdsl.learner.export`.
+
+This module is the light half (the arguments; `--workflow FILE` is loaded and checked before
+torch); `masdsl.commands.export_body` exports.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 
-from masdsl.commands import output
+from masdsl.lang import load
+from masdsl.lang.workflow import Workflow
+
+BODY = "masdsl.commands.export_body"  # the export (torch): imported by the CLI after `prepare`
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,14 +33,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the .mas file the run trained (default: the run folder's own copy, files.json)")
 
 
-def main(args: argparse.Namespace) -> int:
-    import masdsl  # start-up: the commands import what they use when they run
-    from masdsl.learner.export import export_run
-
-    workflow = masdsl.load(args.workflow) if args.workflow else None
-    status = contextlib.nullcontext() if output.quiet() else output.console(stderr=True).status("exporting ...")
-    with status:
-        done = export_run(args.run_dir, workflow=workflow, step=args.step, out=args.out, merge=args.merge)
-    for name, folder in done.items():
-        print(f"policy {name} -> {folder}")
-    return 0
+def prepare(args: argparse.Namespace) -> Workflow | None:
+    """The workflow `--workflow FILE` names (None: the run folder's own copy), checked before torch."""
+    return load(args.workflow) if args.workflow else None

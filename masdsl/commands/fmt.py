@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Iterator
 
 from masdsl.errors import UserError
+from masdsl.lang.format import FormatError, format_text
 
 STDIN = "-"
 
@@ -70,8 +71,6 @@ def _read(path: str) -> str:
 
 def format_one(path: str, args) -> bool | None:
     """Format one file (or stdin) as the flags say: whether it changes, None if it failed."""
-    from masdsl.lang.format import FormatError, format_text  # lazy: `masdsl --help` imports every command
-
     name = "<stdin>" if path == STDIN else path
     try:
         text = _read(path)

@@ -16,13 +16,13 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
-
+from masdsl.commands import split_options
+from masdsl.config import Config, resolve_config
 from masdsl.errors import UserError
-
-if TYPE_CHECKING:
-    from masdsl.config import Config
-    from masdsl.lang.workflow import Workflow
+from masdsl.lang import graph as G
+from masdsl.lang import load
+from masdsl.lang.workflow import Workflow
+from masdsl.runtime.plan import resolve_run
 
 
 class GraphvizMissing(UserError):
@@ -47,9 +47,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def text_sections(wf: Workflow, cfg: Config, samples: int | None) -> str:
     """The groups table and the placement section, as `masdsl graph` prints them under the graph."""
-    from masdsl.lang import graph as G  # lazy: `masdsl --help` imports every command module
-    from masdsl.runtime.plan import resolve_run  # lazy: as above
-
     plan = resolve_run(wf, cfg)
     table = G.groups_table(wf, cfg.train.samples if samples is None else samples, plan.policies)
     return table + "\nplacement of `masdsl run` (engines and learners per policy):\n" + "\n".join(
@@ -69,11 +66,6 @@ def render_image(dot_text: str, fmt: str) -> bytes:
 
 
 def main(args) -> int:
-    from masdsl.commands import split_options  # the package imports this module: not at the top
-    from masdsl.config import resolve_config  # lazy: `masdsl --help` imports every command module
-    from masdsl.lang import graph as G  # lazy: as above
-    from masdsl.lang import load  # lazy: as above
-
     split_options(args, "masdsl graph", _options, ("format", "output", "samples", "config"))
     args.format = args.format or "ascii"
     wf = load(args.file)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from masdsl.errors import UserError
+from masdsl.lang.scaffold import scaffold
 
 
 def add_arguments(p) -> None:
@@ -21,8 +22,6 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from masdsl.lang.scaffold import scaffold  # lazy: `masdsl --help` imports every command module
-
     target = Path(args.name)
     roles = tuple(r.strip() for r in args.roles.split(",") if r.strip())
     files = scaffold(target.name, args.env, roles)

@@ -39,6 +39,8 @@ import os
 import sys
 from typing import Any, TextIO
 
+from masdsl.runtime import heartbeat
+
 COLOR_MODES = ("auto", "always", "never")
 _STATE: dict[str, Any] = {"color": "auto", "quiet": False}
 WIDE = 100_000  # a console's width on a file or pipe: no wrapping (tables are as wide as their content)
@@ -56,8 +58,6 @@ def configure(color: str = "auto", quiet: bool = False) -> None:
     if color not in COLOR_MODES:
         raise ValueError(f"color must be one of {COLOR_MODES}; got {color!r}")
     _STATE.update(color=color, quiet=bool(quiet))
-    from masdsl.runtime import heartbeat  # light: the runtime's start-up lines follow -q too
-
     heartbeat.set_quiet(quiet)
 
 

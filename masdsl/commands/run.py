@@ -19,19 +19,26 @@ the `masdsl run FILE --resume RUN_DIR` that continues it (`masdsl.errors.StepFai
 run continues the same MLflow run (docs/tracking.md, "Resuming").
 
 `--multirun` (`-m`, Hydra's flag) runs `masdsl sweep` on the same overrides instead.
+
+This module is the light half (the arguments, the configuration, the plan, `--print-config`
+and `--dry-run`: no torch); `masdsl.commands.run_body` trains the plan it hands over.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
-import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from masdsl.commands import output
+from masdsl.commands import sweep
+from masdsl.commands import split_options as split
+from masdsl.config import Config, check_names, resolve_config, to_yaml
 from masdsl.errors import UserError
+from masdsl.lang import load
+from masdsl.lang.workflow import Workflow
+from masdsl.runtime.plan import RunPlan, resolve_run
+
+BODY = "masdsl.commands.run_body"  # the trainer (torch): imported by the CLI once `prepare` accepted the run
 
 
 def _options(p: argparse.ArgumentParser) -> None:
@@ -64,70 +71,44 @@ def split_options(args: argparse.Namespace) -> argparse.Namespace:
     >>> split_options(ns).resume, ns.overrides
     ('runs/x', ['a=1'])
     """
-    from masdsl.commands import split_options as split  # the package imports this module: not at the top
-
     return split(args, "masdsl run", _options, ("config", "print_config", "cfg", "resume", "json", "dry_run",
                                                   "multirun"))
 
 
-def resume_dir(path: str) -> tuple[Path, Path]:
-    """(run folder, checkpoint folder) for `--resume PATH` (a run folder or one checkpoint)."""
+def resumed(path: str, workflow: Workflow) -> Path:
+    """The checkpoint `--resume PATH` continues (PATH: a run folder or one checkpoint), checked
+    against the workflow."""
     if not Path(path).exists():  # before torch's import: a mistyped path is answered at once
         raise UserError(f"{path}: no such run folder or checkpoint (--resume)")
-    from masdsl.learner import checkpoint  # start-up: the commands import what they use when they run
+    from masdsl.learner import checkpoint  # heavy: torch, only for --resume (the checkpoint module saves tensors)
 
     ck = checkpoint.find(path)
-    return ck.parent.parent, ck
+    checkpoint.read_state(ck, workflow)  # a checkpoint of a workflow that meant something else: refuse early
+    return ck
 
 
-def resolve(args: argparse.Namespace, workflow: Any) -> tuple[Any, Path | None, Path | None]:
-    """The configuration, and for `--resume` the run and checkpoint folders."""
-    from masdsl.config import resolve_config  # start-up: as above
-
+def resolve(args: argparse.Namespace, workflow: Workflow) -> tuple[Config, Path | None]:
+    """The configuration, and for `--resume` the checkpoint folder."""
     if not args.resume:
-        return resolve_config(workflow.train, args.config, args.overrides), None, None
+        return resolve_config(workflow.train, args.config, args.overrides), None
     if args.config:
         raise UserError("--resume continues with the configuration saved in the checkpoint; "
                         "give changes as overrides (e.g. train.steps=20), not --config")
-    run_dir, ck = resume_dir(args.resume)
-    from masdsl.learner import checkpoint  # start-up: torch, only for --resume (not for --print-config)
-
-    checkpoint.read_state(ck, workflow)  # a checkpoint of a workflow that meant something else: refuse early
-    cfg = resolve_config(None, ck / "config.yaml", args.overrides)
-    return cfg, run_dir, ck
+    ck = resumed(args.resume, workflow)
+    return resolve_config(None, ck / "config.yaml", args.overrides), ck
 
 
-def resume_hint(args: argparse.Namespace, run_dir: str | Path) -> str:
-    """What Ctrl-C prints: the exact command that continues the run from its newest complete
-    checkpoint (the overrides given now again: the checkpoint may predate them), or that none was
-    saved yet."""
-    from masdsl.learner import checkpoint  # start-up: as above (torch is loaded by now)
-
-    given = " ".join(shlex.quote(o) for o in args.overrides)
-    last = checkpoint.latest(run_dir)
-    if last is None:  # nothing to resume: the same command again (with its --config files)
-        configs = "".join(f" --config {shlex.quote(c)}" for c in args.config or ())
-        return (f"masdsl: interrupted before the first checkpoint of {run_dir} (train.checkpoint_every); "
-                f"start again with: masdsl run {shlex.quote(args.file)}{configs}" + (f" {given}" if given else ""))
-    return (f"masdsl: interrupted; {last.name} is saved; continue with: masdsl run {shlex.quote(args.file)} "
-            f"--resume {shlex.quote(str(run_dir))}" + (f" {given}" if given else ""))
-
-
-def print_config(cfg: Any, workflow: Any) -> int:
+def print_config(cfg: Config, workflow: Workflow) -> int:
     """`--print-config` (`--cfg job`): the resolved configuration as YAML on stdout, every key;
     its policy and role names checked against the workflow. No model loads, nothing starts."""
-    from masdsl.config import check_names, to_yaml  # start-up: as above
-
     check_names(cfg, workflow)
     print(to_yaml(cfg), end="", flush=True)
     return 0
 
 
-def print_plan(cfg: Any, plan: Any, checkpoint: Path | None) -> int:
+def print_plan(cfg: Config, plan: RunPlan, checkpoint: Path | None) -> int:
     """`--dry-run`: the resolved configuration as YAML on stdout, then the plan as YAML comments
     (so the output still loads as a `--config` file). Nothing loads, nothing starts."""
-    from masdsl.config import to_yaml  # start-up: as above
-
     lines = ["masdsl run --dry-run: the run would start like this (nothing was loaded or started)"]
     if checkpoint is not None:
         lines.append(f"resuming from {checkpoint}")
@@ -139,8 +120,6 @@ def print_plan(cfg: Any, plan: Any, checkpoint: Path | None) -> int:
 def multirun(args: argparse.Namespace) -> int:
     """`--multirun` (`-m`), as Hydra users type it: the same sweep as `masdsl sweep FILE OVERRIDES`
     (one seed, 0; `masdsl sweep --seeds` for more), with the run's `--config` files."""
-    from masdsl.commands import sweep  # the package imports this module: not at the top
-
     alone = [flag for flag, given in (("--resume", args.resume), ("--dry-run", args.dry_run),
                                       ("--print-config", args.print_config or args.cfg)) if given]
     if alone:
@@ -151,42 +130,25 @@ def multirun(args: argparse.Namespace) -> int:
                                          **{name: given.get(name) for name in sweep.OPTIONS}))
 
 
-def main(args: argparse.Namespace) -> int:
-    import masdsl  # start-up: as above
+@dataclass(frozen=True)
+class Accepted:
+    """What `prepare` hands the body: the plan to train, and the checkpoint it resumes (or None)."""
 
-    err = output.console(stderr=True)
+    plan: RunPlan
+    checkpoint: Path | None
+
+
+def prepare(args: argparse.Namespace) -> int | Accepted:
+    """Everything before the first model: the workflow, the configuration and the plan, with every
+    refusal; `--print-config`, `--dry-run` and `--multirun` end here (an exit status)."""
     split_options(args)
     if args.multirun:
         return multirun(args)
-    workflow = masdsl.load(args.file)
-    cfg, run_dir, ck = resolve(args, workflow)
+    workflow = load(args.file)
+    cfg, ck = resolve(args, workflow)
     if args.print_config or args.cfg:
         return print_config(cfg, workflow)
-    from masdsl.runtime.plan import resolve_run  # start-up: as above
-
     plan = resolve_run(workflow, cfg)
     if args.dry_run:
         return print_plan(cfg, plan, ck)
-    from masdsl.learner.trainer import train  # start-up: the trainer's imports (torch), once a run goes ahead
-    from masdsl.runtime.rundir import RunDir
-
-    folder = RunDir.open(plan, run_dir)  # fresh, or the resumed run's own folder
-    run_dir = folder.path
-    if output.quiet():  # no progress bar or start-up lines: the warnings and the final table only
-        err = output.console(stderr=True, warnings_only=True)
-    err.print(f"run folder {run_dir}", highlight=False, markup=False)
-    try:
-        result = train(plan, run_dir=folder, resume=ck, console=err)
-    except KeyboardInterrupt:  # the trainer has closed its engines and marked the MLflow run KILLED
-        print(resume_hint(args, run_dir), file=sys.stderr, flush=True)
-        raise
-    summary = {
-        "workflow": workflow.name, "steps": result.steps, "eval_before": result.eval_before,
-        "eval_after": result.eval_after, "checkpoints": [str(p) for p in result.checkpoints],
-        "mlflow_run_id": result.mlflow_run_id, "wall_s": round(result.wall_s, 2),
-    }
-    (Path(run_dir) / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    if getattr(args, "json", None):
-        print(json.dumps({"run_dir": str(run_dir), **summary}, indent=2), flush=True)
-    return 0
-
+    return Accepted(plan, ck)

@@ -16,7 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from masdsl.commands import output
+from masdsl.commands import output, split_options
+from masdsl.learner.sweep import parse_seeds
+from masdsl.learner.sweep_runner import run_sweep
 
 
 def _options(p: argparse.ArgumentParser) -> None:
@@ -43,10 +45,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from masdsl.commands import split_options  # the package imports this module: not at the top
-    from masdsl.learner.sweep import parse_seeds  # start-up: the commands import what they use when they run
-    from masdsl.learner.sweep_runner import run_sweep  # as above
-
     split_options(args, "masdsl sweep", _options, OPTIONS)
     err = output.console(stderr=True, warnings_only=output.quiet())
     result = run_sweep(args.file, args.overrides, parse_seeds(args.seeds or "0"), configs=args.config or (),

@@ -15,13 +15,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from masdsl.commands import output
+from masdsl.commands import output, split_options
+from masdsl.config import resolve_config
 from masdsl.errors import UserError
+from masdsl.lang import load
+from masdsl.learner.loglines import LogLines
+from masdsl.learner.warm_start import DEFAULT_LR, DEFAULT_TASKS, INFO_FILE, warm_start
+from masdsl.runtime.plan import RunPlan, resolve_rollout
 
 
 def _options(p: argparse.ArgumentParser) -> None:
-    from masdsl.learner.warm_start import DEFAULT_LR, DEFAULT_TASKS  # light: no torch at import
-
     p.add_argument("--out", metavar="DIR", default=None,
                    help="the model folder to write (default: runs/<workflow>/warm_start)")
     p.add_argument("--roles", nargs="+", metavar="ROLE", default=None,
@@ -39,11 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs=argparse.REMAINDER, help="dotted config overrides, e.g. policy.shared.model=NAME")
 
 
-def _logged(plan: Any, out: Path, run: dict[str, Any], err: Any) -> Any:
+def _logged(plan: RunPlan, out: Path, run: dict[str, Any], err: Any) -> Any:
     """`warm_start` with its progress as plain lines: the loss in a heartbeat every 30 s, a line at the end."""
-    from masdsl.learner.loglines import LogLines  # start-up: the commands import what they use when they run
-    from masdsl.learner.warm_start import warm_start  # start-up: as above
-
     lines, phase = LogLines(err), []
 
     def on_step(step: int, total: int, loss: float) -> None:
@@ -56,14 +56,8 @@ def _logged(plan: Any, out: Path, run: dict[str, Any], err: Any) -> Any:
 
 
 def main(args: argparse.Namespace) -> int:
-    import masdsl  # start-up: the commands import what they use when they run
-    from masdsl.commands import split_options
-    from masdsl.config import resolve_config
-    from masdsl.learner.warm_start import DEFAULT_LR, DEFAULT_TASKS, INFO_FILE, warm_start
-    from masdsl.runtime.plan import resolve_rollout
-
     split_options(args, "masdsl warm-start", _options, ("out", "roles", "tasks", "epochs", "lr", "seed", "force"))
-    workflow = masdsl.load(args.file)
+    workflow = load(args.file)
     plan = resolve_rollout(workflow, resolve_config(workflow.train, None, args.overrides))  # once, before any model
     out = Path(args.out or Path("runs") / workflow.name / "warm_start")
     if (out / INFO_FILE).exists() and not args.force:

@@ -20,15 +20,19 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
+from rich.console import Console
+
+from masdsl.config import TrackingConfig, resolve_config
 from masdsl.errors import UserError
+from masdsl.lang import load
 from masdsl.learner.sweep import Trial, compare, expand, markdown_table, summarise, trials
+from masdsl.runtime.plan import RunPlan, resolve_run
 from masdsl.startup import start_owned_process
-
-if TYPE_CHECKING:  # the plan's module loads the config layer: `masdsl --help` imports this module
-    from masdsl.config import TrackingConfig
-    from masdsl.runtime.plan import RunPlan
+from masdsl.tracking.plot import plot_arms
+from masdsl.tracking.store import resolve_uri
+from masdsl.tracking.sweep import adopt, client, finish_parent, open_parent
 
 RESULTS, SPEC, PROGRESS_LOG = "results.jsonl", "sweep.json", "progress.log"
 PROGRESS_EVERY_S = 60.0  # how often a running sweep says how far its trials got
@@ -62,14 +66,9 @@ def run_trial(file: str, configs: Sequence[str], overrides: Sequence[str], run_d
     cross to it), so it plans the trial once itself; the driver refused the bad trials already.
     `resume`: the checkpoint a cut-off trial continues from, with the configuration it saved."""
     start_owned_process()  # the worker runs this one trial only (`max_calls=1`)
-    import masdsl  # heavy: the trial's worker loads the workflow and the learner itself
-    from rich.console import Console  # as above
+    from masdsl.learner.trainer import train  # heavy: torch; `masdsl sweep` plans every trial before any runs
 
-    from masdsl.config import resolve_config  # as above
-    from masdsl.learner.trainer import train  # as above
-    from masdsl.runtime.plan import resolve_run  # as above
-
-    workflow = masdsl.load(file)
+    workflow = load(file)
     sources = [str(Path(resume) / "config.yaml")] if resume else list(configs) or None
     plan = resolve_run(workflow, resolve_config(workflow.train, sources, list(overrides)))
     Path(run_dir).mkdir(parents=True, exist_ok=True)
@@ -110,13 +109,9 @@ def run_sweep(file: str, overrides: Sequence[str], seeds: Sequence[int], *, conf
               name: str | None = None, out: str | Path | None = None, trial_cpus: float | None = None,
               trial_gpus: float = 0.0, say: Callable[[str], None] = print) -> SweepResult:
     """Run every trial not finished yet, then compare; see the module docstring."""
-    import masdsl  # start-up: `masdsl --help` imports this module; the workflow's modules only now
-    from masdsl.config import resolve_config  # as above
-    from masdsl.runtime.plan import resolve_run  # as above
-
     common, grid = expand(overrides)
     todo = trials(grid, seeds, common)
-    workflow = masdsl.load(file)  # the workflow's mistakes before any trial starts
+    workflow = load(file)  # the workflow's mistakes before any trial starts
     # every trial is planned once (what `run` would refuse) before any starts
     plans = [resolve_run(workflow, resolve_config(workflow.train, list(configs) or None, t.overrides)) for t in todo]
     plan = plans[0]  # the settings the sweep itself reads: runs_dir, tracking, Ray, steps
@@ -138,8 +133,6 @@ def run_sweep(file: str, overrides: Sequence[str], seeds: Sequence[int], *, conf
                                          trial_gpus, say):
             row = summarise(result, trial)
             if mlflow is not None and row["mlflow_run_id"]:
-                from masdsl.tracking.sweep import adopt  # only with tracking on
-
                 adopt(mlflow, parent, row["mlflow_run_id"], trial)
             with (folder / RESULTS).open("a") as f:
                 f.write(json.dumps(row) + "\n")
@@ -158,8 +151,6 @@ def run_sweep(file: str, overrides: Sequence[str], seeds: Sequence[int], *, conf
         (folder / "comparison.md").write_text(table)
         images = _plot(rows, folder / "curves")
         if mlflow is not None:
-            from masdsl.tracking.sweep import finish_parent  # only with tracking on
-
             finish_parent(mlflow, parent, table, lines, images, status=status)
     return SweepResult(folder, rows, lines, table, ran, parent)
 
@@ -172,9 +163,6 @@ def _open_tracking(tracking: TrackingConfig, workflow: Any, folder: Path, spec: 
     """(client, parent run id, resolved uri), or (None, None, None) with tracking off."""
     if not tracking.enabled:
         return None, None, None
-    from masdsl.tracking.store import resolve_uri  # only with tracking on
-    from masdsl.tracking.sweep import client, open_parent  # as above
-
     uri = resolve_uri(tracking.uri)
     mlflow = client(uri)
     tags = {"masdsl.sweep.grid": json.dumps(grid), "masdsl.sweep.seeds": ",".join(map(str, seeds)),
@@ -193,8 +181,8 @@ def _run_on_ray(file: str, configs: list[str], remaining: list[Trial], folder: P
         return
     import ray  # heavy: ray is optional (the train extra); only sweeps and `runtime.ray` runs need it
 
-    from masdsl.learner import checkpoint as ckpt  # torch: only once trials run
-    from masdsl.runtime.actors import init_ray  # as above
+    from masdsl.learner import checkpoint as ckpt  # heavy: torch, only once every trial was planned
+    from masdsl.runtime.actors import init_ray  # heavy: ray, as above
 
     init_ray(plan.runtime)
     cpus = trial_cpus if trial_cpus is not None else ray.cluster_resources().get("CPU", 1.0)
@@ -259,8 +247,6 @@ def _plot(rows: list[dict], folder: Path) -> list[Path]:
     """One PNG per metric of `CURVES`: each arm's mean over its seeds, per step."""
     if not rows:
         return []
-    from masdsl.tracking.plot import plot_arms  # matplotlib, only when there is something to draw
-
     out = []
     for metric in CURVES:
         series: dict[str, dict[int, list[float]]] = {}

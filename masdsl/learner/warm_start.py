@@ -26,7 +26,10 @@ from typing import Any, Callable, Sequence
 from masdsl.envs.base import Demonstrates
 from masdsl.errors import UserError
 from masdsl.lang.workflow import Workflow
+from masdsl.runtime import models
+from masdsl.runtime.inputs import load_split, make_env
 from masdsl.runtime.plan import RunPlan
+from masdsl.runtime.prompts import encode, messages_for, prompt_variables, text_ids
 
 DEFAULT_TASKS = 12  # enough for the 135M model to write the plan_path tool program (docs/performance.md)
 DEFAULT_LR = 1e-5
@@ -84,8 +87,6 @@ def pick_roles(env: Any, workflow: Workflow, roles: Sequence[str] | None, state:
 def demonstrations(env: Any, plan: RunPlan, tokenizer: Any, tasks: Sequence[dict],
                    roles: Sequence[str]) -> list[Demonstration]:
     """(prompt ids, reply ids) for each task and role, in that order (see the module docstring)."""
-    from masdsl.runtime.prompts import encode, messages_for, prompt_variables, text_ids  # jinja2: only when used
-
     out, workflow = [], plan.workflow
     for task in tasks:
         state = env.reset(task)
@@ -137,8 +138,6 @@ def warm_start(plan: RunPlan, out: str | Path, *, roles: Sequence[str] | None = 
     `out`; what was done. They are train tasks, never eval ones; a run draws each epoch's batches
     from a seeded permutation of the whole train split (`trainer.next_batch`), so RL may draw them too."""
     from masdsl.learner.policies import master_dtype  # heavy: torch, as above
-    from masdsl.runtime.models import load_model  # heavy: transformers
-    from masdsl.runtime.inputs import load_split, make_env  # the env registry: only when used
 
     workflow = plan.workflow  # planned by the caller (`resolve_rollout`): names and ranges, before any data or model
     if tasks < 1 or epochs < 1 or not lr > 0:
@@ -157,7 +156,7 @@ def warm_start(plan: RunPlan, out: str | Path, *, roles: Sequence[str] | None = 
     spec = plan.policies[names[0]]
     if spec.lora:
         raise UserError(f"warm start: policy `{spec.name}` is a LoRA policy; warm start trains full weights")
-    model, tokenizer = load_model(spec.model, dtype=master_dtype(plan))
+    model, tokenizer = models.load_model(spec.model, dtype=master_dtype(plan))
     data = demonstrations(env, plan, tokenizer, rows, chosen)
     t0 = time.perf_counter()
     losses = train_sft(model, data, epochs=epochs, lr=lr, seed=seed, on_step=on_step)

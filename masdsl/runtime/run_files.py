@@ -37,7 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from masdsl import lang
 from masdsl.errors import UserError
+from masdsl.lang import ast as A
+from masdsl.lang.parse import parse_text
 
 MANIFEST = "files.json"
 FILES = "files"
@@ -65,9 +68,6 @@ def references(workflow: Any) -> list[Ref]:
     """The local files `workflow` reads, in the order the source names them (then the Python
     modules its imports import). A reference to a missing file is left out: the checker has
     already refused it, or it belongs to a source that no longer exists (a copy's copy)."""
-    from masdsl.lang import ast as A  # the language's types, only when a run folder is made
-    from masdsl.lang.parse import parse_text  # the parser: as above
-
     module, _ = parse_text(workflow.source or "", str(workflow.path or "<string>"))
     if module is None:
         return []
@@ -170,8 +170,6 @@ def verify(run_dir: Path) -> Path:
 def load(run_dir: Path) -> Any:
     """The workflow of a run folder, compiled from its own copies (`verify`d first); None for a
     folder made before copies were kept (no `files.json`)."""
-    from masdsl.lang import load as load_file  # the language's front end, only when a workflow is read
-
     if not (Path(run_dir) / MANIFEST).is_file():
         return None
-    return load_file(verify(run_dir))
+    return lang.load(verify(run_dir))

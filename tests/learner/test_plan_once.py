@@ -16,6 +16,11 @@ import pytest
 
 import masdsl
 import masdsl.api  # noqa: F401  (imported before the wrapping, so it holds the original functions)
+import masdsl.commands.check  # noqa: F401  (the commands import the plan's functions at their top: as above)
+import masdsl.commands.eval  # noqa: F401
+import masdsl.commands.graph  # noqa: F401
+import masdsl.commands.run  # noqa: F401
+import masdsl.commands.warm_start  # noqa: F401
 import masdsl.learner.evaluation  # noqa: F401
 import masdsl.learner.export  # noqa: F401
 import masdsl.learner.trainer  # noqa: F401
@@ -50,7 +55,7 @@ class Plans:
                 self.calls.append((_name, f"{caller.f_globals['__name__']}.{caller.f_code.co_name}"))
                 return _original(workflow, cfg)
 
-            # the module itself (the commands import from it when they run) and every module that bound it
+            # the module itself and every module that bound it (imported above, before the wrapping)
             for module in [m for m in list(sys.modules.values()) if getattr(m, "__name__", "").startswith("masdsl")]:
                 if getattr(module, name, None) is original:
                     self._patch.setattr(module, name, counted)
@@ -77,7 +82,7 @@ def trained(tiny_model_dir, tmp_path_factory, one_thread):
 
 def test_masdsl_run_plans_once_and_its_folder_holds_the_plans_config(trained):
     run_dir, calls = trained
-    assert calls == [("resolve_run", "masdsl.commands.run.main")]
+    assert calls == [("resolve_run", "masdsl.commands.run.prepare")]
     checkpoint = run_dir / "checkpoints" / "step_000001"
     assert (run_dir / "config.yaml").read_text() == (checkpoint / "config.yaml").read_text()
     assert (run_dir / "workflow.mas").read_text() == TOY.read_text() and (run_dir / "graph.mmd").is_file()
@@ -89,7 +94,7 @@ def test_resume_plans_once_and_records_the_configuration_it_continues_with(train
     run_dir = Path(shutil.copytree(trained[0], tmp_path / "run"))
     with Plans() as plans:
         assert main(["run", str(TOY), "--resume", str(run_dir), "train.steps=2", "-q"]) == 0
-    assert plans.calls == [("resolve_run", "masdsl.commands.run.main")]
+    assert plans.calls == [("resolve_run", "masdsl.commands.run.prepare")]
     assert "steps: 2" in (run_dir / "config.yaml").read_text()
 
 
@@ -100,7 +105,7 @@ def test_eval_of_a_checkpoint_plans_the_command_once_and_the_checkpoint_once(tra
     with Plans() as plans:
         assert main(["eval", str(TOY), "--checkpoint", str(trained[0]), "--tasks", "1", "runtime.engine=hf",
                      "tracking.enabled=false", f"runtime.runs_dir={tmp_path}", "--json"]) == 0
-    assert plans.calls == [("resolve_rollout", "masdsl.commands.eval.main"),
+    assert plans.calls == [("resolve_rollout", "masdsl.commands.eval.prepare"),
                            ("resolve_rollout", "masdsl.learner.export.checkpoint_plan")]
     with Plans() as plans:
         assert main(["export", str(trained[0]), "--out", str(tmp_path / "out")]) == 0
@@ -108,7 +113,7 @@ def test_eval_of_a_checkpoint_plans_the_command_once_and_the_checkpoint_once(tra
 
 
 @pytest.mark.parametrize("argv, caller", [
-    (["run", str(TOY), "--dry-run"], "masdsl.commands.run.main"),
+    (["run", str(TOY), "--dry-run"], "masdsl.commands.run.prepare"),
     (["check", str(TOY), "train.steps=2"], "masdsl.commands.check.run_refusal"),
     (["graph", str(TOY)], "masdsl.commands.graph.text_sections"),
 ])
@@ -148,7 +153,7 @@ def test_eval_plans_once(tmp_path):
         assert main(["eval", str(REPLAY / "toy.mas"), "runtime.engine=replay",
                      f"runtime.replay_file={REPLAY / 'toy_replay.jsonl'}", f"runtime.runs_dir={tmp_path}",
                      "tracking.enabled=false", "--json"]) == 0
-    assert plans.calls == [("resolve_rollout", "masdsl.commands.eval.main")]
+    assert plans.calls == [("resolve_rollout", "masdsl.commands.eval.prepare")]
 
 
 def test_the_api_plans_once_per_call(tiny_model_dir, tmp_path):
