@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # OmegaConf is imported where it is used: it costs `masdsl ch
     from omegaconf import DictConfig
 
     from masdsl.config_file import YamlFile
+    from masdsl.lang.workflow import Workflow  # an annotation only: masdsl.lang sits above config
 
 
 def resolve_config(
@@ -177,7 +178,7 @@ def flatten(cfg: Config) -> dict[str, Any]:
     return out
 
 
-def check_names(cfg: Config, workflow: Any) -> None:  # Any: a Workflow (masdsl.lang sits above config)
+def check_names(cfg: Config, workflow: Workflow) -> None:
     """`sample.<role>` and `policy.<name>` must name roles / policies of `workflow` (`sample."*"`:
     every role, `policy."*"`: every policy); a name a `--config` file gave is reported at its
     file:line.

@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Mapping
 
 from masdsl.envs import games_common as gc
 from masdsl.errors import UserError
+from masdsl.sandbox import Limits
 
 SHOWN_BLOCKED = 8  # the feedback names at most this many blocked moves
 
@@ -49,39 +50,39 @@ class GameEnv:
     tool_parser: ClassVar[str]  # the parser a tool program's stdout is scored through
     legend: ClassVar[str]  # `env.legend`: how to read `env.board`
 
-    def __init__(self, *, limits: Any = None) -> None:
+    def __init__(self, *, limits: Limits | None = None) -> None:
         self.limits = limits
 
     def reset(self, task: Mapping[str, Any]) -> gc.GameState:  # pragma: no cover - every game overrides it
         raise NotImplementedError
 
-    def act(self, state: Any, role: str, value: Any) -> gc.GameState:  # pragma: no cover - as above
+    def act(self, state: gc.GameState, role: str, value: object) -> gc.GameState:  # pragma: no cover - as above
         """The state after `role` plays `value`, the (parsed) value of its action field."""
         raise NotImplementedError
 
-    def board(self, state: Any) -> str:  # pragma: no cover - as above
+    def board(self, state: gc.GameState) -> str:  # pragma: no cover - as above
         """`env.board`: the board text."""
         raise NotImplementedError
 
     tool_no_code_penalty: ClassVar[float] = gc.TOOL_NO_CODE_PENALTY  # a tool reply without a program
 
-    def tool_modules(self, state: Any) -> dict[str, str]:
+    def tool_modules(self, state: gc.GameState) -> dict[str, str]:
         """Helper modules a tool program may import (`{name: source}`); none by default."""
         return {}
 
-    def tool_stdin(self, state: Any) -> str:
+    def tool_stdin(self, state: gc.GameState) -> str:
         """What a tool program reads on stdin (the board text, then a newline)."""
         return self.board(state) + "\n"
 
-    def size(self, state: Any) -> int:  # pragma: no cover - every game overrides it
+    def size(self, state: gc.GameState) -> int:  # pragma: no cover - every game overrides it
         """`env.size`: the side of the board."""
         raise NotImplementedError
 
-    def extra_view(self, state: Any) -> dict[str, Any]:
+    def extra_view(self, state: gc.GameState) -> dict[str, Any]:
         """`env.NAME` values a game adds to the shared ones (placed before `feedback`)."""
         return {}
 
-    def apply(self, state: Any, role: str, fields: Mapping[str, Any]) -> gc.GameState:
+    def apply(self, state: gc.GameState, role: str, fields: Mapping[str, Any]) -> gc.GameState:
         kind, value = gc.pick_action(fields)
         if kind is None:
             return gc.noop(state, role)
@@ -93,12 +94,12 @@ class GameEnv:
                                 no_code_penalty=self.tool_no_code_penalty, modules=self.tool_modules(state))
         return gc.no_action(state, role, f"{self.name} takes {self.takes}, not `{kind}`")
 
-    def view(self, state: Any) -> Mapping[str, Any]:
+    def view(self, state: gc.GameState) -> Mapping[str, Any]:
         return {"board": self.board(state), "tool_output": state.tool_output, "moves": state.moves,
                 **self.extra_view(state), "feedback": state.feedback, "legend": self.legend,
                 "size": self.size(state)}
 
-    def success(self, state: Any) -> bool:
+    def success(self, state: gc.GameState) -> bool:
         return state.solved()
 
 
@@ -114,7 +115,7 @@ class MoveGameEnv(GameEnv):
     solved_note: ClassVar[str]  # the feedback once solved: "all boxes on goals", "reached the goal"
     was_solved_note: ClassVar[str]  # ... and for an action after that
 
-    def __init__(self, *, limits: Any = None, max_steps: int, gamma: float) -> None:
+    def __init__(self, *, limits: Limits | None = None, max_steps: int, gamma: float) -> None:
         if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
             raise UserError(f"{self.name}: max_steps must be a positive integer, got {max_steps!r}")
         if not isinstance(gamma, (int, float)) or isinstance(gamma, bool) or not 0 < gamma <= 1:
@@ -123,11 +124,11 @@ class MoveGameEnv(GameEnv):
         self.max_steps = max_steps
         self.gamma = float(gamma)
 
-    def play_moves(self, state: Any, moves: list[str]) -> Played:  # pragma: no cover - every game overrides it
+    def play_moves(self, state: gc.GameState, moves: list[str]) -> Played:  # pragma: no cover - every game overrides it
         """Play a clean list of moves from `state` (the game's rules and reward terms)."""
         raise NotImplementedError
 
-    def act(self, state: Any, role: str, moves: Any) -> gc.GameState:
+    def act(self, state: Any, role: str, moves: object) -> gc.GameState:
         """The state after `role` plays `moves` (the game's module doc gives legality and reward)."""
         limit = f"the step limit ({state.max_steps} moves) was reached"
         if state.solved():

@@ -46,7 +46,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from masdsl.envs import parsers
 from masdsl.envs.registry import function
-from masdsl.sandbox import run_python  # the only place generated code runs
+from masdsl.sandbox import Limits, run_python  # the only place generated code runs
 from masdsl.errors import DataError, UserError
 
 GAMES = ("sudoku", "sokoban", "plan_path")
@@ -153,7 +153,7 @@ def noop(state: GameState, role: str) -> GameState:
     return scored(state, role, {}, valid=True, feedback="no action (no `grid`, `moves` or `code` field)")
 
 
-def normalise_moves(moves: Any) -> list[str] | None:
+def normalise_moves(moves: object) -> list[str] | None:
     """Moves as a list of "U"/"D"/"L"/"R", or None when any item is not a direction.
 
     >>> normalise_moves(["u", "Right", "D"])
@@ -176,7 +176,7 @@ def normalise_moves(moves: Any) -> list[str] | None:
     return out
 
 
-def run_tool(code: str, stdin: str, limits: Any = None,
+def run_tool(code: str, stdin: str, limits: Limits | None = None,
              modules: Mapping[str, str] | None = None) -> tuple[str, str | None]:
     """Run a tool program in the sandbox: `(text for the planner, raw stdout or None)`.
 
@@ -199,7 +199,7 @@ def run_tool(code: str, stdin: str, limits: Any = None,
     return (text + "\n" + note).strip(), None
 
 
-def tool_step(state: GameState, role: str, code: Any, *, stdin: str, limits: Any,
+def tool_step(state: GameState, role: str, code: object, *, stdin: str, limits: Limits | None,
               score: Callable[[str], GameState], no_code_penalty: float = TOOL_NO_CODE_PENALTY,
               modules: Mapping[str, str] | None = None) -> GameState:
     """`state` after a tool program: output recorded, board unchanged, reward from `score`.
@@ -234,7 +234,7 @@ def parse_tool_output(parser_name: str, stdout: str) -> Any:
 # ---- splits -----------------------------------------------------------------------------
 
 
-def check_split(split: Any, n: Any, source: str) -> None:
+def check_split(split: object, n: object, source: str) -> None:
     """Reject a bad split or count with a `UserError` naming the data source."""
     if split not in SPLITS:
         raise UserError(f"{source}: split must be \"train\" or \"eval\", got {split!r}")
@@ -295,7 +295,7 @@ def task_field(task: Mapping[str, Any], name: str, env_name: str) -> Any:
 # ---- env-bound functions (one per name, for all three games) -----------------------------
 
 
-def _game_state(state: Any, name: str) -> GameState:
+def _game_state(state: object, name: str) -> GameState:
     if not isinstance(state, GameState):
         raise UserError(f"`{name}()` reads a game env's state ({', '.join(GAMES)}), "
                         f"not a {type(state).__name__}")
@@ -303,7 +303,7 @@ def _game_state(state: Any, name: str) -> GameState:
 
 
 @function("step_reward", returns="number", env=GAMES)
-def step_reward(state: Any) -> float:
+def step_reward(state: object) -> float:
     """The whole reward of the last action: the sum of all its terms (`step_penalty()`,
     `invalid_penalty()`, the game's shaping, bonuses and penalties)."""
     return float(_game_state(state, "step_reward").last_reward)
@@ -313,7 +313,7 @@ def register_term(name: str, envs: tuple[str, ...], doc: str) -> None:
     """Register `name()`: an env-bound function reading reward term `name` of the last action
     (0.0 when that action did not produce it)."""
 
-    def read(state: Any) -> float:
+    def read(state: object) -> float:
         return term(_game_state(state, name), name)
 
     read.__name__ = read.__qualname__ = name
@@ -341,18 +341,18 @@ register_term("step_limit_penalty", MOVE_GAMES,
 
 
 @function("valid", returns="bool", env=GAMES)
-def valid(state: Any) -> bool:
+def valid(state: object) -> bool:
     """Whether the last action was legal (parsed, right shape, no illegal move)."""
     return bool(_game_state(state, "valid").last_valid)
 
 
 @function("solved", returns="bool", env=GAMES)
-def solved(state: Any) -> bool:
+def solved(state: object) -> bool:
     """Whether the puzzle is solved (sudoku filled correctly, all boxes on goals, goal reached)."""
     return bool(_game_state(state, "solved").solved())
 
 
 @function("progress", returns="number", env=GAMES)
-def progress(state: Any) -> float:
+def progress(state: object) -> float:
     """How far the puzzle is solved, a fraction in [0, 1] (each game documents its measure)."""
     return float(_game_state(state, "progress").progress())

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import builtins
 import math
-from typing import Any, Sequence
+from typing import Sequence
 
 from masdsl.envs.parsers import asserts
 from masdsl.envs.registry import function
@@ -30,7 +30,7 @@ from masdsl.errors import UserError
 from masdsl.sandbox import Limits, equal, run_python, run_tests
 
 
-def _tests(tests: Any) -> list | None:
+def _tests(tests: object) -> list | None:
     """`tests` as a non-empty list of assert strings or io pairs, else None."""
     if isinstance(tests, str):
         tests = asserts(tests)
@@ -39,7 +39,7 @@ def _tests(tests: Any) -> list | None:
     return list(tests)
 
 
-def test_report(code: Any, tests: Any, *, limits: Limits | None = None):
+def test_report(code: object, tests: object, *, limits: Limits | None = None):
     """The sandbox's `TestReport` of `code` on `tests` under `limits`, or None when either is
     missing/invalid."""
     tests = _tests(tests)
@@ -55,7 +55,7 @@ test_report.__test__ = False  # a function named test_*: not a pytest test
 
 
 @function("pass_rate", returns="number")
-def pass_rate(code: Any, tests: Any, *, limits: Limits | None = None) -> float:
+def pass_rate(code: object, tests: object, *, limits: Limits | None = None) -> float:
     """Fraction of `tests` (assert strings or {input, output} pairs) that `code` passes; 0.0
     when the code or the tests are empty (a tester with no tests earns nothing).
 
@@ -67,7 +67,7 @@ def pass_rate(code: Any, tests: Any, *, limits: Limits | None = None) -> float:
 
 
 @function("passes", returns="bool")
-def passes(code: Any, tests: Any, *, limits: Limits | None = None) -> bool:
+def passes(code: object, tests: object, *, limits: Limits | None = None) -> bool:
     """True when there is at least one test and `code` passes all of them.
 
     >>> passes("x = 1", ["assert x == 1"]), passes("x = 1", [])
@@ -78,14 +78,14 @@ def passes(code: Any, tests: Any, *, limits: Limits | None = None) -> bool:
 
 
 
-def _clean(value: Any) -> str | None:
+def _clean(value: object) -> str | None:
     if value is None or isinstance(value, bool):
         return None
     text = str(value).strip().strip("$").strip()
     return text or None
 
 
-def equivalent(answer: Any, reference: Any) -> bool:
+def equivalent(answer: object, reference: object) -> bool:
     """Whether two final answers are mathematically equal (both non-empty).
 
     >>> equivalent("2\\\\sqrt{2}", "\\\\sqrt{8}"), equivalent("10,000", 10000), equivalent("", "")
@@ -100,7 +100,7 @@ def equivalent(answer: Any, reference: Any) -> bool:
 
 
 @function("correct", returns="number")
-def correct(answer: Any, reference: Any) -> float:
+def correct(answer: object, reference: object) -> float:
     """1.0 when `answer` equals `reference` mathematically (math-verify), else 0.0.
 
     >>> correct("x = 3", "3"), correct("0.75", "\\\\frac{3}{4}"), correct("4", "3"), correct(None, "3")
@@ -110,7 +110,7 @@ def correct(answer: Any, reference: Any) -> float:
 
 
 @function("agree", returns="bool")
-def agree(a: Any, b: Any) -> bool:
+def agree(a: object, b: object) -> bool:
     """True when two agents' answers are equivalent (neither empty).
 
     >>> agree("1/2", "0.5"), agree("", "")
@@ -120,7 +120,7 @@ def agree(a: Any, b: Any) -> bool:
 
 
 @function("is_number", returns="bool")
-def is_number(text: Any) -> bool:
+def is_number(text: object) -> bool:
     """Whether `text` is one number, as a program's answer line or a boxed answer may print it
     (thousands commas, a leading `$` and surrounding spaces allowed): a tool's "valid answer".
 
@@ -139,7 +139,7 @@ def is_number(text: Any) -> bool:
 
 
 @function("run_answer", returns="str")
-def run_answer(code: Any, *, limits: Limits | None = None) -> str:
+def run_answer(code: object, *, limits: Limits | None = None) -> str:
     """Run `code` in the sandbox; its last non-empty stdout line ("" if it failed or printed nothing).
 
     >>> run_answer("print('work')\\nprint(6 * 7)"), run_answer("1/0")
@@ -155,7 +155,7 @@ def run_answer(code: Any, *, limits: Limits | None = None) -> str:
 
 
 @function("math_tool_reward", returns="number")
-def math_tool_reward(code: Any, reference: Any, *, limits: Limits | None = None) -> float:
+def math_tool_reward(code: object, reference: object, *, limits: Limits | None = None) -> float:
     """The math tool agent's reward, as the paper's reference scores it: -1 when there is no
     program or it fails to run (an exception, a non-zero exit, a timeout, a memory or output
     limit), else `correct` of its last printed line (1 or 0).
@@ -175,7 +175,7 @@ def math_tool_reward(code: Any, reference: Any, *, limits: Limits | None = None)
 
 
 @function("len", returns="number")
-def length(x: Any) -> int:
+def length(x: object) -> int:
     """Length of a list or string; 0 for None (an empty parse).
 
     >>> length([1, 2]), length(None), length("abc")
@@ -190,7 +190,7 @@ def length(x: Any) -> int:
 
 
 @function("min", returns="number")
-def minimum(a: Any, b: Any) -> Any:
+def minimum(a: float, b: float) -> float:
     """The smaller of two values.
 
     >>> minimum(0.5, 1)
@@ -200,7 +200,7 @@ def minimum(a: Any, b: Any) -> Any:
 
 
 @function("max", returns="number")
-def maximum(a: Any, b: Any) -> Any:
+def maximum(a: float, b: float) -> float:
     """The larger of two values.
 
     >>> maximum(0.5, 1)
@@ -210,7 +210,7 @@ def maximum(a: Any, b: Any) -> Any:
 
 
 @function("abs", returns="number")
-def absolute(x: Any) -> Any:
+def absolute(x: float) -> float:
     """Absolute value.
 
     >>> absolute(-2.5)
@@ -219,7 +219,7 @@ def absolute(x: Any) -> Any:
     return builtins.abs(x)
 
 
-def tester_reward(solution: Any, tests: Sequence[Any] | None, *, limits: Limits | None = None) -> float:
+def tester_reward(solution: object, tests: Sequence[object] | None, *, limits: Limits | None = None) -> float:
     """The tester's reward in `coder_tester`: the reference solution's pass rate on the tests it
     wrote (`pass_rate(task.solution, tests)`); wrong tests fail a correct solution.
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import re
 from contextlib import contextmanager
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
@@ -29,6 +30,11 @@ from rich.text import Text
 from masdsl.learner.loglines import LogLines, eval_line
 from masdsl.learner.skills import skill_rows
 from masdsl.runtime.plan import RunPlan
+
+if TYPE_CHECKING:  # the trainer imports this module
+    from masdsl.learner.trainer import TrainResult
+
+Metrics = Sequence[Mapping[str, float]]  # one mapping per step (history) or per evaluation
 
 _REWARD = re.compile(r"^reward/(?P<role>[^/]+)/turn(?P<turn>\d+)/mean$")
 CUT_WARN = 0.2  # a role with more than this share of its replies cut by max_tokens gets a warning
@@ -95,7 +101,7 @@ def cut_warnings(metrics: Mapping[str, float], budgets: Mapping[str, int], warne
     return out
 
 
-def on_terminal(console: Any) -> bool:
+def on_terminal(console: Console) -> bool:
     """Whether `console` writes to a terminal (not a file or pipe, whatever colours it was told to use)."""
     try:
         return bool(console.file.isatty())
@@ -108,7 +114,7 @@ class Progress:
     progress bar whose description is the latest `step_line`; on a file or pipe, plain lines
     (`loglines.LogLines`: one per phase, step and evaluation, a heartbeat in a long phase)."""
 
-    def __init__(self, console: Any, steps: int, start: int = 0) -> None:
+    def __init__(self, console: Console | None, steps: int, start: int = 0) -> None:
         self.console, self.steps = console, steps
         self.budgets: dict[str, int] = {}  # role -> max_tokens (`role_budgets`), for the cut warnings
         self._warned: set[str] = set()  # roles warned about (once per run)
@@ -138,7 +144,7 @@ class Progress:
         elif self._bar is not None:
             self._bar.update(self._task, description=text)
 
-    def counter(self, what: str, total: int) -> Any:
+    def counter(self, what: str, total: int) -> Callable[[int], None]:
         """A `progress(n)` callback for a rollout: shows `what: done/total episodes`."""
         if self._lines is not None:
             lines, phase = self._lines, self._lines.begin(what, total)
@@ -172,7 +178,7 @@ class Progress:
             (self._bar.console if self._bar is not None else self.console).print(text, highlight=False)
 
 
-def summary_table(result: Any) -> Any:
+def summary_table(result: TrainResult) -> Table:
     """The end-of-run table: eval success before vs after, where everything is."""
 
     table = Table(title=f"masdsl run: {result.workflow}", show_header=True, header_style="bold")
@@ -199,7 +205,7 @@ def summary_table(result: Any) -> Any:
     return table
 
 
-def print_summary(console: Any, result: Any) -> None:
+def print_summary(console: Console, result: TrainResult) -> None:
     """The end-of-run table, then the command that opens the dashboard on a line of its own,
     never wrapped: a table folds a long value to the screen's width, and a command broken in
     two cannot be pasted. (A `Text`, so that `--quiet`'s console keeps it with the table.)"""
@@ -208,7 +214,7 @@ def print_summary(console: Any, result: Any) -> None:
         console.print(Text(f"dashboard: {result.ui_command}"), soft_wrap=True)
 
 
-def reward_error_row(history: Any, evals: Any) -> tuple[str, str]:
+def reward_error_row(history: Metrics, evals: Metrics) -> tuple[str, str]:
     """How many rewards raised (each scored 0: `train.fail_on_reward_error` stops the run instead).
 
     >>> reward_error_row([{"reward_errors": 2.0}, {"reward_errors": 1.0}], [{"reward_errors/eval": 0.0}])
@@ -219,7 +225,7 @@ def reward_error_row(history: Any, evals: Any) -> tuple[str, str]:
     return "reward errors (scored 0)", f"{train:.0f} in training, {evaluation:.0f} in evaluations"
 
 
-def judge_rows(history: Any, evals: Any) -> list[tuple[str, str]]:
+def judge_rows(history: Metrics, evals: Metrics) -> list[tuple[str, str]]:
     """What the `judge(...)` rewards cost and how often their replies held no score (each scored
     the judge's `default`); nothing for a workflow without a judge.
 
@@ -238,7 +244,7 @@ def judge_rows(history: Any, evals: Any) -> list[tuple[str, str]]:
                               f"{eval_unparsed:.0f} in evaluations")]
 
 
-def role_rows(history: Any, before: Any, after: Any) -> list[tuple[str, str]]:
+def role_rows(history: Metrics, before: Mapping[str, float], after: Mapping[str, float]) -> list[tuple[str, str]]:
     """What each role could learn and what moved: the share of its groups that carried a
     gradient (`nonflat/<role>`) and its eval reward per turn, before -> after. A role whose
     groups were all flat received no gradient at all, whatever its reward did.
@@ -263,7 +269,7 @@ def role_rows(history: Any, before: Any, after: Any) -> list[tuple[str, str]]:
     return rows
 
 
-def learning_rows(history: Any) -> list[tuple[str, str]]:
+def learning_rows(history: Metrics) -> list[tuple[str, str]]:
     """Whether the run could learn, at a glance: the share of (task, role, turn) groups whose
     candidates got different rewards (only those carry a gradient), and the training reward.
 
@@ -279,7 +285,7 @@ def learning_rows(history: Any) -> list[tuple[str, str]]:
     rows = [("non-flat groups (learnable)", f"{100 * nonflat / total if total else 0.0:.1f} % of {total:.0f} "
                                             f"(per step: {per_step})")]
 
-    def reward(h: Any) -> float:
+    def reward(h: Mapping[str, float]) -> float:
         vals = [v for k, v in h.items() if _REWARD.match(k)]
         return sum(vals) / len(vals) if vals else 0.0
 
@@ -287,7 +293,7 @@ def learning_rows(history: Any) -> list[tuple[str, str]]:
     return rows
 
 
-def reply_rows(history: Any, before: Mapping[str, float], after: Mapping[str, float]) -> list[tuple[str, str]]:
+def reply_rows(history: Metrics, before: Mapping[str, float], after: Mapping[str, float]) -> list[tuple[str, str]]:
     """Per role, the shares of replies cut by `max_tokens` and whose parse failed: training's
     first and last step, the evaluations before and after training.
 

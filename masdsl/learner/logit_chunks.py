@@ -32,9 +32,10 @@ import contextlib
 import threading
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Iterator
 
 import torch
+from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from masdsl.runtime.gpu_plan import LOGIT_CHUNK_ELEMENTS  # the memory model counts one chunk at a time
@@ -74,7 +75,7 @@ class Chunks:
         return max(1, min(rows, tokens // positions)), positions
 
 
-def at_least_float32(t: Any) -> Any:
+def at_least_float32(t: torch.Tensor) -> torch.Tensor:
     """`t` upcast from half precision; float32 and float64 unchanged (a float64 run stays float64).
 
     >>> at_least_float32(torch.zeros(1, dtype=torch.bfloat16)).dtype, at_least_float32(torch.zeros(1, dtype=torch.float64)).dtype
@@ -89,7 +90,7 @@ WHOLE = Chunks(whole=True)
 LOGITS: ContextVar[Chunks] = ContextVar("masdsl_logit_chunks", default=AUTO)
 
 
-def supports_chunks(model: Any) -> bool:
+def supports_chunks(model: object) -> bool:
     """Whether `model`'s logits are its output embedding's output, unchanged (see the module doc).
 
     >>> from types import SimpleNamespace as NS
@@ -111,7 +112,7 @@ def supports_chunks(model: Any) -> bool:
 
 
 @contextlib.contextmanager
-def scoring(model: Any, targets: Any, chunks: Chunks | None = None) -> Iterator[bool]:
+def scoring(model: nn.Module, targets: torch.Tensor, chunks: Chunks | None = None) -> Iterator[bool]:
     """While open, `model(...)`'s logits are the log-probs of `targets` [B, L] at the first L kept
     positions, computed chunk by chunk; yields False (and changes nothing) where the model or
     `chunks` asks for the full-logits path."""
@@ -122,14 +123,14 @@ def scoring(model: Any, targets: Any, chunks: Chunks | None = None) -> Iterator[
     head = model.get_output_embeddings()
     me, state = threading.get_ident(), {"inner": False, "logp": None}
 
-    def before(module: Any, args: tuple) -> Any:
+    def before(module: nn.Module, args: tuple) -> tuple | None:
         if threading.get_ident() != me or state["inner"]:
             return None
         hidden = args[0]
         state["logp"] = _chunked(module, hidden[:, : targets.shape[1]], targets, chunks, state)
         return (hidden[:, :0], *args[1:])  # the head's own call: no positions, no logits
 
-    def after(module: Any, args: tuple, output: Any) -> Any:
+    def after(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor | None:
         if threading.get_ident() != me or state["inner"] or state["logp"] is None:
             return None
         logp, state["logp"] = state["logp"], None
@@ -143,9 +144,9 @@ def scoring(model: Any, targets: Any, chunks: Chunks | None = None) -> Iterator[
             h.remove()
 
 
-def _chunked(head: Any, hidden: Any, targets: Any, chunks: Chunks, state: dict) -> Any:
+def _chunked(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, chunks: Chunks, state: dict) -> torch.Tensor:
     """log pi(targets) [B, L] from `hidden` [B, L, H], one chunk of rows x positions at a time."""
-    def piece(h: Any, tgt: Any) -> Any:
+    def piece(h: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         state["inner"] = True  # the head's hooks pass this call (and its recomputation) through
         try:
             logits = at_least_float32(head(h))

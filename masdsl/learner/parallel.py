@@ -38,6 +38,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 import torch.distributed as dist
+from torch import nn
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
@@ -60,7 +61,7 @@ class Shard:
         n = len(run)
         return list(run[self.rank * n // self.world : (self.rank + 1) * n // self.world])
 
-    def wrap(self, model: Any) -> Any:
+    def wrap(self, model: nn.Module) -> nn.Module:
         return model
 
     def micro_batch_plan(self, plan: list) -> tuple[list, int]:
@@ -72,7 +73,7 @@ class Shard:
         """Whether micro-batch `k` (of rows `rows`) runs at weight 0, only to keep the ranks in step."""
         return k >= real
 
-    def reduce(self, params: Sequence[Any], totals: dict[str, float]) -> None:
+    def reduce(self, params: Sequence[torch.Tensor], totals: dict[str, float]) -> None:
         """Sum gradients and loss statistics over the ranks (in place). A parameter no rank has a
         gradient for stays without one, as in a single process (AdamW then skips it)."""
         if self.world == 1:
@@ -93,7 +94,7 @@ class Shard:
         for w in works:
             w.wait()
 
-    def clip(self, params: Sequence[Any], max_norm: float) -> Any:
+    def clip(self, params: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
         return torch.nn.utils.clip_grad_norm_(list(params), max_norm)
 
     def max(self, value: float) -> float:
@@ -107,17 +108,17 @@ class Shard:
         out = float(t.item())
         return out if out >= 0 else float("nan")
 
-    def full_weights(self, model: Any) -> dict[str, Any]:
+    def full_weights(self, model: nn.Module) -> dict[str, Any]:
         """The whole state dict on the CPU (tied weights stay one tensor)."""
         return cpu_copy(model.state_dict())
 
-    def full_optimizer_state(self, optimizer: Any) -> dict[str, Any]:
+    def full_optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         return cpu_copy(optimizer.state_dict())
 
-    def load_optimizer_state(self, optimizer: Any, state: Mapping[str, Any]) -> None:
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: Mapping[str, Any]) -> None:
         optimizer.load_state_dict(state)
 
-    def load_weights(self, model: Any, weights: Mapping[str, Any]) -> None:
+    def load_weights(self, model: nn.Module, weights: Mapping[str, torch.Tensor]) -> None:
         model.load_state_dict(weights)
 
 
@@ -138,7 +139,7 @@ class FsdpShard(Shard):
         self.stand_ins.add(run[0])
         return [run[0]]
 
-    def wrap(self, model: Any) -> Any:
+    def wrap(self, model: nn.Module) -> nn.Module:
         """One FSDP unit per decoder layer, then the root (the rest); sum reduction on each."""
         units = [*decoder_layers(model), model]
         for unit in units:  # the layers first: the root's unit takes what no layer took
@@ -157,14 +158,14 @@ class FsdpShard(Shard):
     def is_stand_in(self, k: int, real: int, rows: Sequence[int]) -> bool:
         return k >= real or rows[0] in self.stand_ins
 
-    def reduce(self, params: Sequence[Any], totals: dict[str, float]) -> None:
+    def reduce(self, params: Sequence[torch.Tensor], totals: dict[str, float]) -> None:
         """The gradients were reduce-scattered by each backward; sum the loss statistics."""
         t = torch.tensor([totals[k] for k in sorted(totals)], dtype=torch.float64,
                          device="cuda" if dist.get_backend() == "nccl" else "cpu")
         dist.all_reduce(t)
         totals.update(zip(sorted(totals), t.tolist()))
 
-    def clip(self, params: Sequence[Any], max_norm: float) -> Any:
+    def clip(self, params: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
         """The norm over every rank's gradient shards, then each shard scaled by the same factor."""
         params = list(params)
         norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None], 2.0)
@@ -173,7 +174,7 @@ class FsdpShard(Shard):
         torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
         return norm
 
-    def full_weights(self, model: Any) -> dict[str, Any]:
+    def full_weights(self, model: nn.Module) -> dict[str, Any]:
         """The whole state dict gathered (every rank calls this; tied weights gathered once)."""
         done: dict[int, Any] = {}
         out = {}
@@ -183,7 +184,7 @@ class FsdpShard(Shard):
             out[k] = done[id(v)]
         return out
 
-    def full_optimizer_state(self, optimizer: Any) -> dict[str, Any]:
+    def full_optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """AdamW's state with every shard gathered: the layout of one process's optimizer (its
         parameters in the same order), so checkpoints move between FSDP, DDP and the driver."""
         sd = optimizer.state_dict()
@@ -191,28 +192,28 @@ class FsdpShard(Shard):
                      for k, v in sorted(sd["state"][i].items())} for i in sorted(sd["state"])}
         return {"state": state, "param_groups": copy.deepcopy(sd["param_groups"])}
 
-    def load_optimizer_state(self, optimizer: Any, state: Mapping[str, Any]) -> None:
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: Mapping[str, Any]) -> None:
         """Load a full AdamW state: each rank keeps its shard of every moment (local slicing)."""
         params = [p for g in optimizer.param_groups for p in g["params"]]
         sharded = {i: {k: _shard_like(v, params[int(i)]) for k, v in s.items()} for i, s in state["state"].items()}
         optimizer.load_state_dict({"state": sharded, "param_groups": state["param_groups"]})
 
-    def load_weights(self, model: Any, weights: Mapping[str, Any]) -> None:
+    def load_weights(self, model: nn.Module, weights: Mapping[str, torch.Tensor]) -> None:
         with torch.no_grad():
             for name, cur in model.state_dict(keep_vars=True).items():
                 cur.copy_(_shard_like(weights[name].to(cur.dtype), cur))
 
 
-def decoder_layers(model: Any) -> list[Any]:
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
     """The decoder layers of a transformers causal LM (`model.model.layers`); none for another model."""
     return list(getattr(getattr(model, "model", None), "layers", None) or [])
 
 
-def _full(t: Any) -> Any:
+def _full(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if isinstance(t, DTensor) else t
 
 
-def _shard_like(value: Any, param: Any) -> Any:
+def _shard_like(value: object, param: torch.Tensor) -> Any:
     """`value` (a full tensor) cut like `param` when that is a sharded DTensor of the same shape."""
     if isinstance(param, DTensor) and torch.is_tensor(value) and tuple(value.shape) == tuple(param.shape):
         mesh, placements = param.device_mesh, param.placements
@@ -223,12 +224,12 @@ def _shard_like(value: Any, param: Any) -> Any:
     return value
 
 
-def cpu_copy(obj: Any) -> Any:
+def cpu_copy(obj: object) -> Any:
     """A deep copy of a (nested) state dict with every tensor on the CPU (tensors that share
     memory, such as tied embeddings, stay one tensor)."""
     done: dict[tuple, Any] = {}
 
-    def copy_of(x: Any) -> Any:
+    def copy_of(x: object) -> Any:
         if isinstance(x, torch.Tensor):
             key = (x.untyped_storage().data_ptr(), x.storage_offset(), tuple(x.shape), x.dtype) if x.numel() else (id(x),)
             if key not in done:

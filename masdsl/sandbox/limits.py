@@ -50,7 +50,7 @@ class Limits:
 _NAMES = tuple(f.name for f in fields(Limits))
 
 
-def _values(cfg: Any) -> dict[str, Any]:
+def _values(cfg: object) -> dict[str, Any]:
     """The limits' fields set in `cfg` (a mapping, or an object such as `SandboxConfig`), None
     where it does not set them."""
     if isinstance(cfg, Mapping) or (hasattr(cfg, "keys") and hasattr(cfg, "get")):  # OmegaConf nodes too
@@ -67,7 +67,7 @@ def _values(cfg: Any) -> dict[str, Any]:
     return {k: getattr(cfg, k, None) for k in _NAMES}
 
 
-def limits_from_config(cfg: Any) -> Limits:
+def limits_from_config(cfg: object) -> Limits:
     """The one converter to `Limits`: from a config's `sandbox` block (`SandboxConfig`, or any
     object with those attributes), a whole `Config` or config mapping (its `sandbox` block), a
     mapping or an OmegaConf node of limits (unknown keys are a `UserError`), a `Limits`

@@ -20,10 +20,14 @@ False
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import TYPE_CHECKING, Literal, Mapping
 
 from masdsl.tracking.store import TrackingError, apply_http_defaults, resolve_uri, ui_command
 from masdsl.tracking.tracker import Tracker
+
+if TYPE_CHECKING:
+    from masdsl.config import Config
+    from masdsl.lang.workflow import Workflow
 
 __all__ = ["start_run", "validate", "Tracker", "NullTracker", "TrackingError", "resolve_uri", "ui_command"]
 
@@ -63,7 +67,7 @@ class NullTracker(Tracker):
         return ""
 
 
-def validate(cfg: Any) -> None:
+def validate(cfg: Config) -> None:
     """Check the tracking settings without contacting any store (cheap: call it before loading
     models). Raises TrackingError for a malformed `tracking.uri`.
 
@@ -78,7 +82,7 @@ def validate(cfg: Any) -> None:
         resolve_uri(cfg.tracking.uri)
 
 
-def start_run(workflow: Any, cfg: Any, *, kind: Literal["run", "eval"], run_dir: Path,
+def start_run(workflow: Workflow, cfg: Config, *, kind: Literal["run", "eval"], run_dir: Path,
               resume: bool = False) -> Tracker:
     """Open the MLflow runs for one command; never raises once the settings are valid.
 

@@ -10,9 +10,13 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from masdsl.lang.graph import to_dot, to_mermaid
+
+if TYPE_CHECKING:
+    from masdsl.config import Config
+    from masdsl.lang.workflow import Workflow
 
 PARAM_VALUE_LIMIT = 6000  # MLflow rejects longer param values
 POLICY_METRICS = ("loss", "clip_frac", "kl", "grad_norm", "entropy", "kl_old")  # `<name>/<policy>/...`
@@ -90,7 +94,7 @@ def git_commit(folder: Path | None) -> str | None:
     return sha if out.returncode == 0 and len(sha) == 40 else None
 
 
-def parent_tags(workflow: Any, cfg: Any, kind: str) -> dict[str, str]:
+def parent_tags(workflow: Workflow, cfg: Config, kind: str) -> dict[str, str]:
     """Tags of the parent run: the workflow's identity and which roles train which policy."""
     tags = {
         "masdsl.kind": kind,
@@ -113,7 +117,7 @@ def parent_tags(workflow: Any, cfg: Any, kind: str) -> dict[str, str]:
     return tags
 
 
-def child_tags(workflow: Any, policy: str, kind: str) -> dict[str, str]:
+def child_tags(workflow: Workflow, policy: str, kind: str) -> dict[str, str]:
     spec = workflow.policies[policy]
     return {
         "masdsl.kind": kind,
@@ -125,7 +129,7 @@ def child_tags(workflow: Any, policy: str, kind: str) -> dict[str, str]:
     }
 
 
-def child_params(workflow: Any, policy: str) -> dict[str, str]:
+def child_params(workflow: Workflow, policy: str) -> dict[str, str]:
     spec = workflow.policies[policy]
     raw = {"policy": policy, "model": spec.model, "lora": spec.lora, "frozen": spec.frozen, "lr": spec.lr,
            "train_every": spec.train_every, "frozen_until": spec.frozen_until}
@@ -134,7 +138,7 @@ def child_params(workflow: Any, policy: str) -> dict[str, str]:
     return params_of(raw)
 
 
-def graph_texts(workflow: Any) -> dict[str, str]:
+def graph_texts(workflow: Workflow) -> dict[str, str]:
     """The compiled graph as artifact files: mermaid, dot and (with graphviz) svg.
 
     Uses the language's renderers (`masdsl.lang.graph`).
@@ -159,7 +163,7 @@ def dot_to_svg(dot_text: str, timeout_s: float = 20.0) -> str | None:
     return out.stdout if out.returncode == 0 and "<svg" in out.stdout else None
 
 
-def model_tags(workflow: Any, policy: str, step: int | None) -> dict[str, str]:
+def model_tags(workflow: Workflow, policy: str, step: int | None) -> dict[str, str]:
     """Lineage tags of a logged policy model; the sender adds the run ids when it is sent."""
     return {
         "masdsl.workflow": workflow.name,

@@ -13,7 +13,10 @@ from __future__ import annotations
 import tempfile
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
 
 TASK = "text-generation"
 # what loading the model back needs; MLflow's own guess also lists torchvision, which masdsl
@@ -32,7 +35,7 @@ def requirements() -> list[str]:
     return out
 
 
-def log_hf_folder(client: Any, experiment_id: str, run_id: str | None, name: str, folder: Path, *,
+def log_hf_folder(client: MlflowClient, experiment_id: str, run_id: str | None, name: str, folder: Path, *,
                   step: int = 0, tags: dict[str, str] | None = None, registered_name: str | None = None,
                   version_tags: dict[str, Any] | None = None) -> tuple[str, str | None]:
     """Log `folder` as model `name` of run `run_id`; returns (model id, registered version or None)."""
@@ -65,7 +68,7 @@ def log_hf_folder(client: Any, experiment_id: str, run_id: str | None, name: str
     return model.model_id, version
 
 
-def ensure_registered_model(client: Any, name: str) -> None:
+def ensure_registered_model(client: MlflowClient, name: str) -> None:
     from mlflow.exceptions import MlflowException  # heavy, optional: mlflow, only when logging models
 
     try:

@@ -24,9 +24,12 @@ mlflow is imported only inside the methods that need its types.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from masdsl.tracking import lineage, models
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
 
 METRICS_PER_BATCH = 1000  # MLflow's log_batch limits
 PARAMS_PER_BATCH = 100
@@ -38,7 +41,7 @@ EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 class Sender:
     """Applies actions to one store for one parent run (created by `create_parent`, or given)."""
 
-    def __init__(self, client: Any, *, run_id: str | None = None,
+    def __init__(self, client: MlflowClient, *, run_id: str | None = None,
                  role_policy: dict[str, str] | None = None) -> None:
         self.client = client
         self.experiment_id: str | None = None
@@ -180,7 +183,7 @@ class Sender:
             self.client.log_batch(run_id, tags=t[i : i + TAGS_PER_BATCH])
 
 
-def experiment_id(client: Any, name: str) -> str:
+def experiment_id(client: MlflowClient, name: str) -> str:
     """The id of the experiment `name`, created (tagged as model training) when missing."""
     found = client.get_experiment_by_name(name)
     if found is not None:

@@ -11,22 +11,27 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from masdsl.tracking.sender import experiment_id
 from masdsl.tracking.store import apply_http_defaults
 
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
+
+    from masdsl.learner.sweep import Trial
+
 SWEEP_TAG = "masdsl.sweep"
 
 
-def client(uri: str) -> Any:
+def client(uri: str) -> MlflowClient:
     from mlflow.tracking import MlflowClient  # heavy, optional: mlflow, only when tracking is on
 
     apply_http_defaults()
     return MlflowClient(tracking_uri=uri)
 
 
-def open_parent(mlflow: Any, experiment: str, name: str, tags: Mapping[str, str], run_id: str | None = None) -> str:
+def open_parent(mlflow: MlflowClient, experiment: str, name: str, tags: Mapping[str, str], run_id: str | None = None) -> str:
     """The sweep's parent run: `run_id` reopened (a restarted sweep), else a new one."""
     if run_id is not None:
         mlflow.update_run(run_id, status="RUNNING")
@@ -49,7 +54,7 @@ def override_tags(overrides: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def adopt(mlflow: Any, parent_id: str, run_id: str, trial: Any) -> None:
+def adopt(mlflow: MlflowClient, parent_id: str, run_id: str, trial: Trial) -> None:
     """Make a finished trial's run a child of the sweep's parent, tagged with its overrides."""
     tags = {"mlflow.parentRunId": parent_id, SWEEP_TAG + ".trial": trial.id, SWEEP_TAG + ".arm": trial.arm or "base",
             **override_tags(trial.overrides)}
@@ -57,7 +62,7 @@ def adopt(mlflow: Any, parent_id: str, run_id: str, trial: Any) -> None:
         mlflow.set_tag(run_id, key, value)
 
 
-def finish_parent(mlflow: Any, parent_id: str, table: str, lines: list[dict], images: Sequence[Path],
+def finish_parent(mlflow: MlflowClient, parent_id: str, table: str, lines: list[dict], images: Sequence[Path],
                   status: str = "FINISHED") -> None:
     """Keep the comparison and the curves on the parent, then close it."""
     mlflow.log_text(parent_id, table, "comparison.md")

@@ -21,12 +21,15 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from masdsl.config import flatten, to_yaml
+from masdsl.config import Config, flatten, to_yaml
 from masdsl.tracking import lineage, plot, store
 from masdsl.tracking.outbox import Op, Outbox, short
 from masdsl.tracking.sender import Sender
+
+if TYPE_CHECKING:
+    from masdsl.lang.workflow import Workflow
 
 PLOT_FILE = "progress.png"
 RUN_FILE = "mlflow.json"  # in the run folder: the parent run's id, so that --resume continues it
@@ -46,7 +49,7 @@ def now_ms() -> int:
 class Tracker:
     """Logs one masdsl run to MLflow. Create it with `masdsl.tracking.start_run`."""
 
-    def __init__(self, workflow: Any, cfg: Any, *, kind: str, run_dir: Path, uri: str,
+    def __init__(self, workflow: Workflow, cfg: Config, *, kind: str, run_dir: Path, uri: str,
                  finish_wait_s: float = 10.0, retry_every_s: float = 5.0, resume: bool = False) -> None:
         from mlflow.tracking import MlflowClient  # heavy, optional: mlflow, only when tracking is on
 
@@ -298,7 +301,7 @@ class Tracker:
     def __enter__(self) -> "Tracker":
         return self
 
-    def __exit__(self, exc_type: Any, *_: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         self.finish("FINISHED" if exc_type is None else ("KILLED" if exc_type is KeyboardInterrupt else "FAILED"))
 
     # -- the outbox and the journal ------------------------------------------------------------

