@@ -50,7 +50,7 @@ class Demonstrates(Protocol):
 ENV_MEMBERS = ("reset", "apply", "view", "success", "limits")
 
 
-def contract_problem(env: Any) -> str | None:
+def contract_problem(env: object) -> str | None:
     """What `env` lacks of the `Env` contract, as one sentence (None: nothing).
 
     >>> class Half:
@@ -68,7 +68,7 @@ def contract_problem(env: Any) -> str | None:
 LOST_PENALTY = -1.0  # the reward of a step whose env was lost, unless the env sets `lost_penalty`
 
 
-def lost(state: Any) -> str | None:
+def lost(state: object) -> str | None:
     """Why the episode of `state` cannot go on (None: it can). An env that lives outside the
     process (`env http(...)`) answers a state whose `lost` names the failure, rather than raising,
     so that the failure reaches the runtime as data through any worker pool (threads, Ray).
@@ -81,7 +81,7 @@ def lost(state: Any) -> str | None:
     return reason if isinstance(reason, str) and reason else None
 
 
-def end_episode(env: Any, state: Any) -> None:
+def end_episode(env: Env, state: Any) -> None:
     """Tell an env that keeps episodes elsewhere (an env server) that this one ended; an env
     without `end_episode` needs no telling."""
     hook = getattr(env, "end_episode", None)

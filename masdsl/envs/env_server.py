@@ -22,6 +22,7 @@ from collections import OrderedDict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Sequence
 
+from masdsl.envs.base import Env
 from masdsl.envs.env_protocol import PREFIX, PROTOCOL, ProtocolError, encode, jsonable, kind
 
 MAX_SESSIONS = 4096
@@ -36,7 +37,7 @@ class EnvHost:
     """One env's episodes, by session id and state id; safe to call from many threads (the env's
     own methods are called outside the lock: `Env.apply` never mutates its input)."""
 
-    def __init__(self, env: Any, name: str, fields: Sequence[str], max_sessions: int = MAX_SESSIONS):
+    def __init__(self, env: Env, name: str, fields: Sequence[str], max_sessions: int = MAX_SESSIONS):
         self.env, self.name, self.fields, self.max_sessions = env, name, tuple(fields), max_sessions
         self._lock = threading.Lock()
         self._sessions: OrderedDict[str, dict[str, Any]] = OrderedDict()
@@ -173,7 +174,7 @@ class Handler(BaseHTTPRequestHandler):
         self._dispatch(body)
 
 
-def make_server(env: Any, name: str, fields: Sequence[str], host: str = "127.0.0.1", port: int = 0,
+def make_server(env: Env, name: str, fields: Sequence[str], host: str = "127.0.0.1", port: int = 0,
                 max_sessions: int = MAX_SESSIONS) -> ThreadingHTTPServer:
     """A threading HTTP server for `env` (not started: call `serve_forever`); port 0 picks a free one
     (`server.server_address[1]`)."""

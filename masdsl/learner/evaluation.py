@@ -18,9 +18,10 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from masdsl.config import TrainConfig
+from masdsl.envs.base import Env
 from masdsl.errors import UserError
 from masdsl.lang.workflow import Workflow
 from masdsl.learner import checkpoint as ckpt
@@ -36,7 +37,7 @@ from masdsl.runtime.records import StepRecord, write_records
 from masdsl.runtime.rundir import RunDir
 from masdsl.runtime.inputs import load_split, make_env
 from masdsl.runtime.plan import RunPlan
-from masdsl.tracking import start_run
+from masdsl.tracking import Tracker, start_run
 
 
 @dataclass
@@ -118,8 +119,8 @@ def _evaluate_models(plan: RunPlan, tasks: list[dict], progress: Callable[[int],
     return EvalResult(workflow.name, m, run_dir.path, run_dir.records_path, len(tasks), dict(ro.errors), checkpoint)
 
 
-def evaluate(env: Any, tasks: Sequence[dict], engines: Mapping[str, Engine], plan: RunPlan,
-             step: int, run_dir: Path, tracker: Any,
+def evaluate(env: Env, tasks: Sequence[dict], engines: Mapping[str, Engine], plan: RunPlan,
+             step: int, run_dir: Path, tracker: Tracker,
              progress: Callable[[int], None] | None = None) -> dict[str, float]:
     """Plain sampling (one candidate, `train.eval_temperature`) on the eval tasks, `train.eval_samples`
     independent episodes per task (mean@N and pass@k when N > 1)."""

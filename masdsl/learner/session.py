@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from masdsl.config import ConfigError, to_yaml
+from masdsl.envs.base import Env
 from masdsl.lang.fingerprint import fingerprint
 from masdsl.lang.workflow import Workflow
 from masdsl.learner import checkpoint as ckpt
@@ -32,7 +32,7 @@ class TrainSession:
     plan: RunPlan
     run_dir: Path
     show: Progress
-    env: Any
+    env: Env
     train_rows: list[dict]
     eval_rows: list[dict]
     policies: dict[str, Policy]

@@ -28,6 +28,7 @@ import time
 from collections import Counter
 from typing import Any, Callable, Mapping, Sequence
 
+from masdsl.envs.base import Env
 from masdsl.learner.advantages import compute_advantages, select_groups
 from masdsl.learner.ahead import Ahead, sample_now
 from masdsl.learner.checkpoint import TrainState
@@ -177,7 +178,7 @@ def kept_rows(kept: Sequence[Group], n: int) -> list[bool]:
     return keep
 
 
-def collect(env: Any, tasks: Sequence[dict], engines: Mapping[str, Engine], plan: RunPlan, step: int,
+def collect(env: Env, tasks: Sequence[dict], engines: Mapping[str, Engine], plan: RunPlan, step: int,
             on_records: Callable[[list], None] | None = None, progress: Callable[[int], None] | None = None,
             repeat: int = 0) -> Rollout:
     """The training rollout, in the shape the grouping declares (`grouping.rollout_shape`): tree

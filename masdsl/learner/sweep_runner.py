@@ -27,6 +27,7 @@ from rich.console import Console
 from masdsl.config import TrackingConfig, resolve_config
 from masdsl.errors import UserError
 from masdsl.lang import load
+from masdsl.lang.workflow import Workflow
 from masdsl.learner.sweep import Trial, compare, expand, markdown_table, summarise, trials
 from masdsl.runtime.plan import RunPlan, resolve_run
 from masdsl.startup import start_owned_process
@@ -159,7 +160,7 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f} %"
 
 
-def _open_tracking(tracking: TrackingConfig, workflow: Any, folder: Path, spec: dict, grid: list, seeds: Sequence[int]):
+def _open_tracking(tracking: TrackingConfig, workflow: Workflow, folder: Path, spec: dict, grid: list, seeds: Sequence[int]):
     """(client, parent run id, resolved uri), or (None, None, None) with tracking off."""
     if not tracking.enabled:
         return None, None, None

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from masdsl.envs.base import Demonstrates
+from masdsl.envs.base import Demonstrates, Env
 from masdsl.errors import UserError
 from masdsl.lang.workflow import Workflow
 from masdsl.runtime import models
@@ -59,14 +59,14 @@ class WarmStartInfo:
     wall_s: float
 
 
-def demonstrated_field(env: Any, workflow: Workflow, role: str, state: Any) -> str | None:
+def demonstrated_field(env: Env, workflow: Workflow, role: str, state: Any) -> str | None:
     """The first field `role` parses that `env` has a demonstration for on `state`, else None."""
     if not isinstance(env, Demonstrates):
         return None
     return next((p.name for p in workflow.roles[role].parses if env.demonstration(state, p.name) is not None), None)
 
 
-def pick_roles(env: Any, workflow: Workflow, roles: Sequence[str] | None, state: Any) -> list[str]:
+def pick_roles(env: Env, workflow: Workflow, roles: Sequence[str] | None, state: Any) -> list[str]:
     """`roles` checked (each must exist and be demonstrable), or every demonstrable role."""
     if not isinstance(env, Demonstrates):
         raise UserError(f"env `{workflow.env}` has no demonstrations, so it cannot be warm-started "
@@ -84,7 +84,7 @@ def pick_roles(env: Any, workflow: Workflow, roles: Sequence[str] | None, state:
     return chosen
 
 
-def demonstrations(env: Any, plan: RunPlan, tokenizer: Any, tasks: Sequence[dict],
+def demonstrations(env: Env, plan: RunPlan, tokenizer: Any, tasks: Sequence[dict],
                    roles: Sequence[str]) -> list[Demonstration]:
     """(prompt ids, reply ids) for each task and role, in that order (see the module docstring)."""
     out, workflow = [], plan.workflow

@@ -24,6 +24,7 @@ from functools import partial
 from typing import Any, Callable, Sequence
 
 from masdsl.config import RuntimeConfig, SandboxConfig
+from masdsl.envs.base import Env
 from masdsl.errors import StepFailed
 from masdsl.lang.imports import _LOADED
 from masdsl.runtime.backends import build_engine
@@ -46,7 +47,7 @@ class LocalPool:
     """Env steps in this process; threads when `workers > 1` (sandboxed code runs in
     subprocesses, so threads overlap them)."""
 
-    def __init__(self, env: Any, workers: int = 1, retries: int = 0):
+    def __init__(self, env: Env, workers: int = 1, retries: int = 0):
         self.env, self.retries = env, retries
         self._threads = ThreadPoolExecutor(workers) if workers > 1 else None
 
@@ -122,14 +123,14 @@ def _cancel(ray: Any, ref: Any) -> None:
         pass
 
 
-def _call(fn: Callable[[Any, Any], Any], env: Any, item: Any) -> Any:
+def _call(fn: Callable[[Env, Any], Any], env: Env, item: Any) -> Any:
     return fn(env, item)
 
 
 class RayPool:
     """Env steps as Ray tasks (fractional CPUs); the env is put in the object store once."""
 
-    def __init__(self, env: Any, retries: int = 0, timeout_s: float = 300.0):
+    def __init__(self, env: Env, retries: int = 0, timeout_s: float = 300.0):
         import ray  # heavy: ray is optional (the train extra); only `runtime.ray` runs need it
 
         self._ray = ray
@@ -162,7 +163,7 @@ class RayPool:
         """The Ray instance outlives the pool (one per process)."""
 
 
-def make_pool(env: Any, rt: RuntimeConfig, sandbox: SandboxConfig, k: int = 1) -> LocalPool | RayPool:
+def make_pool(env: Env, rt: RuntimeConfig, sandbox: SandboxConfig, k: int = 1) -> LocalPool | RayPool:
     """The pool `runtime` asks for: Ray tasks when `runtime.ray`, else local threads."""
     retries = int(rt.env_retries)
     if rt.ray:

@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from masdsl.envs.base import Env
 from masdsl.lang.workflow import RoleSpec, SampleSpec, Workflow
 from masdsl.runtime.backends.base import Candidate, Engine, GenRequest
 from masdsl.runtime.plan import RunPlan
@@ -123,7 +124,7 @@ class RoleStep:
 @dataclass
 class RunState:
     workflow: Workflow
-    env: Any
+    env: Env
     engines: Mapping[str, Engine]
     plan: RunPlan
     mode: str

@@ -33,13 +33,13 @@ stored, the role's `ok` is False, and the env applies it as a no-op or penalised
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Literal, Mapping
+from typing import Callable, Literal, Mapping, Sequence
 
-from masdsl.envs.base import contract_problem
+from masdsl.envs.base import Env, contract_problem
 from masdsl.errors import UserError
 from masdsl.lang.workflow import Workflow
 from masdsl.runtime.actors import make_pool
-from masdsl.runtime.backends.base import as_engines
+from masdsl.runtime.backends.base import Engine, as_engines
 from masdsl.runtime.batching import generate
 from masdsl.runtime.episodes import MAX_STEPS, Episode, EpisodeResult, Rollout, RunState
 from masdsl.runtime.judge import judge_policies
@@ -53,9 +53,9 @@ __all__ = ["DEFAULT_MAX_TOKENS", "MAX_STEPS", "REPEAT_SEED_STRIDE", "EpisodeResu
 
 def rollout(
     workflow: Workflow,
-    env: Any,
-    tasks: list[dict],
-    engines: Mapping[str, Any],
+    env: Env,
+    tasks: Sequence[dict],
+    engines: Mapping[str, Engine],
     *,
     mode: Literal["train", "eval"],
     samples: int,
@@ -112,7 +112,7 @@ def rollout(
                    run.judge_calls, run.judge_tokens, run.judge_s, run.judge_unparsed)
 
 
-def _check_arguments(workflow: Workflow, env: Any, engines: Mapping[str, Any], *, mode: str,
+def _check_arguments(workflow: Workflow, env: Env, engines: Mapping[str, Engine], *, mode: str,
                      on_env_failure: str) -> None:
     if mode not in ("train", "eval"):
         raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")

@@ -27,8 +27,9 @@ from masdsl.errors import UserError
 from masdsl.lang.exprs import resolve_function
 from masdsl.lang.judge import SCORE_PARSES, JudgeSpec, score_of
 from masdsl.runtime import prompts
-from masdsl.runtime.backends.base import GenRequest
-from masdsl.runtime.episodes import RoleStep, RunState
+from masdsl.lang.workflow import Workflow
+from masdsl.runtime.backends.base import Candidate, GenRequest
+from masdsl.runtime.episodes import RoleStep, Rollout, RunState
 from masdsl.runtime.sampling import derive_seed
 from masdsl.runtime.step_requests import REPEAT_SEED_STRIDE
 
@@ -62,7 +63,7 @@ def judge_steps(steps: Sequence[RoleStep], run: RunState) -> list[list[dict[int,
     return scores
 
 
-def _score(a: _Ask, reply: Any, steps: Sequence[RoleStep], scores: list[list[dict[int, float]]], run: RunState) -> None:
+def _score(a: _Ask, reply: Candidate, steps: Sequence[RoleStep], scores: list[list[dict[int, float]]], run: RunState) -> None:
     value = score_of(reply.text, a.spec.parse, parser_of(a.spec.parse, run.workflow))
     run.judge_calls += 1
     run.judge_tokens += len(reply.token_ids)
@@ -105,7 +106,7 @@ def _request(spec: JudgeSpec, ids: list[int], s: RoleStep, cand: int, run: RunSt
                       key=(ep.task_id, who, s.turn))
 
 
-def judge_metrics(rollout: Any, suffix: str = "") -> dict[str, float]:
+def judge_metrics(rollout: Rollout, suffix: str = "") -> dict[str, float]:
     """The judges' share of a rollout, for the step metrics (`suffix` "/eval" for an evaluation);
     empty when the workflow has no judge.
 
@@ -119,12 +120,12 @@ def judge_metrics(rollout: Any, suffix: str = "") -> dict[str, float]:
             f"judge/unparsed{suffix}": float(rollout.judge_unparsed), f"time/judge_s{suffix}": float(rollout.judge_s)}
 
 
-def judge_policies(workflow: Any) -> set[str]:
+def judge_policies(workflow: Workflow) -> set[str]:
     """The policies the workflow's judges sample from."""
     return {j.policy for r in workflow.roles.values() for j in getattr(r, "judges", ())}
 
 
-def parser_of(name: str, workflow: Any) -> Callable[[str], Any] | None:
+def parser_of(name: str, workflow: Workflow) -> Callable[[str], Any] | None:
     """The registered parser a judge's `parse="NAME"` names (None for the built-in `auto` and
     `number`): from the workflow's registry, else the built-ins and its imports."""
     if name in SCORE_PARSES:

@@ -25,20 +25,21 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from masdsl.config import PROBES
+from masdsl.envs.base import Env
 from masdsl.lang.workflow import Workflow
 
 View = Mapping[str, Any]
 
 
-def _no_tool_output(env: Any, state: Any, view: View) -> View:
+def _no_tool_output(env: Env, state: Any, view: View) -> View:
     return {**view, "tool_output": ""}
 
 
-def _wrong_plan(env: Any, state: Any, view: View) -> View:
+def _wrong_plan(env: Env, state: Any, view: View) -> View:
     return {**view, "tool_output": env.wrong_plan(state)}
 
 
-PROBE_FNS: dict[str, Callable[[Any, Any, View], View] | None] = {
+PROBE_FNS: dict[str, Callable[[Env, Any, View], View] | None] = {
     "none": None,
     "no_tool_output": _no_tool_output,
     "wrong_plan": _wrong_plan,
@@ -47,7 +48,7 @@ if tuple(PROBE_FNS) != PROBES:  # the config's allowed values are the probes imp
     raise ImportError(f"masdsl.config.PROBES {PROBES} != the probes implemented {tuple(PROBE_FNS)}")
 
 
-def probed_view(probe: str, env: Any, state: Any, view: View) -> View:
+def probed_view(probe: str, env: Env, state: Any, view: View) -> View:
     """The `env.NAME` values an evaluation prompt sees under `probe`."""
     fn = PROBE_FNS[probe]
     return view if fn is None else fn(env, state, view)

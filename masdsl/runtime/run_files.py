@@ -35,12 +35,12 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from masdsl import lang
 from masdsl.errors import UserError
 from masdsl.lang import ast as A
 from masdsl.lang.parse import parse_text
+from masdsl.lang.workflow import Workflow
 
 MANIFEST = "files.json"
 FILES = "files"
@@ -64,7 +64,7 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def references(workflow: Any) -> list[Ref]:
+def references(workflow: Workflow) -> list[Ref]:
     """The local files `workflow` reads, in the order the source names them (then the Python
     modules its imports import). A reference to a missing file is left out: the checker has
     already refused it, or it belongs to a source that no longer exists (a copy's copy)."""
@@ -116,7 +116,7 @@ def local_modules(py: Path) -> list[Path]:
     return found
 
 
-def keep(run_dir: Path, workflow: Any) -> Path:
+def keep(run_dir: Path, workflow: Workflow) -> Path:
     """Copy the workflow's source and local files under `run_dir/files/`; write `files.json`."""
     run_dir = Path(run_dir)
     base = Path(workflow.path).parent.resolve() if workflow.path else Path.cwd()
@@ -167,7 +167,7 @@ def verify(run_dir: Path) -> Path:
     return mas
 
 
-def load(run_dir: Path) -> Any:
+def load(run_dir: Path) -> Workflow | None:
     """The workflow of a run folder, compiled from its own copies (`verify`d first); None for a
     folder made before copies were kept (no `files.json`)."""
     if not (Path(run_dir) / MANIFEST).is_file():

@@ -27,6 +27,7 @@ from typing import Any, Iterable, Iterator
 from masdsl.config import to_yaml
 from masdsl.errors import UserError
 from masdsl.lang.graph import to_mermaid
+from masdsl.lang.workflow import Workflow
 from masdsl.runtime import run_files
 from masdsl.runtime.plan import RunPlan
 from masdsl.runtime.records import StepRecord, read_records, write_records
@@ -39,7 +40,7 @@ SUMMARY = "summary.json"
 EVAL_DIR = "eval"
 
 
-def mermaid(workflow: Any) -> str:
+def mermaid(workflow: Workflow) -> str:
     """The flow as mermaid text (`masdsl.lang.graph.to_mermaid`)."""
     return to_mermaid(workflow)
 

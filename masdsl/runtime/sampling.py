@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from masdsl.envs.base import LOST_PENALTY, lost
+from masdsl.envs.base import LOST_PENALTY, Env, lost
 from masdsl.lang.workflow import EvalContext, Expr
 
 
@@ -139,7 +139,7 @@ class Outcome:
     metrics: dict[str, float] = field(default_factory=dict)  # the role's `metric` values (never in the reward)
 
 
-def run_env_job(env: Any, job: EnvJob) -> list[Outcome]:
+def run_env_job(env: Env, job: EnvJob) -> list[Outcome]:
     """Apply each candidate to its own copy of `job.state` and score it.
 
     Reward expressions that raise score 0 (reported in `Outcome.errors`); an exception from
@@ -171,14 +171,14 @@ def failed_outcomes(job: EnvJob) -> list[Outcome]:
     return [Outcome(job.state, 0.0, None if job.team is None else 0.0, 0.0, [], 0.0, True) for _ in job.candidates]
 
 
-def run_apply_chain(env: Any, state: Any, moves: Sequence[tuple[str, Mapping[str, Any]]]) -> Any:
+def run_apply_chain(env: Env, state: Any, moves: Sequence[tuple[str, Mapping[str, Any]]]) -> Any:
     """Apply the winners of a parallel group one after another, in the group's role order."""
     for role, fields in moves:
         state = env.apply(state, role, fields)
     return state
 
 
-def apply_chain_job(env: Any, item: tuple[Any, Sequence[tuple[str, Mapping[str, Any]]]]) -> Any:
+def apply_chain_job(env: Env, item: tuple[Any, Sequence[tuple[str, Mapping[str, Any]]]]) -> Any:
     """`run_apply_chain` taking one (state, moves) item, the shape a worker pool maps over."""
     state, moves = item
     return run_apply_chain(env, state, moves)
