@@ -172,9 +172,9 @@ def _estimator_of(g: Group, estimators: Mapping[str, str] | None, roles: Sequenc
     return name
 
 
-def _role_stds(groups: Sequence[Group], names: Sequence[str], roles: Sequence[str]) -> dict[str, float]:
+def _role_stds(groups: Sequence[Group], names: Sequence[str], roles: Sequence[str] | None) -> dict[str | None, float]:
     """Per role under `grpo_agent_norm`: the unbiased std of the rewards of all its groups' members."""
-    pooled: dict[str, list[float]] = {}
+    pooled: dict[str | None, list[float]] = {}
     for g, name in zip(groups, names):
         if name == "grpo_agent_norm":
             pooled.setdefault(_role_of(g, roles), []).extend(g.rewards)

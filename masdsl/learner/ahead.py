@@ -115,7 +115,8 @@ def private_engines(policies: Mapping[str, Policy], engines: Mapping[str, Engine
     """`engines` with each trainable policy's hf engine that samples from the learner's very model
     moved onto a copy of it (one copy per shared `PeftModel`), so that an update cannot change the
     weights under a rollout that is still sampling."""
-    out, copies = dict(engines), {}
+    out = dict(engines)
+    copies: dict[int, Any] = {}  # id of a shared model -> its copy
     for p in iter_trainable(policies):
         if draws_random(p.model):
             raise ConfigError(f"policy `{p.name}`: its model has dropout, so its update draws from the global RNG "
@@ -125,7 +126,7 @@ def private_engines(policies: Mapping[str, Policy], engines: Mapping[str, Engine
         engine = engines[p.name]
         if engine.model is p.model:  # an hf engine sampling from the learner's very model
             model = copies.setdefault(id(p.model), copy.deepcopy(p.model))
-            out[p.name] = hf_engine_on(model, p.tokenizer, seed=engine.seed, adapter=p.adapter)
+            out[p.name] = hf_engine_on(model, p.tokenizer, seed=engine.seed, adapter=p.adapter)  # type: ignore[attr-defined]  # an hf engine
     return out
 
 

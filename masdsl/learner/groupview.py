@@ -87,7 +87,7 @@ def sections(pairs: Iterable[tuple[StepRecord, str | None]], grouping: str = "at
              estimators: Mapping[str, str] | None = None) -> Iterator[Section]:
     """One `Section` per run of consecutive records with the same label, holding only that
     section's records at a time (a run's records are never read whole)."""
-    current: str | None = None
+    current = ""  # no section yet (a name is compared only once `batch` holds a record)
     batch: list[StepRecord] = []
     for record, label in pairs:
         name = label_of(record, label)

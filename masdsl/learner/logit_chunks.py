@@ -32,13 +32,16 @@ import contextlib
 import threading
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from masdsl.runtime.gpu_plan import LOGIT_CHUNK_ELEMENTS  # the memory model counts one chunk at a time
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 # Causal LMs (transformers 5.19) whose logits are `lm_head(hidden_states[:, slice_indices, :])`
 # and nothing more when no labels are given.
@@ -112,7 +115,7 @@ def supports_chunks(model: object) -> bool:
 
 
 @contextlib.contextmanager
-def scoring(model: nn.Module, targets: torch.Tensor, chunks: Chunks | None = None) -> Iterator[bool]:
+def scoring(model: PreTrainedModel, targets: torch.Tensor, chunks: Chunks | None = None) -> Iterator[bool]:
     """While open, `model(...)`'s logits are the log-probs of `targets` [B, L] at the first L kept
     positions, computed chunk by chunk; yields False (and changes nothing) where the model or
     `chunks` asks for the full-logits path."""
@@ -121,9 +124,10 @@ def scoring(model: nn.Module, targets: torch.Tensor, chunks: Chunks | None = Non
         yield False
         return
     head = model.get_output_embeddings()
-    me, state = threading.get_ident(), {"inner": False, "logp": None}
+    me = threading.get_ident()
+    state: dict[str, Any] = {"inner": False, "logp": None}
 
-    def before(module: nn.Module, args: tuple) -> tuple | None:
+    def before(module: nn.Linear, args: tuple) -> tuple | None:
         if threading.get_ident() != me or state["inner"]:
             return None
         hidden = args[0]
@@ -144,7 +148,7 @@ def scoring(model: nn.Module, targets: torch.Tensor, chunks: Chunks | None = Non
             h.remove()
 
 
-def _chunked(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, chunks: Chunks, state: dict) -> torch.Tensor:
+def _chunked(head: nn.Linear, hidden: torch.Tensor, targets: torch.Tensor, chunks: Chunks, state: dict) -> torch.Tensor:
     """log pi(targets) [B, L] from `hidden` [B, L, H], one chunk of rows x positions at a time."""
     def piece(h: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         state["inner"] = True  # the head's hooks pass this call (and its recomputation) through

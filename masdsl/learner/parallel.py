@@ -34,12 +34,12 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, cast
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 
@@ -116,7 +116,7 @@ class Shard:
         return cpu_copy(optimizer.state_dict())
 
     def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: Mapping[str, Any]) -> None:
-        optimizer.load_state_dict(state)
+        optimizer.load_state_dict(dict(state))
 
     def load_weights(self, model: nn.Module, weights: Mapping[str, torch.Tensor]) -> None:
         model.load_state_dict(weights)
@@ -144,9 +144,9 @@ class FsdpShard(Shard):
         units = [*decoder_layers(model), model]
         for unit in units:  # the layers first: the root's unit takes what no layer took
             fully_shard(unit)  # reshard after forward: only the running layer stays gathered
-        for unit in units:  # per unit (these setters do not recurse)
-            unit.set_gradient_divide_factor(1.0)  # a sum over the ranks, not their mean
-            unit.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
+        for sharded in (cast(FSDPModule, u) for u in units):  # each one now (these setters do not recurse)
+            sharded.set_gradient_divide_factor(1.0)  # a sum over the ranks, not their mean
+            sharded.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
         return model
 
     def micro_batch_plan(self, plan: list) -> tuple[list, int]:

@@ -129,7 +129,7 @@ def load_policies(plan: RunPlan) -> dict[str, Policy]:
     for model, _ in peft_bases.values():  # the shared base never trains; adapters train one at a time
         for n, p in model.named_parameters():
             p.requires_grad_("lora_" in n)
-    shared_locks = {}
+    shared_locks: dict[int, Any] = {}
     for p in policies.values():  # adapters of one PeftModel switch under one lock
         p.lock = shared_locks.setdefault(id(p.model), p.lock)
     return policies
@@ -189,7 +189,8 @@ def compute_state(state: Mapping[str, Any], dtype: str) -> dict[str, Any]:
     """
     if dtype == "float32":
         return dict(state)
-    to, cast = getattr(torch, dtype), {}
+    to = getattr(torch, dtype)
+    cast: dict[int, torch.Tensor] = {}  # data_ptr -> its cast (tied weights stay one tensor)
     return {k: cast.setdefault(v.data_ptr(), v.to(to)) if v.is_floating_point() else v for k, v in state.items()}
 
 

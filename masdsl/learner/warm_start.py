@@ -96,7 +96,8 @@ def demonstrations(env: Env, plan: RunPlan, tokenizer: Any, tasks: Sequence[dict
             variables = prompt_variables(task, view, 0, role, {}, [])
             messages = messages_for(spec.prompt, spec.system, variables, f"{role} prompt")
             ids = encode(tokenizer, messages, max_tokens=plan.runtime.max_prompt_tokens)[0]
-            reply = env.demonstration(state, demonstrated_field(env, workflow, role, state))
+            # pick_roles refused an env without demonstrations
+            reply = env.demonstration(state, demonstrated_field(env, workflow, role, state))  # type: ignore[attr-defined]
             out.append(Demonstration(role, str(task["id"]), ids, text_ids(tokenizer, reply) + [tokenizer.eos_token_id]))
     return out
 

@@ -145,17 +145,19 @@ class LearnerWorker:
         end wall time); from rank 0 the new weights in the master dtype, and cast to the compute
         dtype when the engines hold another one (else None)."""
         start = time.time()
+        policy, plan = self.policy, self.plan
+        assert policy is not None and plan is not None, "setup runs first"
         self.shard.stand_ins.clear()
-        stats = update_policy(self.policy, self.optimizer, records, advantages, self.plan.train, self.reference,
+        stats = update_policy(policy, self.optimizer, records, advantages, plan.train, self.reference,
                               keep=keep, shard=self.shard)
         # gathered now, while every rank is alive (FSDP), for the checkpoint or a restart
         done, after, _ = self._states
         self._states = (done + 1, self.shard.full_optimizer_state(self.optimizer), after)
-        weights = (self.shard.full_weights(self.policy.model) if self.rank == 0 or isinstance(self.shard, FsdpShard)
+        weights = (self.shard.full_weights(policy.model) if self.rank == 0 or isinstance(self.shard, FsdpShard)
                    else None)
-        if self.rank != 0:
+        if weights is None or self.rank != 0:
             return (stats, start, time.time()), None, None
-        cast = None if master_dtype(self.plan) == self.plan.runtime.dtype else compute_state(weights, self.plan.runtime.dtype)
+        cast = None if master_dtype(plan) == plan.runtime.dtype else compute_state(weights, plan.runtime.dtype)
         return (stats, start, time.time()), weights, cast
 
     def optimizer_state(self, updates: int) -> dict[str, Any] | None:
@@ -170,6 +172,7 @@ class LearnerWorker:
         self._states = (0, self.shard.full_optimizer_state(self.optimizer), None)  # a copy: AdamW steps in place
 
     def load_weights(self, weights: Mapping[str, Any]) -> None:
+        assert self.policy is not None, "setup runs first"
         self.shard.load_weights(self.policy.model, weights)
 
     def close(self) -> None:

@@ -32,7 +32,7 @@ from masdsl.config import ConfigError
 from masdsl.lang.workflow import LoraSettings, PolicySpec
 from masdsl.runtime import actors
 from masdsl.runtime.backends import build_engine, engine_kwargs, hf_engine_on, vllm_available, vllm_engine
-from masdsl.runtime.backends.base import Engine
+from masdsl.runtime.backends.base import Engine, LoRAHost
 from masdsl.runtime.heartbeat import starting
 from masdsl.runtime.placement import REPLAY_CANNOT_TRAIN, EnginePlan, engine_gpus
 from masdsl.runtime.plan import RunPlan
@@ -67,7 +67,7 @@ def build_engines(plan: RunPlan, weights: Mapping[str, LiveWeights] | None = Non
     if rt.engine == "replay":
         from masdsl.runtime.backends.replay import ReplayEngine  # only replay runs need it
 
-        engine = ReplayEngine(rt.replay_file)
+        engine = ReplayEngine(rt.replay_file)  # type: ignore[arg-type]  # the plan refused replay without one
         return {name: engine for name in plan.workflow.policies}
     models = {s.model for s in plan.policies.values()}
     by_model: dict[str, Engine] = {}
@@ -95,7 +95,7 @@ def _training_engines(weights: Mapping[str, LiveWeights], plan: RunPlan) -> dict
     placement = resolved(plan).placement
     kw = engine_kwargs(plan.runtime, plan.train.seed)
     engines: dict[str, Engine] = {}
-    lora_bases: dict[str, Engine] = {}  # model path -> the vLLM engine with LoRA on
+    lora_bases: dict[str, LoRAHost] = {}  # model path -> the vLLM engine with LoRA on
     for name, p in weights.items():
         eng = placement.of(name).engine
         if eng.source == "replay":
@@ -108,7 +108,8 @@ def _training_engines(weights: Mapping[str, LiveWeights], plan: RunPlan) -> dict
             engines[name] = vllm_engine(p.model_path, **kw)
         else:  # lora_shared
             if p.model_path not in lora_bases:
-                ranks = [q.spec.lora_settings.r for q in weights.values() if q.model_path == p.model_path and q.adapter]
+                ranks = [q.spec.lora_settings.r  # type: ignore[union-attr]  # q.adapter: a LoRA policy
+                         for q in weights.values() if q.model_path == p.model_path and q.adapter]
                 lora = {"max_lora_rank": max(8, *ranks), "max_loras": len(ranks)}
                 lora_bases[p.model_path] = vllm_engine(p.model_path, lora=lora, **kw)
             engines[name] = lora_bases[p.model_path].adapter(name, p.model.peft_config[p.adapter])

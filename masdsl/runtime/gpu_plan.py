@@ -255,6 +255,9 @@ def plan(m: ModelDims, r: Recipe) -> Plan:
     copies = 1 if r.lora_r else r.policies  # model copies: LoRA adapters share one base
     in_actors = r.engines_in_actors and not r.lora_r
     gpus = []
+    parts: dict[str, float]  # bytes per part of the driver's GPU
+    rollout: float
+    update: float
     if r.learner_workers:
         gpus.append(GpuLoad("learner rank", r.policies * r.ranks, learner, keep, step))
         # the driver keeps every trained policy's weights (engine sync, checkpoints) on its cuda:0
@@ -329,7 +332,7 @@ def recipe_from_plan(name: str, plan: RunPlan, hardware: Hardware) -> Recipe:
     groups = [tuple(d.get("roles", ())) for _, d in workflow.graph.nodes(data=True)]
     parallel = max(max(sum(1 for x in g if x in rs) for g in groups) for rs in roles.values())
     longest = max(plan.max_tokens(x) for rs in roles.values() for x in rs)
-    lora = [specs[n].lora_settings.r for n in trained if specs[n].lora]
+    lora = [specs[n].lora_settings.r for n in trained if specs[n].lora]  # type: ignore[union-attr]  # .lora: settings
     tc, rt = plan.train, plan.runtime
     return Recipe(
         name, hardware, policies=len(trained), roles_per_policy=max(len(rs) for rs in roles.values()),

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from masdsl.config import SandboxConfig
+from masdsl.envs.base import Env
 from masdsl.envs.data_paths import resolve_args
 from masdsl.envs.datasets import load_jsonl
 from masdsl.envs.registry import load_builtins
@@ -20,7 +21,7 @@ from masdsl.lang.workflow import Workflow
 from masdsl.sandbox import limits_from_config
 
 
-def make_env(workflow: Workflow, sandbox: SandboxConfig) -> Any:
+def make_env(workflow: Workflow, sandbox: SandboxConfig) -> Env:
     """Instantiate the workflow's env from the registry with `workflow.env_args` (and the
     `sandbox` limits when its constructor takes `limits`)."""
     registry = workflow.registry or load_builtins()
@@ -29,6 +30,7 @@ def make_env(workflow: Workflow, sandbox: SandboxConfig) -> Any:
         hint = did_you_mean(workflow.env, registry.envs)
         raise UserError(f"unknown env `{workflow.env}`" + (f" ({hint})" if hint else ""))
     kwargs = dict(workflow.env_args)
+    params: Mapping[str, inspect.Parameter]
     try:
         params = inspect.signature(spec.factory).parameters
     except (TypeError, ValueError):

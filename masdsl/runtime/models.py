@@ -252,7 +252,7 @@ def qwen_part_files() -> list[Path]:
     missing, files = [], []
     for dist, rel, _ in QWEN_PARTS:
         try:
-            path = Path(importlib.metadata.distribution(dist).locate_file(rel))
+            path = Path(str(importlib.metadata.distribution(dist).locate_file(rel)))
         except importlib.metadata.PackageNotFoundError:
             missing.append(dist)
             continue

@@ -176,7 +176,7 @@ def weights_kind(spec: PolicySpec) -> str:
     if spec.frozen:
         return "frozen"
     if spec.lora:
-        return f"LoRA r={spec.lora_settings.r} adapter on a shared base"
+        return f"LoRA r={spec.lora_settings.r} adapter on a shared base"  # type: ignore[union-attr]  # spec.lora
     return "full weights"
 
 

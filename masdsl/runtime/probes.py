@@ -36,7 +36,7 @@ def _no_tool_output(env: Env, state: Any, view: View) -> View:
 
 
 def _wrong_plan(env: Env, state: Any, view: View) -> View:
-    return {**view, "tool_output": env.wrong_plan(state)}
+    return {**view, "tool_output": env.wrong_plan(state)}  # type: ignore[attr-defined]  # probe_problem: only such envs
 
 
 PROBE_FNS: dict[str, Callable[[Env, Any, View], View] | None] = {

@@ -97,7 +97,8 @@ def score_steps(steps: Sequence[RoleStep], run: RunState) -> None:
     """Parse every candidate, then apply and score it against its own copy of the state."""
     jobs = []
     for s in steps:
-        ep, errors = s.episode, []
+        ep = s.episode
+        errors: list[str] = []
         s.fields = [parse_output(s.role, c.text, ep.task, ep.fields, s.turn, errors) for c in s.candidates]
         for e in errors:
             run.error(e)
@@ -201,7 +202,8 @@ def apply_group_winners(groups: Sequence[Sequence[RoleStep]], run: RunState) -> 
 
 def finish(ep: Episode, run: RunState) -> EpisodeResult:
     """Score the ended episode (success, final reward) and fill its records."""
-    wf, errors = run.workflow, []
+    wf = run.workflow
+    errors: list[str] = []
     if ep.lost:
         return _lost_result(ep, run)
     ctx = EvalContext(task=ep.task, state=ep.state, env_view=run.env.view(ep.state), fields=ep.fields, turn=ep.last_turn,

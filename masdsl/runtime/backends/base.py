@@ -140,9 +140,11 @@ class Engine(Protocol):
 
     def sleep(self, level: int = 1) -> None:
         """Free GPU memory until `wake_up` (only engines with a sleep mode do anything)."""
+        return None
 
     def wake_up(self) -> None:
         """Take back what `sleep` freed."""
+        return None
 
 
 class LoRAHost(Protocol):

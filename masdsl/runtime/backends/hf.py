@@ -37,7 +37,7 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from masdsl.errors import ModelError
 from masdsl.runtime.backends.base import Candidate, GenRequest, LocalEngine
@@ -77,7 +77,7 @@ def generation_config(key: tuple, eos_ids: list[int], pad_id: int) -> Any:
     )
 
 
-def _mix_seeds(seeds: list[int]) -> int:
+def _mix_seeds(seeds: Sequence[int | None]) -> int:
     """One batch seed from the rows' request seeds: the same requests give the same samples.
 
     >>> _mix_seeds([1, 2]) == _mix_seeds([1, 2]) != _mix_seeds([2, 1])

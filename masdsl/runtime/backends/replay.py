@@ -19,11 +19,15 @@ Token ids come from a tokenizer when given, else the UTF-8 bytes of the text; lo
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from masdsl.errors import DataError
 from masdsl.runtime.backends.base import Candidate, GenRequest, LocalEngine
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 def load_replay(path: str | Path) -> dict[tuple[str, str, int], list[str]]:
@@ -55,7 +59,7 @@ def load_replay(path: str | Path) -> dict[tuple[str, str, int], list[str]]:
 class ReplayEngine(LocalEngine):
     """An `Engine` that answers from a replay file (see the module docstring)."""
 
-    def __init__(self, path: str | Path, tokenizer: Any = None):
+    def __init__(self, path: str | os.PathLike[str], tokenizer: PreTrainedTokenizerBase | None = None):
         self.path = Path(path)
         self.table = load_replay(self.path)
         self.tokenizer = tokenizer

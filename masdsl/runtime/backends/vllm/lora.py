@@ -37,6 +37,7 @@ class VLLMAdapterEngine(LocalEngine):
     """One LoRA adapter on a shared `VLLMEngine` base; a new `LoRARequest` per weight version."""
 
     takes_adapter = True
+    base: VLLMEngine
 
     def __init__(self, base: "VLLMEngine", name: str, peft_config: Any) -> None:
         if base.lora_folders is None:

@@ -201,6 +201,9 @@ class WeightSyncExtension:
     linear weights, which a bare `model.load_weights` cannot write into).
     """
 
+    model_runner: Any  # the vLLM worker's, whose class this one is mixed into
+    _masdsl_staged: list[tuple[str, Any]]  # (name, tensor) pairs staged for the next commit
+
     def masdsl_stage_weights(self, packed: list[tuple[str, str, list[int], bytes]]) -> int:
         staged = self.__dict__.setdefault("_masdsl_staged", [])
         staged.extend(unpack_tensor(p) for p in packed)
