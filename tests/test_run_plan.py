@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.toy import TOY, TOY_DIR
+
 ROOT = Path(__file__).parents[1]
-TOY = ROOT / "tests" / "learner" / "toy"
 
 # Runs the CLI with the heavy packages unimportable; prints the heavy modules that did load.
 NOTHING_HEAVY = """
@@ -47,10 +48,10 @@ def without_probe(stderr: str) -> str:
 @pytest.fixture
 def toy(tmp_path):
     """A copy of the toy workflow that a test may edit: (folder, write(edit) -> file name)."""
-    shutil.copy(TOY / "toy_env.py", tmp_path / "toy_env.py")
+    shutil.copy(TOY_DIR / "toy_env.py", tmp_path / "toy_env.py")
 
     def write(edit=lambda text: text) -> str:
-        (tmp_path / "toy.mas").write_text(edit((TOY / "toy_digits.mas").read_text()))
+        (tmp_path / "toy.mas").write_text(edit(TOY.read_text()))
         return "toy.mas"
 
     return tmp_path, write

@@ -11,17 +11,16 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from masdsl.cli import main
 from masdsl.learner.sweep import expand, trials
+from tests.support.overrides import tiny_hf
+from tests.support.toy import TOY
 
 pytest.importorskip("ray")
 pytest.importorskip("mlflow")
-
-TOY = Path(__file__).parent / "learner" / "toy" / "toy_digits.mas"
 
 
 def sweep_overrides(tiny_model_dir, tmp_path) -> list[str]:
@@ -101,7 +100,7 @@ def test_a_trial_cut_off_after_a_checkpoint_continues_from_it(tiny_model_dir, tm
     from masdsl import api
     from masdsl.learner.sweep_runner import PROGRESS_LOG, run_sweep
 
-    common = [f"policy.shared.model={tiny_model_dir}", "runtime.engine=hf", "tracking.enabled=false",
+    common = [*tiny_hf(tiny_model_dir),
               "train.samples=2", "train.batch=2", "train.eval_tasks=2", "train.checkpoint_every=1"]
     (trial,) = trials([[]], [0], [*common, "train.steps=2"])
     folder = tmp_path / "sweep" / "trials" / trial.folder

@@ -11,7 +11,7 @@ from masdsl.runtime.backends.base import GenRequest
 from masdsl.runtime.backends.hf import HFEngine
 from masdsl.runtime.models import load_model
 
-from .helpers import chat_ids, make_token_certain, teacher_forced_logprobs
+from tests.support.engines import chat_ids, make_token_certain, teacher_forced_logprobs
 
 
 @pytest.fixture(scope="module")

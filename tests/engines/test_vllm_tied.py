@@ -22,7 +22,7 @@ from masdsl.runtime.backends.base import GenRequest
 from masdsl.runtime.backends.hf import HFEngine
 from masdsl.runtime.models import load_model
 
-from .helpers import chat_ids, teacher_forced_logprobs
+from tests.support.engines import chat_ids, teacher_forced_logprobs
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -30,18 +30,18 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def tied(tmp_path_factory):
     """(engine, model, tokenizer, export folder): a tiny tied model (seed 1) trained one step by
-    `masdsl run` (tests/learner/test_export.py's `full_run`), exported, and loaded twice: by
+    `masdsl run` (the `full_run` of tests/learner/test_export.py), exported, and loaded twice: by
     the `vllm` engine (`build_engine`, as `masdsl` builds it) and by `load_model`."""
     from masdsl.learner.export import export_run
     from masdsl.runtime.backends import build_engine, vllm_available
     from masdsl.testing import build_tiny_model
-    from tests.learner.test_export import _train, dense
+    from tests.support.exports import dense_toy_file, train_one_step
 
     if not vllm_available()[0]:
         pytest.skip(vllm_available()[1])
     tmp = tmp_path_factory.mktemp("tied")
     base = build_tiny_model(tmp / "tied", seed=1, tie_word_embeddings=True)
-    run_dir = _train(dense(tmp, "toy_digits.mas"), tmp, [f"policy.shared.model={base}"])
+    run_dir = train_one_step(dense_toy_file(tmp, "toy_digits.mas"), tmp, [f"policy.shared.model={base}"])
     folder = export_run(run_dir)["shared"]
     model, tok = load_model(folder)
     engine = build_engine("vllm", str(folder), seed=0, max_model_len=512)
@@ -53,11 +53,11 @@ def test_vllm_engine_loads_an_export(tied):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tests.learner.test_export import _prompt, logprobs
+    from tests.support.exports import logprobs, prompt_ids
 
     engine, _, _, folder = tied
     exported = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    ids = _prompt(AutoTokenizer.from_pretrained(folder))
+    ids = prompt_ids(AutoTokenizer.from_pretrained(folder))
     (cand,) = engine.generate([GenRequest(prompt_ids=ids[0].tolist(), n=1, max_tokens=6, temperature=0.0)])[0]
     full = torch.tensor([ids[0].tolist() + list(cand.token_ids)])
     want = logprobs(exported, full)[-len(cand.token_ids):]

@@ -16,9 +16,8 @@ from masdsl.config import plainly_valid, resolve_config
 from masdsl.lang.fastparse import parse_fast
 from masdsl.lang.parse import parse_text
 from masdsl.lang.tree import parse_lark
+from tests.support.fuzz import SEEDS, mutated, within_time
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_fuzz import SEEDS, mutated, within_time  # noqa: E402  (the mutation fuzzer's seeds, strategy, timer)
 
 ROOT = Path(__file__).parents[2]
 CORPUS = sorted({*ROOT.glob("workflows/*.mas"), *ROOT.glob("tests/**/*.mas")})

@@ -3,7 +3,6 @@ every shipped, test and fuzzed file unchanged by it."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
@@ -13,12 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from masdsl.cli import main as cli
 from masdsl.lang import analyze
 from masdsl.lang.format import FormatError, format_text
+from tests.support.fuzz import mutated, within_time
 
 ROOT = Path(__file__).parents[2]
-_spec = importlib.util.spec_from_file_location("_fuzz", Path(__file__).parent / "test_fuzz.py")  # --import-mode=importlib
-_fuzz = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_fuzz)
-mutated, within_time = _fuzz.mutated, _fuzz.within_time
 FILES = sorted({*ROOT.glob("workflows/*.mas"), *ROOT.glob("tests/lang/*.mas"), *ROOT.glob("tests/**/toy/*.mas"),
                 *ROOT.glob("tests/*/data/*.mas")})
 COMMENT = re.compile(r'"""[\s\S]*?"""|"(?:[^"\\\n]|\\.)*"|(#[^\n]*)')

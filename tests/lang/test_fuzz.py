@@ -1,11 +1,10 @@
 """Mutation fuzzing: valid `.mas` files with tokens deleted, duplicated, swapped, replaced, or
 cut short must give diagnostics (or a workflow), never an exception and never a hang: each input
-is timed (`within_time`, also used by the other fuzz tests) and a slow one fails."""
+is timed (`within_time` of tests/support/fuzz.py, also used by the other fuzz tests) and a slow one fails."""
 
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -13,55 +12,9 @@ from hypothesis import strategies as st
 
 from masdsl.lang import analyze
 from masdsl.lang.errors import render_all
+from tests.support.fuzz import SEEDS, mutated, tokens, within_time
 
 ROOT = Path(__file__).parents[2]
-SEEDS = [p.read_text() for p in sorted((ROOT / "workflows").glob("*.mas"))] + [(Path(__file__).parent / "valid.mas").read_text()]
-TOKEN = re.compile(r'"""[\s\S]*?"""|"(?:[^"\\\n]|\\.)*"|#[^\n]*|[A-Za-z_]\w*|\d+(?:\.\d+)?(?:e-?\d+)?|->|==|!=|<=|>=|\s+|.')
-VOCAB = ["{", "}", "(", ")", "[", "]", "->", "=>", "&", ",", ":", ";", "=", ".", "when", "flow", "role", "max_turns",
-         "start", "end", "coder", "tester", "task", "env", "not", "and", "or", '"', '"""', "-", "0", "1e9", "#", "\n",
-         "{{", "}}", "{%", "%}", "|", "|v.", " is ", "==", "policy", "prompt", "file", "parse", "reward", "team", "alpha", "train", "sample", "x",
-         " " * 40, "\n" * 40, "¿", "\\"]  # a long blank run then a character no token starts with: the old lexer took minutes
-MAX_SECONDS = 2.0  # CPU seconds an input may take (the first one also loads lark)
-
-
-def within_time(fn, *args):
-    """`fn(*args)`, failing when it takes more than `MAX_SECONDS` of CPU time."""
-    t0 = time.process_time()
-    out = fn(*args)
-    took = time.process_time() - t0
-    assert took < MAX_SECONDS, f"{took:.1f} s of CPU on {args[0]!r:.300}"
-    return out
-
-
-def tokens(text: str) -> list[str]:
-    return TOKEN.findall(text)
-
-
-@st.composite
-def mutated(draw) -> str:
-    toks = tokens(draw(st.sampled_from(SEEDS)))
-    for _ in range(draw(st.integers(1, 3))):
-        op = draw(st.sampled_from(["delete", "duplicate", "swap", "replace", "insert", "truncate"]))
-        i = draw(st.integers(0, len(toks) - 1))
-        if op == "delete":
-            del toks[i]
-        elif op == "duplicate":
-            toks.insert(i, toks[i])
-        elif op == "swap":
-            j = draw(st.integers(0, len(toks) - 1))
-            toks[i], toks[j] = toks[j], toks[i]
-        elif op == "replace":
-            toks[i] = draw(st.sampled_from(VOCAB))
-        elif op == "insert":
-            toks.insert(i, draw(st.sampled_from(VOCAB)))
-        else:
-            text = "".join(toks)
-            return text[: draw(st.integers(0, len(text)))]
-        if not toks:
-            return ""
-    return "".join(toks)
-
-
 JINJA = ["|", "|upper", "|nope", "|v.board", " is defined", " is nope", ".", "[0]", "['x']", "(", ")", "~",
          " + ", " if ", " else ", "}}", "{{", "{%", "%}", " not ", "x", "task", "loop", "range(3)", ","]
 PLACES = re.compile(r"\{\{.*?\}\}|\{%.*?%\}")

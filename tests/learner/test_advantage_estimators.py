@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 
 from masdsl.config_schema import ADVANTAGES
 from masdsl.learner.advantages import ESTIMATORS, compute_advantages, drgrpo, group_advantages, grpo_agent_norm, rloo
 from masdsl.learner.grouping import Group
+from tests.support.overrides import tiny_hf
+from tests.support.toy import TOY, TOY_DIR
 
 REWARDS = [1.0, 0.0, 0.5, 0.5]  # mean 0.5; deviations 0.5, -0.5, 0, 0; unbiased std sqrt(0.5 / 3)
 
@@ -103,17 +104,15 @@ def test_a_role_s_estimator_reaches_the_update(tiny_model_dir, tmp_path, one_thr
     from masdsl.runtime.plan import resolve_run
     from masdsl.runtime.records import read_records
 
-    toy = Path(__file__).parent / "toy"
-    base = (toy / "toy_digits.mas").read_text().replace("max_tokens: 1", "max_tokens: 4")
+    base = TOY.read_text().replace("max_tokens: 1", "max_tokens: 4")
     base = base.replace("reward same(digit, task.target)", "reward len(output)")
     runs = {}
     for name in ("grpo", "drgrpo"):
         text = base.replace("  reward len(output)\n", f"  reward len(output)\n  advantage {name}\n", 1)
-        wf = masdsl.loads(text, name=f"toy_{name}", base_dir=toy)
+        wf = masdsl.loads(text, name=f"toy_{name}", base_dir=TOY_DIR)
         assert wf.roles["namer"].advantage == name and wf.roles["copier"].advantage == "grpo"
-        cfg = resolve_config(wf.train, overrides=[f"policy.shared.model={tiny_model_dir}", "tracking.enabled=false",
-                                                  "runtime.engine=hf", "train.steps=1", "train.samples=4", "train.batch=3",
-                                                  "train.eval_tasks=1", "train.lr=0.01"])
+        cfg = resolve_config(wf.train, overrides=[*tiny_hf(tiny_model_dir), "train.steps=1", "train.samples=4",
+                                                  "train.batch=3", "train.eval_tasks=1", "train.lr=0.01"])
         result = train(resolve_run(wf, cfg), run_dir=tmp_path / name)
         recs = [(r.task_id, r.role, r.candidate, r.response_ids, r.reward) for r in read_records(tmp_path / name / "records.jsonl")]
         runs[name] = (recs, checkpoint.load_weights(result.checkpoints[-1] / "policies" / "shared.safetensors"))

@@ -18,7 +18,7 @@ from masdsl.learner.logprobs import sequence_logprobs
 from masdsl.learner.trainer import train
 from masdsl.runtime.models import load_model
 from masdsl.runtime.plan import RunPlanError, resolve_run
-from tests.learner.test_trainer import SHORT, _records, _run, config, dense_toy, toy
+from tests.support.toy import SHORT, dense_toy, records_without_timings, run_short, toy, toy_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
 
@@ -31,8 +31,8 @@ def test_records_name_their_weights_and_lag_one_update(tiny_model_dir, tmp_path)
     def keep_weights(step, metrics):  # the run keeps its 2 newest checkpoints; these tests want each step's
         shutil.copy(checkpoint.latest(tmp_path / "a") / "policies" / "shared.safetensors", tmp_path / f"w{step}.safetensors")
 
-    a = _run(wf, tiny_model_dir, tmp_path / "a", ASYNC, "train.checkpoint_every=1", on_step=keep_weights)
-    recs = _records(tmp_path / "a")
+    a = run_short(wf, tiny_model_dir, tmp_path / "a", ASYNC, "train.checkpoint_every=1", on_step=keep_weights)
+    recs = records_without_timings(tmp_path / "a")
     assert len(recs) == 4 * 5 * 4 * 2
     assert {(r.step, r.weights_step) for r in recs} == {(1, 0), (2, 0), (3, 1), (4, 2)}
     assert [h["staleness"] for h in a.history] == [0.0, 1.0, 1.0, 1.0]
@@ -50,16 +50,16 @@ def test_records_name_their_weights_and_lag_one_update(tiny_model_dir, tmp_path)
                        for i, r in enumerate(step3))
     assert gaps["w1"] < 1e-4 < gaps["w2"], gaps
     # step 1 samples before any update, as the synchronous run does: the same records
-    _run(wf, tiny_model_dir, tmp_path / "s")
-    assert [r for r in recs if r.step == 1] == [r for r in _records(tmp_path / "s") if r.step == 1]
-    assert {r.weights_step for r in _records(tmp_path / "s") if r.step == 3} == {2}  # synchronous: step - 1
+    run_short(wf, tiny_model_dir, tmp_path / "s")
+    assert [r for r in recs if r.step == 1] == [r for r in records_without_timings(tmp_path / "s") if r.step == 1]
+    assert {r.weights_step for r in records_without_timings(tmp_path / "s") if r.step == 3} == {2}  # synchronous: step - 1
 
 
 def test_async_is_deterministic(tiny_model_dir, tmp_path):
     wf = dense_toy()
-    a = _run(wf, tiny_model_dir, tmp_path / "a", ASYNC)
-    b = _run(wf, tiny_model_dir, tmp_path / "b", ASYNC)
-    assert _records(tmp_path / "a") == _records(tmp_path / "b")
+    a = run_short(wf, tiny_model_dir, tmp_path / "a", ASYNC)
+    b = run_short(wf, tiny_model_dir, tmp_path / "b", ASYNC)
+    assert records_without_timings(tmp_path / "a") == records_without_timings(tmp_path / "b")
     wa = checkpoint.load_weights(a.checkpoints[-1] / "policies" / "shared.safetensors")
     wb = checkpoint.load_weights(b.checkpoints[-1] / "policies" / "shared.safetensors")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
@@ -67,7 +67,7 @@ def test_async_is_deterministic(tiny_model_dir, tmp_path):
 
 def _train_reward(wf, model_dir, run_dir, *extra):
     """The mean train reward (both roles) of the first two and of the last two of 12 steps."""
-    cfg = config(wf, model_dir, *SHORT, "train.steps=12", "train.lr=0.002", "train.checkpoint_every=0", *extra)
+    cfg = toy_config(wf, model_dir, *SHORT, "train.steps=12", "train.lr=0.002", "train.checkpoint_every=0", *extra)
     h = train(resolve_run(wf, cfg), run_dir=run_dir).history
     mean = [(x["reward/namer/turn0/mean"] + x["reward/copier/turn0/mean"]) / 2 for x in h]
     print(run_dir.name, "train reward by step:", [round(m, 2) for m in mean])
@@ -90,9 +90,9 @@ def test_toy_learns_as_the_synchronous_run_does(tiny_model_dir, tmp_path):
 def test_lora_policy_trains_async(tiny_model_dir, tmp_path):
     """Per-role adapters on one shared base: the engines sample from a copy whose adapters sync."""
     wf = toy("toy_digits_lora.mas")
-    result = _run(wf, tiny_model_dir, tmp_path / "lora", ASYNC, "train.steps=3")
+    result = run_short(wf, tiny_model_dir, tmp_path / "lora", ASYNC, "train.steps=3")
     assert [h["staleness"] for h in result.history] == [0.0, 1.0, 1.0]
-    assert {(r.step, r.weights_step) for r in _records(tmp_path / "lora")} == {(1, 0), (2, 0), (3, 1)}
+    assert {(r.step, r.weights_step) for r in records_without_timings(tmp_path / "lora")} == {(1, 0), (2, 0), (3, 1)}
 
 
 @pytest.mark.parametrize("override, words", [
@@ -105,20 +105,20 @@ def test_lora_policy_trains_async(tiny_model_dir, tmp_path):
 def test_plan_refuses_what_async_cannot_run_exactly(tiny_model_dir, override, words):
     wf = toy()
     with pytest.raises(RunPlanError, match="async_rollout") as err:
-        resolve_run(wf, config(wf, tiny_model_dir, ASYNC, override))
+        resolve_run(wf, toy_config(wf, tiny_model_dir, ASYNC, override))
     assert words in str(err.value)
 
 
 def test_plan_accepts_kl_dynamic_sampling_and_schedules(tiny_model_dir):
     wf = toy()
-    resolve_run(wf, config(wf, tiny_model_dir, ASYNC, "train.kl_coef=0.1", "train.dynamic_sampling=2"))
+    resolve_run(wf, toy_config(wf, tiny_model_dir, ASYNC, "train.kl_coef=0.1", "train.dynamic_sampling=2"))
     with pytest.raises(RunPlanError, match="must be 0"):
-        resolve_run(wf, config(wf, tiny_model_dir, "train.async_rollout=2"))
+        resolve_run(wf, toy_config(wf, tiny_model_dir, "train.async_rollout=2"))
 
 
 def test_resume_is_refused_with_how_to_continue(tiny_model_dir, tmp_path):
     wf = toy()
-    plan = resolve_run(wf, config(wf, tiny_model_dir, ASYNC))
+    plan = resolve_run(wf, toy_config(wf, tiny_model_dir, ASYNC))
     with pytest.raises(ConfigError) as err:
         train(plan, run_dir=tmp_path / "r", resume=tmp_path / "r")
     assert str(err.value) == RESUME_REFUSED and "train.async_rollout=0" in str(err.value)
@@ -129,7 +129,7 @@ def test_dropout_is_refused_before_training(tiny_model_dir, tmp_path):
     wf = toy("toy_digits_lora.mas")
     lora = [f"policy.{p}.lora={{r: 4, dropout: 0.1}}" for p in wf.policies]
     with pytest.raises(ConfigError, match="has dropout"):
-        _run(wf, tiny_model_dir, tmp_path / "d", ASYNC, *lora)
+        run_short(wf, tiny_model_dir, tmp_path / "d", ASYNC, *lora)
 
 
 def test_private_lora_engine_syncs_its_adapter_and_only_then(tiny_model_dir):
@@ -142,7 +142,7 @@ def test_private_lora_engine_syncs_its_adapter_and_only_then(tiny_model_dir):
     from masdsl.runtime.plan import resolve_rollout
 
     wf = toy("toy_digits_lora.mas")
-    plan = resolve_rollout(wf, config(wf, tiny_model_dir))
+    plan = resolve_rollout(wf, toy_config(wf, tiny_model_dir))
     policies = load_policies(plan)
     p = policies["namer_p"]
     engine = private_engines(policies, build_engines(plan, policies))["namer_p"]
@@ -190,11 +190,11 @@ def test_dynamic_sampling_and_kl_run_async(tiny_model_dir, tmp_path):
     """Every round of a step's dynamic sampling samples ahead from one weight version, and the KL
     term's frozen reference is the same whatever the lag."""
     wf = dense_toy()
-    result = _run(wf, tiny_model_dir, tmp_path / "dk", ASYNC, "train.steps=3", "train.kl_coef=0.1",
+    result = run_short(wf, tiny_model_dir, tmp_path / "dk", ASYNC, "train.steps=3", "train.kl_coef=0.1",
                   "train.dynamic_sampling=31", "train.dynamic_sampling_rounds=2")
     assert [h["dynamic/rounds"] for h in result.history] == [2.0, 2.0, 2.0]
     assert [h["staleness"] for h in result.history] == [0.0, 1.0, 1.0]
     assert all(h["kl/shared"] >= 0 for h in result.history) and result.history[-1]["kl/shared"] > 0
-    recs = _records(tmp_path / "dk")
+    recs = records_without_timings(tmp_path / "dk")
     assert {(r.step, r.weights_step) for r in recs} == {(1, 0), (2, 0), (3, 1)}
     assert len({r.task_id for r in recs if r.step == 2}) == 10  # two batches of 5 tasks

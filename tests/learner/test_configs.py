@@ -10,9 +10,9 @@ from masdsl.config import GROUPINGS, LOSSES, ConfigError, policy_override, resol
 from masdsl.runtime.plan import resolve_run
 from masdsl.learner.grouping import GROUP_FNS
 from masdsl.learner.losses import LOSS_FNS
+from tests.support.toy import TOY, TOY_LORA
 
 ROOT = Path(__file__).resolve().parents[2]
-TOY = Path(__file__).parent / "toy"
 
 
 def test_allowed_values_are_the_implemented_ones():
@@ -33,7 +33,7 @@ def test_paper_overlay_applies_to_shipped_workflows(name):
 
 
 def test_validate_collects_problems_before_models_load():
-    wf = masdsl.load(TOY / "toy_digits.mas")
+    wf = masdsl.load(TOY)
     cfg = resolve_config(wf.train, overrides=["train.clip_eps=2", "train.loss=ppo", "train.lr=-1"])
     with pytest.raises(ConfigError) as e:
         resolve_run(wf, cfg)
@@ -48,7 +48,7 @@ def test_validate_collects_problems_before_models_load():
 
 
 def test_describe_lora_and_frozen():
-    wf = masdsl.load(TOY / "toy_digits_lora.mas")
+    wf = masdsl.load(TOY_LORA)
     cfg = resolve_config(wf.train, overrides=["policy.copier_p.frozen=true"])
     assert [line for line in resolve_run(wf, cfg).placement.lines() if line.startswith("policy")] == [
         "policy namer_p <- role namer (LoRA r=4 adapter on a shared base, smollm2-135m-instruct)",

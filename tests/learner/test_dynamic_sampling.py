@@ -3,7 +3,6 @@ non-flat groups than asked for, and stops at its cap (`train.dynamic_sampling_ro
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
@@ -12,8 +11,8 @@ from masdsl.config import resolve_config
 from masdsl.learner.trainer import train
 from masdsl.runtime.plan import resolve_run
 from masdsl.runtime.records import read_records
+from tests.support.toy import TOY, TOY_DIR
 
-TOY = Path(__file__).parent / "toy"
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
 BASE = ("train.steps=1", "train.samples=4", "train.batch=5", "train.eval_every=0", "train.lr=0.01",
         "train.checkpoint_every=0", "train.eval_tasks=2", "tracking.enabled=false", "runtime.engine=hf")
@@ -21,12 +20,12 @@ BASE = ("train.steps=1", "train.samples=4", "train.batch=5", "train.eval_every=0
 
 def toy(reward: str):
     """The two-role toy with every role's reward replaced by `reward` (and no team reward)."""
-    text = (TOY / "toy_digits.mas").read_text()
+    text = TOY.read_text()
     for role_reward in ("reward same(digit, task.target)", "reward same(digit, namer.digit)"):
         text = text.replace(role_reward, f"reward {reward}")
     text = text.replace("team    same(namer.digit, task.target) and same(copier.digit, task.target)\n", "")
     text = text.replace("max_tokens: 1", "max_tokens: 4")
-    return masdsl.loads(text, name="toy_dynamic", base_dir=TOY)
+    return masdsl.loads(text, name="toy_dynamic", base_dir=TOY_DIR)
 
 
 def run(wf, model_dir, tmp_path, *extra):
@@ -87,12 +86,12 @@ def test_settings_are_range_checked():
 
 def toy_roles(namer: str, copier: str):
     """The toy with the namer's reward `namer` and the copier's `copier` (no team reward)."""
-    text = (TOY / "toy_digits.mas").read_text()
+    text = TOY.read_text()
     text = text.replace("reward same(digit, task.target)", f"reward {namer}")
     text = text.replace("reward same(digit, namer.digit)", f"reward {copier}")
     text = text.replace("team    same(namer.digit, task.target) and same(copier.digit, task.target)\n", "")
     text = text.replace("max_tokens: 1", "max_tokens: 4")
-    return masdsl.loads(text, name="toy_dynamic_roles", base_dir=TOY)
+    return masdsl.loads(text, name="toy_dynamic_roles", base_dir=TOY_DIR)
 
 
 def nonflat_per_round(records, role: str, batch: int = 5) -> list[int]:
@@ -164,10 +163,10 @@ def test_a_role_k_below_one_or_under_trajectory_is_refused():
     from masdsl.lang.errors import MasError
     from masdsl.runtime.plan import RunPlanError, resolve_run
 
-    text = (TOY / "toy_digits.mas").read_text().replace("sample { temperature: 1.0, max_tokens: 1 }\n  parse digit = digit(output)\n  reward same(digit, namer.digit)",
+    text = TOY.read_text().replace("sample { temperature: 1.0, max_tokens: 1 }\n  parse digit = digit(output)\n  reward same(digit, namer.digit)",
                                                          "sample { temperature: 1.0, max_tokens: 1, samples: 0 }\n  parse digit = digit(output)\n  reward same(digit, namer.digit)")
     with pytest.raises(MasError) as err:
-        masdsl.loads(text, name="toy_k0", base_dir=TOY)
+        masdsl.loads(text, name="toy_k0", base_dir=TOY_DIR)
     assert "`samples` must be a whole number of at least 1, got 0" in str(err.value)
     assert ":22:" in str(err.value)  # the copier's sample line
     wf = toy_roles("0", "0")
@@ -180,9 +179,9 @@ def test_a_role_k_below_one_or_under_trajectory_is_refused():
 def test_the_groups_table_shows_a_role_k_from_the_file():
     from masdsl.lang.graph import groups_table, predicted_groups
 
-    text = (TOY / "toy_digits.mas").read_text().replace(
+    text = TOY.read_text().replace(
         "sample { temperature: 1.0, max_tokens: 1 }\n  parse digit = digit(output)\n  reward same(digit, namer.digit)",
         "sample { temperature: 1.0, max_tokens: 1, samples: 2 }\n  parse digit = digit(output)\n  reward same(digit, namer.digit)")
-    wf = masdsl.loads(text, name="toy_k2", base_dir=TOY)
+    wf = masdsl.loads(text, name="toy_k2", base_dir=TOY_DIR)
     assert {(g.role, g.size) for g in predicted_groups(wf, 4)} == {("namer", 4), ("copier", 2)}
     assert any(line.split()[:4] == ["copier", "0", "shared", "2"] for line in groups_table(wf, 4).splitlines())

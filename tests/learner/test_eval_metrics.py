@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import json
 from collections import defaultdict
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -18,8 +17,8 @@ import masdsl
 from masdsl.config import ConfigError, resolve_config
 from masdsl.learner.metrics import eval_metrics, pass_at_k, pass_ks
 from masdsl.runtime.plan import resolve_rollout
-
-TOY = Path(__file__).parent / "toy"
+from tests.support.overrides import tiny_hf
+from tests.support.toy import TOY, TOY_DIR
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
@@ -27,7 +26,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
 
 def toy_text() -> str:
     """The toy with a success a random model reaches now and then (a long first token)."""
-    text = (TOY / "toy_digits.mas").read_text()
+    text = TOY.read_text()
     return text.replace("success same(namer.digit, task.target) and same(copier.digit, task.target)",
                         "success len(namer.output) >= 3")
 
@@ -64,9 +63,8 @@ def _rollout(tiny_model_dir, hf_engine, *extra, repeats=1, n_tasks=3):
     from masdsl.runtime.executor import rollout
     from masdsl.runtime.inputs import prepare
 
-    wf = masdsl.loads(toy_text(), "toy_digits.mas", base_dir=TOY)
-    cfg = resolve_config(wf.train, overrides=[f"policy.shared.model={tiny_model_dir}", "runtime.engine=hf",
-                                              "tracking.enabled=false", *extra])
+    wf = masdsl.loads(toy_text(), "toy_digits.mas", base_dir=TOY_DIR)
+    cfg = resolve_config(wf.train, overrides=[*tiny_hf(tiny_model_dir), *extra])
     env, data = prepare(wf, cfg.sandbox)
     return rollout(wf, env, data["eval"][:n_tasks], {"shared": hf_engine}, mode="eval", samples=1, step=-1,
                    seed=cfg.train.seed, plan=resolve_rollout(wf, cfg), repeats=repeats)
@@ -107,10 +105,9 @@ def _eval_cli(tiny_model_dir, tmp_path, *extra):
     from masdsl.cli import main
 
     path = tmp_path / "toy_digits.mas"
-    path.write_text(toy_text().replace('import "toy_env.py"', f'import "{TOY / "toy_env.py"}"'))
+    path.write_text(toy_text().replace('import "toy_env.py"', f'import "{TOY_DIR / "toy_env.py"}"'))
     runs = tmp_path / "runs"
-    code = main(["eval", str(path), f"policy.shared.model={tiny_model_dir}", "runtime.engine=hf",
-                 "tracking.enabled=false", f"runtime.runs_dir={runs}", *extra])
+    code = main(["eval", str(path), *tiny_hf(tiny_model_dir), f"runtime.runs_dir={runs}", *extra])
     summaries = sorted((runs / "toy_digits").glob("*/summary.json"))
     return code, json.loads(summaries[-1].read_text()) if summaries else None
 

@@ -4,7 +4,7 @@ Round trips: an export loaded with plain transformers (peft for an adapter) comp
 log-probs on a fixed prompt as the checkpoint's policy built the trainer's way; `masdsl eval
 --checkpoint RUN` gives the same records as `masdsl eval policy.shared.model=EXPORT`. That the
 vllm engine loads an export is tested in tests/engines/test_vllm_tied.py (on the one engine that
-module starts anyway; its run is the `full_run` here: `_train` of `dense` on a tied model).
+module starts anyway; its run is the `full_run` here: `train_one_step` of `dense_toy_file` on a tied model).
 """
 
 from __future__ import annotations
@@ -24,58 +24,25 @@ from masdsl.learner.policies import load_policies
 from masdsl.runtime.records import read_records
 from masdsl.testing import build_tiny_model
 from masdsl.runtime.plan import resolve_rollout
+from tests.support.exports import dense_toy_file, logprobs, prompt_ids, run_args, train_one_step
+from tests.support.toy import TOY_LORA
 
-TOY = Path(__file__).parent / "toy"
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
-
-
-def dense(tmp: Path, name: str) -> Path:
-    """The toy with a dense reward (output length), importing its env by absolute path, so that
-    a run learns in one step and the run folder's own copy of the source loads."""
-    text = (TOY / name).read_text().replace('import "toy_env.py"', f'import "{TOY / "toy_env.py"}"')
-    for role_reward in ("reward same(digit, task.target)", "reward same(digit, namer.digit)"):
-        text = text.replace(role_reward, "reward len(output)")
-    path = tmp / name
-    path.write_text(text.replace("max_tokens: 1", "max_tokens: 4"))
-    return path
-
-
-def _common(tmp: Path) -> list[str]:
-    return ["runtime.engine=hf", "tracking.enabled=false", f"runtime.runs_dir={tmp / 'runs'}", "train.eval_tasks=2"]
-
-
-def _train(mas: Path, tmp: Path, models: list[str]) -> Path:
-    assert main(["run", str(mas), *models, *_common(tmp), "train.steps=1", "train.samples=4", "train.batch=5",
-                 "train.lr=0.01"]) == 0
-    (run_dir,) = (tmp / "runs" / masdsl.load(mas).name).iterdir()
-    return run_dir
 
 
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("full")
     tied = build_tiny_model(tmp / "tied", seed=1, tie_word_embeddings=True)  # SmolLM2 ties embed / lm_head
-    mas = dense(tmp, "toy_digits.mas")
-    return mas, _train(mas, tmp, [f"policy.shared.model={tied}"]), tied
+    mas = dense_toy_file(tmp, "toy_digits.mas")
+    return mas, train_one_step(mas, tmp, [f"policy.shared.model={tied}"]), tied
 
 
 @pytest.fixture(scope="module")
 def lora_run(tmp_path_factory, tiny_model_dir):
     tmp = tmp_path_factory.mktemp("lora")
-    mas = dense(tmp, "toy_digits_lora.mas")
-    return mas, _train(mas, tmp, [f"policy.namer_p.model={tiny_model_dir}", f"policy.copier_p.model={tiny_model_dir}"])
-
-
-def _prompt(tok) -> torch.Tensor:
-    ids = tok.apply_chat_template([{"role": "user", "content": "target:7:7:7"}], add_generation_prompt=True)
-    ids = list(getattr(ids, "input_ids", ids)) + tok.encode("7 is the answer")
-    return torch.tensor([ids])
-
-
-@torch.no_grad()
-def logprobs(model, ids: torch.Tensor) -> torch.Tensor:
-    logits = model(input_ids=ids).logits.float()[0, :-1]
-    return logits.log_softmax(-1).gather(-1, ids[0, 1:, None])[:, 0]
+    mas = dense_toy_file(tmp, "toy_digits_lora.mas")
+    return mas, train_one_step(mas, tmp, [f"policy.namer_p.model={tiny_model_dir}", f"policy.copier_p.model={tiny_model_dir}"])
 
 
 def _checkpoint_policy(mas: Path, run_dir: Path, name: str):
@@ -99,7 +66,7 @@ def test_export_full_policy_round_trip(full_run, capsys):
     exported = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     assert exported.config.tie_word_embeddings
     assert exported.lm_head.weight.data_ptr() == exported.model.embed_tokens.weight.data_ptr()  # still tied
-    ids = _prompt(tok)
+    ids = prompt_ids(tok)
     policy = _checkpoint_policy(mas, run_dir, "shared")
     ours, theirs = logprobs(policy.model, ids), logprobs(exported, ids)
     assert torch.allclose(ours, theirs, atol=1e-6, rtol=0), (ours - theirs).abs().max()
@@ -122,7 +89,7 @@ def test_export_lora_adapter_and_merged(lora_run, tiny_model_dir, tmp_path):
     config = json.loads((folder / "adapter_config.json").read_text())
     assert Path(config["base_model_name_or_path"]) == Path(tiny_model_dir).resolve() and config["r"] == 4
     tok = AutoTokenizer.from_pretrained(folder)
-    ids = _prompt(tok)
+    ids = prompt_ids(tok)
     ours = logprobs(_checkpoint_policy(mas, run_dir, "namer_p").model, ids)
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     plain = logprobs(base, ids)
@@ -137,7 +104,7 @@ def test_export_lora_adapter_and_merged(lora_run, tiny_model_dir, tmp_path):
 
 def _eval_records(mas: Path, tmp: Path, capsys, *extra: str) -> tuple[dict, list]:
     capsys.readouterr()
-    assert main(["eval", str(mas), *_common(tmp), "--json", *extra]) == 0
+    assert main(["eval", str(mas), *run_args(tmp), "--json", *extra]) == 0
     result = json.loads(capsys.readouterr().out)
     recs = [(r.task_id, r.role, r.response_ids, r.logprobs, r.reward) for r in read_records(Path(result["run_dir"]) / "records.jsonl")]
     return result, recs
@@ -175,7 +142,7 @@ def test_export_needs_the_workflow_when_its_copy_does_not_load(lora_run, tmp_pat
     """A run folder of an earlier version kept only `workflow.mas` (no `files.json` with the files
     it imports): an `import "toy_env.py"` relative to it does not load, and the message says what to do."""
     _, run_dir = lora_run
-    (run_dir / "workflow.mas").write_text((TOY / "toy_digits_lora.mas").read_text())  # a relative import
+    (run_dir / "workflow.mas").write_text(TOY_LORA.read_text())  # a relative import
     (run_dir / "files.json").rename(run_dir / "files.json.hidden")
     try:
         assert main(["export", str(run_dir), "--out", str(tmp_path)]) == 2

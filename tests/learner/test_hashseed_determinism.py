@@ -26,12 +26,12 @@ import os
 import random
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-TOY = Path(__file__).parent / "toy"
+from tests.support.toy import TOY_DIR
+
 
 # One role whose prompt never changes: every candidate of a step shares one prompt, the case
 # where the candidates' gradients are summed into the same cache rows.
@@ -84,7 +84,7 @@ def test_training_in_processes_with_different_hash_seeds_is_identical(tiny_model
     for seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": seed, "MASDSL_NO_VLLM": "1"}
         procs[seed] = subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(tiny_model_dir), str(TOY), str(tmp_path / seed)],
+            [sys.executable, "-c", CHILD, str(tiny_model_dir), str(TOY_DIR), str(tmp_path / seed)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         procs[seed].stdin.write(WORKFLOW)
         procs[seed].stdin.close()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import shutil
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -16,8 +15,9 @@ from masdsl.envs.env_server import make_server
 from masdsl.lang.imports import import_file
 from masdsl.learner.trainer import train
 from masdsl.runtime.plan import resolve_run
+from tests.support.overrides import tiny_hf
+from tests.support.toy import TOY, TOY_DIR
 
-TOY = Path(__file__).parent / "toy"
 PENALTY = -2.0
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
@@ -47,7 +47,7 @@ class Dying:
 
 
 def test_a_run_survives_its_env_server_dying_and_counts_the_lost_episodes(tiny_model_dir, tmp_path):
-    shutil.copy(TOY / "toy_env.py", tmp_path / "toy_env.py")
+    shutil.copy(TOY_DIR / "toy_env.py", tmp_path / "toy_env.py")
     module = import_file(tmp_path / "toy_env.py")
     # applies: evaluation before training 2 tasks x 2 roles, then per step 3 tasks x 2 candidates
     # x 2 roles; step 1's namer ends at 4 + 12 + 6 = 22, so its copier's applies all fail
@@ -55,9 +55,9 @@ def test_a_run_survives_its_env_server_dying_and_counts_the_lost_episodes(tiny_m
     server = env.server = make_server(env, "toy_digits", ("said",))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
-    text = (TOY / "toy_digits.mas").read_text().replace("env toy_digits", f'env http("{url}", retries=0, penalty={PENALTY})')
+    text = TOY.read_text().replace("env toy_digits", f'env http("{url}", retries=0, penalty={PENALTY})')
     wf = masdsl.loads(text, name="toy_http", base_dir=tmp_path)
-    overrides = [f"policy.shared.model={tiny_model_dir}", "tracking.enabled=false", "runtime.engine=hf", "train.steps=2",
+    overrides = [*tiny_hf(tiny_model_dir), "train.steps=2",
                  "train.samples=2", "train.batch=3", "train.eval_tasks=2", "train.eval_every=0"]
     try:
         result = train(resolve_run(wf, resolve_config(wf.train, overrides=overrides)), run_dir=tmp_path / "run")

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
 
 import pytest
 
 from masdsl import api
+from tests.support.overrides import tiny_hf
+from tests.support.toy import TOY
 
-TOY = Path(__file__).parent / "toy" / "toy_digits.mas"
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
 
@@ -27,7 +27,7 @@ def test_a_swallowed_ctrl_c_stops_the_run_at_the_next_step(tiny_model_dir, tmp_p
             except KeyboardInterrupt:
                 pass
 
-    overrides = [f"policy.shared.model={tiny_model_dir}", "tracking.enabled=false", "runtime.engine=hf",
+    overrides = [*tiny_hf(tiny_model_dir),
                  "train.steps=6", "train.samples=2", "train.batch=2", "train.eval_tasks=2", "train.eval_every=0"]
     before = signal.getsignal(signal.SIGINT)  # pytest-xdist's workers ignore SIGINT
     with pytest.raises(KeyboardInterrupt):

@@ -20,8 +20,8 @@ from masdsl.config import resolve_config
 from masdsl.learner.trainer import train
 from masdsl.runtime.plan import resolve_run
 from masdsl.runtime.records import read_records
+from tests.support.toy import TOY, TOY_DIR
 
-TOY = Path(__file__).parent / "toy"
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
 
@@ -33,8 +33,8 @@ JUDGE = '''reward judge(critic, """
 
 def judge_workflow(tmp_path: Path):
     """The toy, its copier rewarded by a frozen judge policy that no role uses."""
-    shutil.copy(TOY / "toy_env.py", tmp_path / "toy_env.py")
-    text = (TOY / "toy_digits.mas").read_text()
+    shutil.copy(TOY_DIR / "toy_env.py", tmp_path / "toy_env.py")
+    text = TOY.read_text()
     text = text.replace('policy shared { model: "smollm2-135m-instruct" }',
                         'policy shared { model: "smollm2-135m-instruct" }\n'
                         'policy critic { model: "smollm2-135m-instruct", frozen: true }')

@@ -42,86 +42,31 @@ from masdsl.config import ConfigError, resolve_config
 from masdsl.learner import workers
 from masdsl.runtime.plan import resolve_run
 from masdsl.learner.trainer import train
-from masdsl.runtime.records import read_records
+from tests.support.toy import TOY_DIR, TOY_LORA, dense_reward, toy_text
+from tests.support.workers import (RTOL, RTOL_TWO_STEPS, assert_close_weights, assert_same_records,
+                                   kill_rank_1_after_step_1, records, shared_toy, weights, workers_config)
 
-TOY = Path(__file__).parent / "toy"
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
-RTOL = 1e-11  # ||w_workers - w_driver|| / ||w_driver|| in float64 after one update (see the module docstring)
-RTOL_TWO_STEPS = 1e-7  # the same after a second rollout and update: measured 1.04e-9
-LOGPROB_TOL = 4 * 8 * 2.0 ** -24  # 4 float32 ulps at |logit| 8: measured 4.77e-7
-
-
-def dense(text: str, name: str):
-    """The toy with a dense reward (output length), so a random model's groups are not flat."""
-    for role_reward in ("reward same(digit, task.target)", "reward same(digit, namer.digit)"):
-        text = text.replace(role_reward, "reward len(output)")
-    return masdsl.loads(text.replace("max_tokens: 1", "max_tokens: 4"), name=name, base_dir=TOY)
-
-
-def shared_toy():
-    return dense((TOY / "toy_digits.mas").read_text(), "dense_shared")
 
 
 def per_role_toy():
     """Two full policies, one per role (both start from the same model folder)."""
-    text = (TOY / "toy_digits.mas").read_text()
-    text = text.replace('policy shared { model: "smollm2-135m-instruct" }',
-                        'policy namer_p { model: "smollm2-135m-instruct" }\n'
-                        'policy copier_p { model: "smollm2-135m-instruct" }')
+    text = toy_text().replace('policy shared { model: "smollm2-135m-instruct" }',
+                              'policy namer_p { model: "smollm2-135m-instruct" }\n'
+                              'policy copier_p { model: "smollm2-135m-instruct" }')
     head, sep, tail = text.partition("role copier")
     text = head.replace("policy shared", "policy namer_p") + sep + tail.replace("policy shared", "policy copier_p")
-    return dense(text, "dense_per_role")
-
-
-def config(wf, model_dir, *extra):
-    models = [f"policy.{p}.model={model_dir}" for p in wf.policies]
-    return resolve_config(wf.train, overrides=[*models, "tracking.enabled=false", "runtime.engine=hf",
-                                               "train.samples=4", "train.batch=5", "train.eval_every=0",
-                                               "train.eval_tasks=2", "train.lr=0.001", "train.mini_batch_size=8",
-                                               "train.checkpoint_every=1", "runtime.dtype=float64",
-                                               "train.master_weights=compute", *extra])
-
-
-def weights(ck: Path, name: str) -> dict[str, torch.Tensor]:
-    (file,) = (ck / "policies").glob(f"{name}.*")
-    if file.suffix == ".safetensors":
-        from safetensors.torch import load_file  # the checkpoint format may be either
-
-        return load_file(str(file))
-    return torch.load(file, weights_only=True)
-
-
-def assert_close_weights(a: dict, b: dict, rtol: float = RTOL) -> float:
-    """||a - b|| / ||a|| over all tensors within `rtol`; returns it."""
-    assert a.keys() == b.keys()
-    diff = sum(float(((a[k] - b[k]) ** 2).sum()) for k in a) ** 0.5
-    rel = diff / sum(float((a[k] ** 2).sum()) for k in a) ** 0.5
-    assert rel <= rtol, rel
-    return rel
-
-
-def records(run_dir: Path):
-    return list(read_records(run_dir / "records.jsonl"))
-
-
-def assert_same_records(a, b) -> None:
-    """Same tokens, rewards and advantages' inputs; log-probs equal up to float noise."""
-    assert len(a) == len(b) > 0
-    for x, y in zip(a, b):
-        assert (x.step, x.task_id, x.role, x.turn, x.candidate, x.policy) == (y.step, y.task_id, y.role, y.turn,
-                                                                              y.candidate, y.policy)
-        assert x.response_ids == y.response_ids and x.prompt_ids == y.prompt_ids and x.reward == y.reward
-        assert all(abs(p - q) <= LOGPROB_TOL for p, q in zip(x.logprobs, y.logprobs)), (x.logprobs, y.logprobs)
+    return masdsl.loads(dense_reward(text), name="dense_per_role", base_dir=TOY_DIR)
 
 
 def test_config_checks(tiny_model_dir):
     wf = shared_toy()
     with pytest.raises(ConfigError, match="learner_workers` must be >= 0"):
-        resolve_run(wf, config(wf, tiny_model_dir, "runtime.learner_workers=-1"))
-    lora = masdsl.load(TOY / "toy_digits_lora.mas")
+        resolve_run(wf, workers_config(wf, tiny_model_dir, "runtime.learner_workers=-1"))
+    lora = masdsl.load(TOY_LORA)
     with pytest.raises(ConfigError, match="LoRA policies namer_p, copier_p"):
-        resolve_run(lora, config(lora, tiny_model_dir, "runtime.learner_workers=2"))
-    resolve_run(wf, config(wf, tiny_model_dir, "runtime.learner_workers=2"))  # full policies: fine
+        resolve_run(lora, workers_config(lora, tiny_model_dir, "runtime.learner_workers=2"))
+    resolve_run(wf, workers_config(wf, tiny_model_dir, "runtime.learner_workers=2"))  # full policies: fine
 
 
 def test_shard_rows_cover_each_mini_batch_once():
@@ -172,7 +117,8 @@ def shared_runs(tiny_model_dir, tmp_path_factory, local_ray):
     printed = io.StringIO()  # what the run prints (the placement line)
     out = {}
     for n in (0, 2):
-        out[n] = train(resolve_run(wf, config(wf, tiny_model_dir, "train.steps=2", f"runtime.learner_workers={n}")),
+        cfg = workers_config(wf, tiny_model_dir, "train.steps=2", f"runtime.learner_workers={n}")
+        out[n] = train(resolve_run(wf, cfg),
                        run_dir=root / f"w{n}", console=Console(file=printed, width=400) if n else None)
     return out, printed.getvalue().splitlines()
 
@@ -214,7 +160,7 @@ def test_resume_with_workers_continues_from_the_checkpoint(shared_runs, tiny_mod
     run = tmp_path / "resumed"
     shutil.copytree(runs[2].run_dir, run)
     shutil.rmtree(run / "checkpoints" / "step_000002")
-    resumed = train(resolve_run(wf, config(wf, tiny_model_dir, "train.steps=2", "runtime.learner_workers=2")), run_dir=run,
+    resumed = train(resolve_run(wf, workers_config(wf, tiny_model_dir, "train.steps=2", "runtime.learner_workers=2")), run_dir=run,
                     resume=run)
     assert resumed.steps == 2
     assert_close_weights(weights(runs[0].checkpoints[-1], "shared"), weights(resumed.checkpoints[-1], "shared"),
@@ -233,9 +179,9 @@ def test_per_role_policies_update_concurrently(tiny_model_dir, tmp_path, local_r
 
     monkeypatch.setattr(workers.LearnerGroup, "collect", timed)
     extra = ("train.steps=2", "train.old_logprobs=trainer", "train.ppo_epochs=2")
-    base = train(resolve_run(wf, config(wf, tiny_model_dir, *extra)), run_dir=tmp_path / "w0")
+    base = train(resolve_run(wf, workers_config(wf, tiny_model_dir, *extra)), run_dir=tmp_path / "w0")
     t0 = time.time()
-    dist = train(resolve_run(wf, config(wf, tiny_model_dir, *extra, "runtime.learner_workers=2")), run_dir=tmp_path / "w2")
+    dist = train(resolve_run(wf, workers_config(wf, tiny_model_dir, *extra, "runtime.learner_workers=2")), run_dir=tmp_path / "w2")
     (s1, e1), (s2, e2) = intervals["namer_p"], intervals["copier_p"]
     assert t0 < s1 and max(s1, s2) < min(e1, e2), intervals  # the two groups' updates overlap in time
     # each engine sampled step 2 from its own policy's new weights: the records match the driver run's
@@ -260,7 +206,7 @@ def test_a_killed_worker_fails_the_step_and_resume_continues(shared_runs, tiny_m
 
     runs, _ = shared_runs
     wf, printed = shared_toy(), io.StringIO()
-    cfg = config(wf, tiny_model_dir, "train.steps=2", "runtime.learner_workers=2", "runtime.learner_restarts=0")
+    cfg = workers_config(wf, tiny_model_dir, "train.steps=2", "runtime.learner_workers=2", "runtime.learner_restarts=0")
 
     def kill_rank_1(step, metrics):
         if step == 1:
@@ -277,20 +223,6 @@ def test_a_killed_worker_fails_the_step_and_resume_continues(shared_runs, tiny_m
     assert_same_records(records(runs[2].run_dir), records(tmp_path / "run"))
 
 
-def kill_rank_1_after_step_1(printed):
-    """An `on_step` that SIGKILLs rank 1 (its pid from the placement line the run printed) after step 1."""
-    import os
-    import re
-    import signal
-
-    def kill(step, metrics):
-        if step == 1:
-            pid = re.findall(r"rank 1 pid (\d+)", printed.getvalue())[0]
-            os.kill(int(pid), signal.SIGKILL)
-
-    return kill
-
-
 def test_a_group_with_a_killed_worker_is_restarted_and_the_step_redone(shared_runs, tiny_model_dir, tmp_path):
     """`runtime.learner_restarts=1`: rank 1 SIGKILLed after step 1; step 2's update fails, the group
     restarts from the driver's step-1 weights and the AdamW state from before step 2, redoes the
@@ -301,7 +233,7 @@ def test_a_group_with_a_killed_worker_is_restarted_and_the_step_redone(shared_ru
 
     runs, _ = shared_runs
     wf, printed = shared_toy(), io.StringIO()
-    cfg = config(wf, tiny_model_dir, "train.steps=2", "runtime.learner_workers=2", "runtime.learner_restarts=1")
+    cfg = workers_config(wf, tiny_model_dir, "train.steps=2", "runtime.learner_workers=2", "runtime.learner_restarts=1")
     done = train(resolve_run(wf, cfg), run_dir=tmp_path / "run", console=Console(file=printed, width=400),
                  on_step=kill_rank_1_after_step_1(printed))
     assert done.steps == 2

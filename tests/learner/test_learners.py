@@ -15,8 +15,8 @@ from masdsl.learner.parallel import ONE_PROCESS
 from masdsl.learner.update import UpdateBatch, update_policy
 from masdsl.learner.workers import build_optimizer
 from masdsl.runtime.plan import resolve_run
-
-from .test_update_recipe import TOY_DIR, make_policy, rollout_rows
+from tests.support.toy import TOY_LORA
+from tests.support.updates import make_policy, rollout_rows
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
 
@@ -77,7 +77,7 @@ def test_the_local_learner_is_the_plain_update(tiny_model_dir):
 
 
 def test_open_learners_follows_the_plan_placement(tiny_model_dir):
-    wf = masdsl.load(TOY_DIR / "toy_digits_lora.mas")
+    wf = masdsl.load(TOY_LORA)
     plan = resolve_run(wf, resolve_config(wf.train, overrides=["runtime.engine=hf", "train.kl_coef=0.1",
                                                                f"policy.*.model={tiny_model_dir}",
                                                                "policy.copier_p.frozen=true"]))

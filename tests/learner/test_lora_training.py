@@ -5,29 +5,26 @@ from __future__ import annotations
 
 import gc
 import random
-from pathlib import Path
 
 import pytest
 import torch
 
 import masdsl
-from masdsl.config import resolve_config
 from masdsl.learner.learners import open_learners
 from masdsl.learner.logprobs import AdapterOff, FrozenModel
 from masdsl.learner.policies import load_policies, sync
 from masdsl.learner.update import update_policy
 from masdsl.runtime.plan import resolve_rollout
 from masdsl.runtime.records import StepRecord
+from tests.support.toy import TOY_DIR, toy_config
 
-TOY = Path(__file__).parent / "toy"
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
 
 
 def plan_of(name: str, model_dir, *extra):
-    wf = masdsl.load(TOY / name)
-    models = [f"policy.{p}.model={model_dir}" for p in wf.policies]
-    cfg = resolve_config(wf.train, overrides=[*models, "tracking.enabled=false", "runtime.engine=hf", *extra])
+    wf = masdsl.load(TOY_DIR / name)
+    cfg = toy_config(wf, model_dir, *extra)
     return wf, resolve_rollout(wf, cfg)
 
 

@@ -24,9 +24,10 @@ from masdsl.runtime.plan import resolve_run
 from masdsl.runtime.records import StepRecord, read_records
 from masdsl.runtime.plan import resolve_rollout, role_sample
 from masdsl.tracking.lineage import params_of, route
+from tests.support.overrides import tiny_hf
+from tests.support.toy import TOY, TOY_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
-TOY = Path(__file__).parent / "toy"
 CODER_TESTER = ROOT / "workflows" / "coder_tester.mas"
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
@@ -205,9 +206,9 @@ def test_a_training_run_counts_warns_and_takes_the_every_role_budget(tiny_model_
     """The toy's roles answer in 1 token (`max_tokens: 1`); `sample.*` gives every role 2, the
     copier's own key keeps it at 1: the engine gets those budgets, the shares equal what the
     records say, and a role cut more than a fifth of the time is warned about once."""
-    wf = masdsl.load(TOY / "toy_digits.mas")
+    wf = masdsl.load(TOY)
     cfg = resolve_config(wf.train, overrides=[
-        f"policy.shared.model={tiny_model_dir}", "tracking.enabled=false", "runtime.engine=hf", "train.steps=2",
+        *tiny_hf(tiny_model_dir), "train.steps=2",
         "train.samples=2", "train.batch=2", "train.eval_tasks=2", "train.eval_every=0",
         "sample.*.max_tokens=2", "sample.copier.max_tokens=1"])
     buf = io.StringIO()
@@ -239,10 +240,9 @@ def test_masdsl_eval_reports_and_warns(tiny_model_dir, tmp_path, capsys):
     from masdsl.cli import main
 
     path = tmp_path / "toy_digits.mas"
-    path.write_text((TOY / "toy_digits.mas").read_text().replace('import "toy_env.py"', f'import "{TOY / "toy_env.py"}"'))
+    path.write_text(TOY.read_text().replace('import "toy_env.py"', f'import "{TOY_DIR / "toy_env.py"}"'))
     runs = tmp_path / "runs"
-    code = main(["eval", str(path), f"policy.shared.model={tiny_model_dir}", "runtime.engine=hf",
-                 "tracking.enabled=false", f"runtime.runs_dir={runs}", "--tasks", "4"])
+    code = main(["eval", str(path), *tiny_hf(tiny_model_dir), f"runtime.runs_dir={runs}", "--tasks", "4"])
     assert code == 0
     run_dir = sorted((runs / "toy_digits").glob("*/summary.json"))[-1].parent
     m = json.loads((run_dir / "summary.json").read_text())["metrics"]

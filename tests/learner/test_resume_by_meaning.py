@@ -12,8 +12,9 @@ import pytest
 
 from masdsl.cli import main
 from masdsl.lang.format import format_text
+from tests.support.overrides import tiny_hf
+from tests.support.toy import TOY, TOY_DIR
 
-TOY = Path(__file__).parent / "toy"
 REWARD = "reward same(digit, task.target)"
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
@@ -22,9 +23,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
 def workflow_copy(folder: Path, edit=lambda text: text) -> Path:
     """The toy workflow (and the Python file it imports) in `folder`, its text passed through `edit`."""
     folder.mkdir(parents=True, exist_ok=True)
-    shutil.copy(TOY / "toy_env.py", folder / "toy_env.py")
+    shutil.copy(TOY_DIR / "toy_env.py", folder / "toy_env.py")
     path = folder / "toy_digits.mas"
-    path.write_text(edit((TOY / "toy_digits.mas").read_text()))
+    path.write_text(edit(TOY.read_text()))
     return path
 
 
@@ -33,7 +34,7 @@ def trained(tiny_model_dir, tmp_path_factory, one_thread):
     """(workflow file, run folder) of a one-step run of the toy."""
     root = tmp_path_factory.mktemp("meaning")
     wf = workflow_copy(root / "src")
-    assert main(["run", str(wf), f"policy.shared.model={tiny_model_dir}", "runtime.engine=hf", "tracking.enabled=false",
+    assert main(["run", str(wf), *tiny_hf(tiny_model_dir),
                  f"runtime.runs_dir={root / 'runs'}", "train.steps=1", "train.samples=2", "train.batch=2",
                  "train.eval_tasks=1", "-q"]) == 0
     (run_dir,) = (root / "runs" / "toy_digits").iterdir()

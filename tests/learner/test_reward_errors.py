@@ -17,8 +17,9 @@ from masdsl.config import resolve_config
 from masdsl.errors import StepFailed
 from masdsl.learner.trainer import train
 from masdsl.runtime.plan import resolve_run
+from tests.support.overrides import tiny_hf
+from tests.support.toy import TOY, TOY_DIR
 
-TOY = Path(__file__).parent / "toy"
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
 
@@ -34,16 +35,16 @@ def raises_31(digit: str) -> float:
 
 def boom_workflow(tmp_path: Path):
     """The toy with the copier rewarded by a function that always raises."""
-    shutil.copy(TOY / "toy_env.py", tmp_path / "toy_env.py")
+    shutil.copy(TOY_DIR / "toy_env.py", tmp_path / "toy_env.py")
     (tmp_path / "boom_31.py").write_text(BOOM)
-    text = (TOY / "toy_digits.mas").read_text().replace('import "toy_env.py"', 'import "toy_env.py"\nimport "boom_31.py"')
+    text = TOY.read_text().replace('import "toy_env.py"', 'import "toy_env.py"\nimport "boom_31.py"')
     text = text.replace("reward same(digit, namer.digit)", "reward raises_31(digit)")
     assert "raises_31(digit)" in text
     return masdsl.loads(text, name="boom", base_dir=tmp_path)
 
 
 def run(wf, model_dir, run_dir, *extra, console=None):
-    overrides = [f"policy.shared.model={model_dir}", "tracking.enabled=false", "runtime.engine=hf", "train.steps=2",
+    overrides = [*tiny_hf(model_dir), "train.steps=2",
                  "train.samples=2", "train.batch=3", "train.eval_tasks=2", "train.eval_every=0", *extra]
     return train(resolve_run(wf, resolve_config(wf.train, overrides=overrides)), run_dir=run_dir, console=console)
 

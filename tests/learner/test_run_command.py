@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from masdsl.cli import main
-
-TOY = Path(__file__).parent / "toy" / "toy_digits.mas"
+from tests.support.overrides import tiny_hf
+from tests.support.toy import TOY
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
 
 
 def args(tiny_model_dir, tmp_path, *extra):
-    return ["run", str(TOY), f"policy.shared.model={tiny_model_dir}", "runtime.engine=hf", "tracking.enabled=false",
+    return ["run", str(TOY), *tiny_hf(tiny_model_dir),
             f"runtime.runs_dir={tmp_path / 'runs'}", "train.samples=2", "train.batch=4", "train.eval_tasks=2", *extra]
 
 

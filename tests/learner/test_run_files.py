@@ -13,6 +13,7 @@ import pytest
 
 from masdsl.cli import main as cli
 from masdsl.lang.scaffold import scaffold
+from tests.support.overrides import tiny_hf
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
 
@@ -23,9 +24,8 @@ def trained(tiny_model_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("selfcontained")
     src = root / "src"
     assert cli(["new", str(src / "quiz")]) == 0
-    assert cli(["run", str(src / "quiz.mas"), f"policy.shared.model={tiny_model_dir}", "runtime.engine=hf",
-                "tracking.enabled=false", f"runtime.runs_dir={root / 'runs'}", "train.steps=1", "train.samples=2",
-                "train.batch=2", "train.eval_tasks=2"]) == 0
+    assert cli(["run", str(src / "quiz.mas"), *tiny_hf(tiny_model_dir), f"runtime.runs_dir={root / 'runs'}",
+                "train.steps=1", "train.samples=2", "train.batch=2", "train.eval_tasks=2"]) == 0
     (run_dir,) = (root / "runs" / "quiz").iterdir()
     shutil.rmtree(src)  # the .mas and its imported quiz_env.py are gone
     return run_dir

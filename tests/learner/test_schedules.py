@@ -10,13 +10,12 @@ import pytest
 import torch
 
 import masdsl
-from masdsl.config import resolve_config
 from masdsl.learner import checkpoint
 from masdsl.learner.trainer import train
 from masdsl.runtime.plan import RunPlanError, resolve_run
 from masdsl.runtime.records import read_records
+from tests.support.toy import TOY, TOY_DIR, toy_config
 
-TOY = Path(__file__).parent / "toy"
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
 
@@ -24,7 +23,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
 def two_policies(namer: str = "", copier: str = "", train_extra: str = "") -> masdsl.Workflow:
     """The toy with one policy per role (`a` for the namer, `b` for the copier) and a dense reward
     (the length of the reply), so every step has groups to learn from."""
-    text = (TOY / "toy_digits.mas").read_text()
+    text = TOY.read_text()
     text = text.replace('policy shared { model: "smollm2-135m-instruct" }',
                         f'policy a {{ model: "smollm2-135m-instruct"{namer} }}\n'
                         f'policy b {{ model: "smollm2-135m-instruct"{copier} }}')
@@ -33,14 +32,12 @@ def two_policies(namer: str = "", copier: str = "", train_extra: str = "") -> ma
     for role_reward in ("reward same(digit, task.target)", "reward same(digit, namer.digit)"):
         text = text.replace(role_reward, "reward len(output)")
     text = text.replace("max_tokens: 1", "max_tokens: 4").replace("eval_every: 10 }", f"eval_every: 10{train_extra} }}")
-    return masdsl.loads(text, name="two_policies", base_dir=TOY)
+    return masdsl.loads(text, name="two_policies", base_dir=TOY_DIR)
 
 
 def config(wf, model_dir, *extra):
-    return resolve_config(wf.train, overrides=[
-        *(f"policy.{p}.model={model_dir}" for p in wf.policies), "tracking.enabled=false", "runtime.engine=hf",
-        "train.steps=6", "train.samples=4", "train.batch=3", "train.lr=0.01", "train.eval_tasks=1",
-        "train.eval_every=0", "train.checkpoint_every=1", *extra])
+    return toy_config(wf, model_dir, "train.steps=6", "train.samples=4", "train.batch=3", "train.lr=0.01",
+                      "train.eval_tasks=1", "train.eval_every=0", "train.checkpoint_every=1", *extra)
 
 
 def test_the_plan_shows_and_refuses_schedules(tiny_model_dir):

@@ -18,8 +18,9 @@ from masdsl.lang.errors import MasError
 from masdsl.runtime.inputs import load_split
 from masdsl.runtime.records import StepRecord
 from masdsl.learner.display import print_summary
+from tests.support.overrides import tiny_hf
+from tests.support.toy import TOY, TOY_DIR
 
-TOY = Path(__file__).parent / "toy"
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
 
@@ -27,8 +28,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
 def toy_with_metrics(tmp_path: Path, metric: str = "metric right = same(digit, task.target)"):
     """The toy with a metric on the copier that its reward does not pay for: whether it says the
     hidden digit (its reward is agreeing with the namer)."""
-    shutil.copy(TOY / "toy_env.py", tmp_path / "toy_env.py")
-    text = (TOY / "toy_digits.mas").read_text()
+    shutil.copy(TOY_DIR / "toy_env.py", tmp_path / "toy_env.py")
+    text = TOY.read_text()
     text = text.replace("reward same(digit, namer.digit)\n", f"reward same(digit, namer.digit)\n  {metric}\n")
     assert metric in text
     path = tmp_path / "toy_metrics.mas"
@@ -38,7 +39,7 @@ def toy_with_metrics(tmp_path: Path, metric: str = "metric right = same(digit, t
 
 def test_metrics_are_measured_and_reported_but_never_rewarded(tiny_model_dir, tmp_path):
     path = toy_with_metrics(tmp_path)
-    result = api.train(path, [f"policy.shared.model={tiny_model_dir}", "tracking.enabled=false", "runtime.engine=hf",
+    result = api.train(path, [*tiny_hf(tiny_model_dir),
                               "train.steps=1", "train.samples=2", "train.batch=3", "train.eval_tasks=4",
                               "train.eval_every=0"], run_dir=tmp_path / "run")
     records = [StepRecord.from_dict(r) for r in _jsonl(tmp_path / "run" / "records.jsonl")]
@@ -81,6 +82,6 @@ def _jsonl(path: Path) -> list[dict]:
 def test_metric_lines_do_not_change_what_a_checkpoint_resumes(tmp_path):
     from masdsl.lang.fingerprint import changes, fingerprint
 
-    plain = masdsl.load(TOY / "toy_digits.mas")
+    plain = masdsl.load(TOY)
     measured = masdsl.load(toy_with_metrics(tmp_path))
     assert measured.roles["copier"].metrics and changes(fingerprint(plain), fingerprint(measured)) == []

@@ -10,46 +10,18 @@ from pathlib import Path
 import pytest
 import torch
 
-import masdsl
-from masdsl.config import resolve_config
 from masdsl.errors import CheckpointError
 from masdsl.learner import checkpoint
 from masdsl.learner.trainer import train
 from masdsl.runtime.plan import resolve_run
-from masdsl.runtime.records import read_records
 from masdsl.runtime.plan import resolve_rollout
-
-TOY = Path(__file__).parent / "toy"
-
+from tests.support.toy import dense_toy, records_without_timings, run_short, toy, toy_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
 
 
-def toy(name="toy_digits.mas"):
-    return masdsl.load(TOY / name)
-
-
-def dense_toy(name="toy_digits.mas"):
-    """The toy with a dense reward (the length of the output text, up to 4 tokens), so a few
-    steps from a random model already have groups with different rewards to learn from."""
-    text = (TOY / name).read_text()
-    for role_reward in ("reward same(digit, task.target)", "reward same(digit, namer.digit)"):
-        text = text.replace(role_reward, "reward len(output)")
-    text = text.replace("max_tokens: 1", "max_tokens: 4")
-    return masdsl.loads(text, name=f"dense_{name}", base_dir=TOY)
-
-
-def config(wf, model_dir, *extra):
-    models = [f"policy.{p}.model={model_dir}" for p in wf.policies]
-    return resolve_config(wf.train, overrides=[*models, "tracking.enabled=false", "runtime.engine=hf", *extra])
-
-
 def weights(policy_state: Path) -> dict[str, torch.Tensor]:
     return checkpoint.load_weights(policy_state)
-
-
-SHORT = ("train.steps=4", "train.samples=4", "train.batch=5", "train.eval_every=0", "train.lr=0.01",
-         "train.checkpoint_every=2", "train.eval_tasks=4")
 
 
 def test_toy_learns_from_chance_to_090(tiny_model_dir, tmp_path):
@@ -57,7 +29,7 @@ def test_toy_learns_from_chance_to_090(tiny_model_dir, tmp_path):
     (both digits right, greedy) starts near 0 (a random 512-token model rarely even says a
     digit; saying a random digit would score 0.1 per role) and must reach >= 0.9 in 60 steps."""
     wf = toy()
-    cfg = config(wf, tiny_model_dir, "train.seed=0")
+    cfg = toy_config(wf, tiny_model_dir, "train.seed=0")
     assert (cfg.train.samples, cfg.train.batch, cfg.train.steps) == (16, 20, 60)
     result = train(resolve_run(wf, cfg), run_dir=tmp_path / "run")
     curve = [(e["step"], e["success/eval"]) for e in result.evals]
@@ -71,24 +43,12 @@ def test_toy_learns_from_chance_to_090(tiny_model_dir, tmp_path):
     assert min(h["groups/zero_variance_frac"] for h in result.history) < 0.5
 
 
-def _run(wf, model_dir, run_dir, *extra, **kw):
-    return train(resolve_run(wf, config(wf, model_dir, *SHORT, *extra)), run_dir=run_dir, **kw)
-
-
-def _records(run_dir):
-    out = []
-    for r in read_records(run_dir / "records.jsonl"):
-        r.gen_s = r.env_s = 0.0
-        out.append(r)
-    return out
-
-
 def test_deterministic_and_resume_is_exact(tiny_model_dir, tmp_path):
     wf = dense_toy()
-    a = _run(wf, tiny_model_dir, tmp_path / "a")
-    b = _run(wf, tiny_model_dir, tmp_path / "b")
-    assert _records(tmp_path / "a") == _records(tmp_path / "b")
-    assert len(_records(tmp_path / "a")) == 4 * 5 * 4 * 2  # steps * tasks * K * roles
+    a = run_short(wf, tiny_model_dir, tmp_path / "a")
+    b = run_short(wf, tiny_model_dir, tmp_path / "b")
+    assert records_without_timings(tmp_path / "a") == records_without_timings(tmp_path / "b")
+    assert len(records_without_timings(tmp_path / "a")) == 4 * 5 * 4 * 2  # steps * tasks * K * roles
     wa = weights(a.checkpoints[-1] / "policies" / "shared.safetensors")
     wb = weights(b.checkpoints[-1] / "policies" / "shared.safetensors")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
@@ -107,30 +67,30 @@ def test_deterministic_and_resume_is_exact(tiny_model_dir, tmp_path):
             raise Stop
 
     with pytest.raises(Stop):
-        _run(wf, tiny_model_dir, tmp_path / "c", on_step=stop_at_2)
+        run_short(wf, tiny_model_dir, tmp_path / "c", on_step=stop_at_2)
     assert [p.name for p in checkpoint.list_complete(tmp_path / "c")] == ["step_000002"]
-    c = _run(wf, tiny_model_dir, tmp_path / "c", resume=tmp_path / "c")
+    c = run_short(wf, tiny_model_dir, tmp_path / "c", resume=tmp_path / "c")
     assert c.steps == 4
     wc = weights(c.checkpoints[-1] / "policies" / "shared.safetensors")
     assert all(torch.equal(wa[k], wc[k]) for k in wa)
-    assert _records(tmp_path / "c") == _records(tmp_path / "a")
+    assert records_without_timings(tmp_path / "c") == records_without_timings(tmp_path / "a")
     state = json.loads((c.checkpoints[-1] / "state.json").read_text())
     assert state["cursor"] == 4 * 5 and state["step"] == 4
 
 
 def test_resume_refuses_another_workflow(tiny_model_dir, tmp_path):
     wf = dense_toy()
-    _run(wf, tiny_model_dir, tmp_path / "a", "train.steps=2")
+    run_short(wf, tiny_model_dir, tmp_path / "a", "train.steps=2")
     other = toy()
     with pytest.raises(CheckpointError, match="means something else"):
-        _run(other, tiny_model_dir, tmp_path / "a", "train.steps=2", resume=tmp_path / "a")
+        run_short(other, tiny_model_dir, tmp_path / "a", "train.steps=2", resume=tmp_path / "a")
     with pytest.raises(CheckpointError, match="no complete checkpoint"):
-        _run(wf, tiny_model_dir, tmp_path / "empty", resume=tmp_path)
+        run_short(wf, tiny_model_dir, tmp_path / "empty", resume=tmp_path)
 
 
 def test_atomic_checkpoint_ignores_partial_folders(tiny_model_dir, tmp_path):
     wf = toy()
-    _run(wf, tiny_model_dir, tmp_path / "a", "train.steps=2")
+    run_short(wf, tiny_model_dir, tmp_path / "a", "train.steps=2")
     root = tmp_path / "a" / "checkpoints"
     (root / ".tmp-step_000009-x").mkdir()  # a save killed before its rename
     (root / "step_000010").mkdir()  # no state.json: incomplete
@@ -149,7 +109,7 @@ def test_lora_adapters_train_only_on_their_own_roles(tiny_model_dir, tmp_path):
     from masdsl.runtime.inputs import prepare
 
     wf = toy("toy_digits_lora.mas")
-    cfg = config(wf, tiny_model_dir, "train.samples=8", "train.batch=10", "train.lr=0.01")
+    cfg = toy_config(wf, tiny_model_dir, "train.samples=8", "train.batch=10", "train.lr=0.01")
     policies = load_policies(resolve_rollout(wf, cfg))
     assert policies["namer_p"].model is policies["copier_p"].model  # one base in memory
     base = {n: p.detach().clone() for n, p in policies["namer_p"].model.named_parameters() if "lora_" not in n}
@@ -174,7 +134,7 @@ def test_lora_adapters_train_only_on_their_own_roles(tiny_model_dir, tmp_path):
 
 def test_lora_run_and_frozen_policy(tiny_model_dir, tmp_path):
     wf = dense_toy("toy_digits_lora.mas")
-    result = _run(wf, tiny_model_dir, tmp_path / "r", "train.steps=2", "policy.copier_p.frozen=true")
+    result = run_short(wf, tiny_model_dir, tmp_path / "r", "train.steps=2", "policy.copier_p.frozen=true")
     ck = result.checkpoints[-1] / "policies"
     assert (ck / "namer_p.safetensors").is_file() and not (ck / "copier_p.safetensors").exists()  # frozen: not trained
     assert set(h for h in result.history[-1] if h.startswith("loss/")) == {"loss/namer_p"}
@@ -191,7 +151,7 @@ def test_engine_samples_from_updated_weights(tiny_model_dir, tmp_path):
     from masdsl.runtime.backends.base import GenRequest
 
     wf = toy()
-    cfg = config(wf, tiny_model_dir)
+    cfg = toy_config(wf, tiny_model_dir)
     policies = load_policies(resolve_rollout(wf, cfg))
     p = policies["shared"]
     engine = build_engines(resolve_rollout(wf, cfg), policies)["shared"]
@@ -213,8 +173,8 @@ def test_engine_samples_from_updated_weights(tiny_model_dir, tmp_path):
 def test_trajectory_grouping_runs_k_independent_episodes(tiny_model_dir, tmp_path):
     """Vanilla GRPO for the ablation: K whole episodes per task (not tree sampling), equal samples."""
     wf = dense_toy()
-    _run(wf, tiny_model_dir, tmp_path / "t", "train.grouping=trajectory", "train.steps=1")
-    recs = _records(tmp_path / "t")
+    run_short(wf, tiny_model_dir, tmp_path / "t", "train.grouping=trajectory", "train.steps=1")
+    recs = records_without_timings(tmp_path / "t")
     assert len(recs) == 5 * 4 * 2  # tasks * K episodes * roles: the same count as `at`
     by_task: dict[str, set[int]] = {}
     for r in recs:

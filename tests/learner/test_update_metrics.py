@@ -20,8 +20,8 @@ from masdsl.runtime.plan import resolve_run
 from masdsl.learner.update import update_policy
 from masdsl.runtime.episodes import EpisodeResult
 from masdsl.runtime.records import StepRecord
-from tests.learner.test_trainer import config, dense_toy
-from tests.learner.test_update_recipe import fresh, make_policy, rollout_rows  # noqa: F401 - fresh: a fixture
+from tests.support.toy import dense_toy, toy_config
+from tests.support.updates import make_policy, rollout_rows
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
 
@@ -133,7 +133,7 @@ def test_a_training_step_with_kl_off_logs_entropy_kl_roles_and_phase_times(tiny_
 
     wf = dense_toy("toy_digits_lora.mas")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    cfg = config(wf, tiny_model_dir, "train.steps=1", "train.samples=4", "train.batch=5", "train.eval_tasks=2",
+    cfg = toy_config(wf, tiny_model_dir, "train.steps=1", "train.samples=4", "train.batch=5", "train.eval_tasks=2",
                  "train.kl_coef=0", "tracking.enabled=true", f"tracking.uri={uri}", "tracking.experiment=m")
     result = train(resolve_run(wf, cfg), run_dir=tmp_path / "run")
     h = result.history[-1]

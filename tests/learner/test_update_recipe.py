@@ -4,11 +4,6 @@ fixed before the first step, and fp32 master weights under a bfloat16 compute dt
 
 from __future__ import annotations
 
-import random
-import threading
-from pathlib import Path
-from types import SimpleNamespace
-
 import pytest
 import torch
 
@@ -16,47 +11,10 @@ from masdsl.config import resolve_config
 from masdsl.learner.advantages import compute_advantages, select_groups
 from masdsl.learner.grouping import group_records
 from masdsl.learner.losses import grpo_loss
-from masdsl.learner.logprobs import sequence_logprobs
 from masdsl.learner.update import update_policy
 from masdsl.runtime.records import StepRecord
-
-
-TOY_DIR = Path(__file__).parent / "toy"
-
-
-def make_policy(model, tok, compute_dtype="float32"):
-    return SimpleNamespace(name="p", model=model, tokenizer=tok, lock=threading.Lock(), activate=lambda: None,
-                           parameters=lambda m=model: [q for q in m.parameters() if q.requires_grad],
-                           compute_dtype=compute_dtype, adapter=None)
-
-
-def rollout_rows(model, tok, n_prompts=16, k=4, seed=0):
-    """n_prompts decisions of K candidates each, with the sampler's log-probs = the model's."""
-    rng = random.Random(seed)
-    recs = []
-    for g in range(n_prompts):
-        prompt = [rng.randrange(5, 500) for _ in range(rng.randrange(3, 8))]
-        for c in range(k):
-            resp = [rng.randrange(5, 500) for _ in range(rng.randrange(2, 6))]
-            recs.append(StepRecord(step=0, episode=g, task_id=f"t{g}", role="r", turn=0, node="r", candidate=c,
-                                   selected=c == 0, policy="p", prompt_ids=prompt, response_ids=resp, logprobs=[],
-                                   reward=float(rng.random()), reward_team=0.0, reward_local=0.0,
-                                   finish_reason="stop", parse_ok=True))
-    with torch.no_grad():
-        lp, _ = sequence_logprobs(model, [r.prompt_ids for r in recs], [r.response_ids for r in recs],
-                                  tok.pad_token_id)
-    for i, r in enumerate(recs):
-        r.logprobs = lp[i, : len(r.response_ids)].tolist()
-    return recs
-
-
-@pytest.fixture()
-def fresh(tiny_model_dir):
-    from masdsl.runtime.models import load_model
-
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    return load_model(tiny_model_dir)
+from tests.support.toy import TOY
+from tests.support.updates import make_policy, rollout_rows
 
 
 def test_64_rows_in_mini_batches_of_16_take_4_steps_and_later_ones_clip(fresh):
@@ -161,7 +119,7 @@ def _changed_fraction(tiny_model_dir, master):
     cfg = resolve_config(overrides=["runtime.dtype=bfloat16", f"train.master_weights={master}", "train.lr=1e-6",
                                     "train.mini_batch_size=0"])
     torch.manual_seed(0)
-    toy = masdsl.load(Path(__file__).parent / "toy" / "toy_digits.mas")
+    toy = masdsl.load(TOY)
     model, tok = load_model(tiny_model_dir, dtype=master_dtype(resolve_rollout(toy, cfg)))
     recs = rollout_rows(model, tok, n_prompts=4)
     adv, _ = compute_advantages(group_records(recs, "at"), len(recs))

@@ -21,8 +21,8 @@ from masdsl.runtime.executor import rollout
 from masdsl.runtime.inputs import make_env
 from masdsl.runtime.judge import judge_metrics, parser_of
 from masdsl.runtime.plan import resolve_rollout
+from tests.support.toy import TOY_DIR
 
-TOY = Path(__file__).parents[1] / "learner" / "toy"
 TASKS = [{"id": "t0", "target": "3"}, {"id": "t1", "target": "4"}]
 
 WORKFLOW = '''
@@ -52,7 +52,7 @@ flow { start -> namer -> copier -> end }
 
 
 def load(tmp_path: Path, text: str = WORKFLOW):
-    shutil.copy(TOY / "toy_env.py", tmp_path / "toy_env.py")
+    shutil.copy(TOY_DIR / "toy_env.py", tmp_path / "toy_env.py")
     return masdsl.loads(text, name="judged", base_dir=tmp_path)
 
 

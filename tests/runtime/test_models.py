@@ -3,34 +3,15 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 
-import masdsl
-from masdsl.config import resolve_config
-from masdsl.runtime.executor import rollout
 from masdsl.runtime.sampling import select
-from masdsl.runtime.inputs import prepare
-from masdsl.runtime.plan import resolve_rollout
-
-DATA = Path(__file__).parent / "data"
-
-
-def _workflow():
-    text = (DATA / "toy.mas").read_text().replace("  sample { max_tokens: 16 }\n",
-                                                  "  sample { temperature: 1.0, max_tokens: 12 }\n")
-    return masdsl.loads(text, name=str(DATA / "toy.mas"), base_dir=DATA)
-
-
-def _run(engine, wf, mode="train", samples=3):
-    cfg = resolve_config(wf.train)
-    env, splits = prepare(wf, cfg.sandbox)
-    return rollout(wf, env, splits["train"][:2], {"shared": engine}, mode=mode, samples=samples, step=2, seed=7, plan=resolve_rollout(wf, cfg))
+from tests.support.rollouts import RUNTIME_TOY, rollout_two_tasks, sampled_toy
 
 
 def test_tree_sampling_on_tiny_model(hf_engine):
-    wf = _workflow()
+    wf = sampled_toy()
     assert wf.roles["a"].sample["max_tokens"] == 12
-    ro = _run(hf_engine, wf)
+    ro = rollout_two_tasks(hf_engine, wf)
     groups = defaultdict(list)
     for r in ro.records:
         groups[(r.task_id, r.role, r.turn)].append(r)
@@ -56,7 +37,7 @@ def test_stored_ids_reproduce_the_sampling_logprobs(hf_engine):
     prompt_ids + response_ids gives back the engine's log-probs."""
     import torch
 
-    ro = _run(hf_engine, _workflow(), samples=2)
+    ro = rollout_two_tasks(hf_engine, sampled_toy(), samples=2)
     model = hf_engine.model
     for r in ro.records[:4]:
         ids = torch.tensor([r.prompt_ids + r.response_ids])
@@ -68,18 +49,18 @@ def test_stored_ids_reproduce_the_sampling_logprobs(hf_engine):
 
 
 def test_same_seed_same_rollout(hf_engine):
-    wf = _workflow()
-    a, b = _run(hf_engine, wf, samples=2), _run(hf_engine, wf, samples=2)
+    wf = sampled_toy()
+    a, b = rollout_two_tasks(hf_engine, wf, samples=2), rollout_two_tasks(hf_engine, wf, samples=2)
     assert [r.response_ids for r in a.records] == [r.response_ids for r in b.records]
     assert [r.reward for r in a.records] == [r.reward for r in b.records]
-    ev = _run(hf_engine, wf, mode="eval")
+    ev = rollout_two_tasks(hf_engine, wf, mode="eval")
     assert all(r.candidate == 0 and r.selected for r in ev.records)
 
 
 def test_masdsl_eval_with_the_hf_engine_on_the_tiny_model(tiny_model_dir, tmp_path, capsys):
     from masdsl.cli import main
 
-    assert main(["eval", str(DATA / "toy.mas"), "runtime.engine=hf", f"policy.shared.model={tiny_model_dir}",
+    assert main(["eval", str(RUNTIME_TOY), "runtime.engine=hf", f"policy.shared.model={tiny_model_dir}",
                  f"runtime.runs_dir={tmp_path}", "tracking.enabled=false", "--tasks", "1"]) == 0
     out = capsys.readouterr().out
     assert "success rate" in out and "tokens/s" in out and "mean reward · a · turn 0" in out

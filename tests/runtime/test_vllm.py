@@ -8,8 +8,7 @@ from collections import defaultdict
 import pytest
 
 from masdsl.runtime.sampling import select
-
-from .test_models import _run, _workflow
+from tests.support.rollouts import rollout_two_tasks, sampled_toy
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -17,7 +16,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 def test_tree_sampling_through_vllm(vllm_engine_session, hf_engine):
     import torch
 
-    ro = _run(vllm_engine_session, _workflow(), samples=3)
+    ro = rollout_two_tasks(vllm_engine_session, sampled_toy(), samples=3)
     groups = defaultdict(list)
     for r in ro.records:
         groups[(r.task_id, r.role, r.turn)].append(r)

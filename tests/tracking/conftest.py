@@ -1,107 +1,17 @@
-"""A real `mlflow server` for the tracking tests, one per test session.
+"""Fixtures of the tracking tests: a real `mlflow server` for the session, a small workflow, and
+a check that no tracker's system-metrics thread outlives its test.
 
-`mlflow_server` yields an `MlflowServer` (fields `uri`, `port`, `root`; methods `stop()`,
-`start()`). It listens on 127.0.0.1 with a SQLite store in a temporary folder, runs in its own
-process group (MLflow spawns helpers that would outlive a killed parent) and is stopped with
-os.killpg. Coming up takes 15-30 s here, hence the session scope. A test that stops the server
-must start it again before it returns (use `try/finally`).
-
-Other test areas can use it by listing this module in a conftest:
-`pytest_plugins = ["tests.tracking.conftest"]` (root conftest only), or by importing
-`MlflowServer` and building their own fixture.
+`mlflow_server` yields a `tests.support.tracking.MlflowServer` (fields `uri`, `port`, `root`;
+methods `stop()`, `start()`), started once per session (15-30 s here). A test that stops the
+server must start it again before it returns (use `try/finally`). Other test areas can build
+their own fixture from `MlflowServer`.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
-from pathlib import Path
-
 import pytest
 
-START_TIMEOUT_S = 180.0  # 15-30 s when the machine is quiet; shared CPUs can be much slower
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def mlflow_cli() -> list[str]:
-    exe = Path(sys.executable).with_name("mlflow")
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "mlflow"]
-
-
-class MlflowServer:
-    def __init__(self, root: Path, port: int | None = None) -> None:
-        self.root = Path(root)
-        self.port = port or free_port()
-        self.uri = f"http://127.0.0.1:{self.port}"
-        self.db_uri = f"sqlite:///{self.root / 'mlflow.db'}"
-        self.log = self.root / "server.log"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        cmd = mlflow_cli() + [
-            "server", "--host", "127.0.0.1", "--port", str(self.port),
-            "--backend-store-uri", self.db_uri,
-            "--artifacts-destination", str(self.root / "artifacts"),
-            "--workers", "1",
-        ]
-        env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
-        env.pop("MLFLOW_TRACKING_URI", None)
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(cmd, cwd=self.root, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"mlflow server exited with {self.proc.returncode}:\n{self.tail()}")
-            if self.healthy():
-                return
-            time.sleep(0.5)
-        self.stop()
-        raise RuntimeError(f"mlflow server not healthy after {timeout_s:.0f} s:\n{self.tail()}")
-
-    def healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as resp:
-                return resp.status == 200
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        """Stop the whole process group; returns once the port no longer answers."""
-        if self.proc is None:
-            return
-        pgid = self.proc.pid  # start_new_session: the group id is the leader's pid
-        for sig, wait_s in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(pgid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.proc.wait(timeout=wait_s)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        try:  # uvicorn's worker is in the same group; make sure nothing is left behind
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc = None
-        deadline = time.monotonic() + 10
-        while self.healthy() and time.monotonic() < deadline:
-            time.sleep(0.2)
-
-    def tail(self, n: int = 4000) -> str:
-        return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
+from tests.support.tracking import MlflowServer
 
 
 @pytest.fixture(autouse=True)

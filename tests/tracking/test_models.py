@@ -10,7 +10,7 @@ from pathlib import Path
 from masdsl.config import resolve_config
 from masdsl.tracking import start_run
 
-from .test_tracker import children, unique
+from tests.support.tracking import children, unique
 
 
 def test_log_models_logs_each_policy_in_its_child_run_and_registers_it(mlflow_server, make_workflow,

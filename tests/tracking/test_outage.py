@@ -9,8 +9,7 @@ from masdsl.config import flatten, resolve_config
 from masdsl.tracking import start_run
 from masdsl.tracking.resend import main as resend_main
 
-from .conftest import MlflowServer
-from .test_tracker import artifact_paths, children, history, journal, step_metrics, unique
+from tests.support.tracking import MlflowServer, artifact_paths, children, history, journal, step_metrics, unique
 
 
 def test_run_with_the_server_away_from_start_to_end_is_created_by_resend(make_workflow, tiny_model_dir,

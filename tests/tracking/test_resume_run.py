@@ -20,8 +20,7 @@ from pathlib import Path
 import pytest
 
 from masdsl.cli import main
-
-TOY = Path(__file__).parents[1] / "learner" / "toy" / "toy_digits.mas"
+from tests.support.toy import TOY
 
 
 def run_args(model: Path, tmp: Path, *extra: str) -> list[str]:

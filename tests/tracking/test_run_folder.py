@@ -9,9 +9,9 @@ import re
 from pathlib import Path
 
 from masdsl.cli import main
+from tests.support.toy import TOY
 
 ROOT = Path(__file__).parents[2]
-TOY = ROOT / "tests" / "learner" / "toy" / "toy_digits.mas"
 
 
 def documented() -> dict[str, str]:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -13,59 +11,13 @@ import pytest
 from masdsl.config import flatten, resolve_config, to_yaml
 from masdsl.errors import UserError
 from masdsl.tracking import NullTracker, Tracker, TrackingError, start_run
+from tests.support.tracking import artifact_paths, children, history, journal, step_metrics, unique
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def have_dot() -> bool:
     return shutil.which("dot") is not None
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:8]}"
-
-
-def step_metrics(step: int) -> dict[str, float]:
-    """What the trainer logs per step (issue 6 names), with values that depend on the step."""
-    return {
-        "success/train": step / 10,
-        "reward/coder/turn0": 1.0 + step,
-        "reward/coder/turn0/std": 0.5,
-        "reward/tester/turn0": 2.0 - step,
-        "groups/count": 8.0,
-        "groups/zero_variance_frac": 0.25,
-        "loss/writer": 0.1 * step,
-        "loss/checker": 0.2 * step,
-        "clip_frac/writer": 0.01,
-        "clip_frac/checker": 0.02,
-        "kl/writer": 0.001 * step,
-        "kl/checker": 0.002 * step,
-        "grad_norm/writer": 1.5,
-        "grad_norm/checker": 2.5,
-        "tokens/generated": 100.0 * (step + 1),
-        "time/rollout_s": 1.25,
-    }
-
-
-def journal(run_dir: Path) -> list[dict]:
-    """The rows a run kept in metrics.jsonl."""
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def history(client, run_id: str, key: str) -> list[tuple[int, float]]:
-    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
-
-
-def children(client, run) -> dict[str, object]:
-    found = client.search_runs([run.info.experiment_id], f"tags.mlflow.parentRunId = '{run.info.run_id}'")
-    return {r.info.run_name: r for r in found}
-
-
-def artifact_paths(client, run_id: str, path: str | None = None) -> set[str]:
-    out = set()
-    for item in client.list_artifacts(run_id, path):
-        out |= artifact_paths(client, run_id, item.path) if item.is_dir else {item.path}
-    return out
 
 
 def test_run_records_parent_children_params_tags_metrics_artifacts(mlflow_server, make_workflow, tmp_path):

@@ -1,4 +1,4 @@
-"""Shared checks for engine tests (hf and vllm)."""
+"""Shared checks for the engine tests (hf and vllm): chat prompt ids, teacher-forced log-probs, a model edit that makes one token certain."""
 
 from __future__ import annotations
 
