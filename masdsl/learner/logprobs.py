@@ -12,14 +12,20 @@ or a model type it does not cover, takes the full-logits path).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
+from torch import nn
 
 from masdsl.learner.logit_chunks import Chunks, at_least_float32, scoring
 
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from transformers.cache_utils import Cache
 
-def pad_rows(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int) -> tuple[Any, Any, Any, Any]:
+
+def pad_rows(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Left-pad prompts and right-pad responses so every response starts at the same column.
 
     Returns input ids [B, P+T], attention mask [B, P+T], position ids (counting real tokens
@@ -43,8 +49,8 @@ def pad_rows(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]
     return ids, att, pos, rmask
 
 
-def sequence_logprobs(model: Any, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int,
-                      chunks: Chunks | None = None) -> tuple[Any, Any]:
+def sequence_logprobs(model: nn.Module, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int,
+                      chunks: Chunks | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """log pi(response token | prefix) for every response position: ([B, T], mask [B, T]).
 
     Only the last T+1 positions reach the LM head (`logits_to_keep`), in chunks (`scoring`); on
@@ -63,9 +69,9 @@ def sequence_logprobs(model: Any, prompts: Sequence[Sequence[int]], responses: S
     return logp.gather(-1, target.unsqueeze(-1)).squeeze(-1), rmask.to(device)
 
 
-def shared_prefix_logprobs(model: Any, prompts: Sequence[Sequence[int]], group_of_row: Sequence[int],
+def shared_prefix_logprobs(model: nn.Module, prompts: Sequence[Sequence[int]], group_of_row: Sequence[int],
                            responses: Sequence[Sequence[int]], pad_id: int, two_calls: bool = False,
-                           chunks: Chunks | None = None) -> tuple[Any, Any]:
+                           chunks: Chunks | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Like `sequence_logprobs`, but each distinct prompt goes through the model once.
 
     `prompts` are the G distinct prompts, `group_of_row[i]` the prompt of response i. The
@@ -114,7 +120,7 @@ def shared_prefix_logprobs(model: Any, prompts: Sequence[Sequence[int]], group_o
     return torch.cat(parts, dim=1), rmask
 
 
-def select_cache_rows(cache: Any, idx: Any) -> None:
+def select_cache_rows(cache: Cache, idx: torch.Tensor) -> None:
     """Keep the KV cache rows `idx` (repeated rows allowed), with a run-to-run exact backward.
 
     transformers' `cache.batch_select_indices(idx)` gathers with `keys[idx]`, whose backward
@@ -148,10 +154,10 @@ class FrozenModel:
     """The KL reference of a full-weight policy: its starting weights, loaded apart and frozen
     (a fresh load of the starting folder, so a resumed run keeps the same reference)."""
 
-    model: Any
+    model: nn.Module
 
-    def logprobs(self, policy_model: Any, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
-                 pad_id: int) -> Any:
+    def logprobs(self, policy_model: nn.Module, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
+                 pad_id: int) -> torch.Tensor:
         return sequence_logprobs(self.model, prompts, responses, pad_id)[0]
 
 
@@ -159,8 +165,8 @@ class FrozenModel:
 class AdapterOff:
     """The KL reference of a LoRA policy: the shared base model with every adapter off (no copy)."""
 
-    def logprobs(self, policy_model: Any, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
-                 pad_id: int) -> Any:
+    def logprobs(self, policy_model: PeftModel, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
+                 pad_id: int) -> torch.Tensor:
         with policy_model.disable_adapter():
             return sequence_logprobs(policy_model, prompts, responses, pad_id)[0]
 

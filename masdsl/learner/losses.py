@@ -24,7 +24,7 @@ dual clip act. torch is imported inside the functions so that importing this mod
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
@@ -33,15 +33,15 @@ from masdsl.config import LOSSES
 
 @dataclass
 class LossOut:
-    loss: Any  # scalar tensor with grad: the contribution of this micro-batch
-    clip_frac: Any  # scalar tensor: clipped tokens / n_tokens
-    kl: Any  # scalar tensor: summed k3 KL to the reference / n_tokens (0 when off)
-    dual_clip_frac: Any = 0.0  # scalar tensor: tokens bounded by the dual clip / n_tokens
-    ratio_dev: Any = 0.0  # scalar tensor: summed |ratio - 1| / n_tokens (0 on-policy)
-    clipped_rows: Any = None  # [B] tensor: each row's clipped token count (per-role clip fractions)
+    loss: torch.Tensor  # scalar tensor with grad: the contribution of this micro-batch
+    clip_frac: torch.Tensor  # scalar tensor: clipped tokens / n_tokens
+    kl: torch.Tensor  # scalar tensor: summed k3 KL to the reference / n_tokens (0 when off)
+    dual_clip_frac: torch.Tensor | float = 0.0  # scalar tensor: tokens bounded by the dual clip / n_tokens
+    ratio_dev: torch.Tensor | float = 0.0  # scalar tensor: summed |ratio - 1| / n_tokens (0 on-policy)
+    clipped_rows: torch.Tensor | None = None  # [B] tensor: each row's clipped token count (per-role clip fractions)
 
 
-def k3_kl(logp: Any, ref_logp: Any) -> Any:
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Per-token k3 estimator of KL(pi || ref): `exp(ref - logp) - (ref - logp) - 1` (>= 0).
 
     Unbiased for samples drawn from pi, low variance (http://joschu.net/blog/kl-approx.html).
@@ -55,14 +55,14 @@ def k3_kl(logp: Any, ref_logp: Any) -> Any:
 
 
 def grpo_loss(
-    logp: Any,
-    old_logp: Any,
-    adv: Any,
-    mask: Any,
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
     *,
     clip_eps: float = 0.2,
     dual_clip: float = 0.0,
-    ref_logp: Any = None,
+    ref_logp: torch.Tensor | None = None,
     kl_coef: float = 0.0,
     n_tokens: float | None = None,
 ) -> LossOut:

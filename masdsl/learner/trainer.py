@@ -44,7 +44,7 @@ from masdsl.learner.step import sample_batch, train_step
 from masdsl.learner.viewpage import log_view
 from masdsl.runtime.plan import RunPlan
 from masdsl.runtime.rundir import RECORDS, RunDir
-from masdsl.tracking import start_run
+from masdsl.tracking import Tracker, start_run
 
 
 @dataclass
@@ -133,7 +133,7 @@ def train(plan: RunPlan, *, run_dir: RunDir | str | Path, resume: str | Path | N
     return result
 
 
-def _loop(session: TrainSession, state: ckpt.TrainState, tracker: Any,
+def _loop(session: TrainSession, state: ckpt.TrainState, tracker: Tracker,
           on_step: Callable[[int, dict], None] | None) -> list[Path]:
     """The evaluation before training, then steps, evaluations and checkpoints; the checkpoints saved.
 
@@ -187,7 +187,7 @@ def _loop(session: TrainSession, state: ckpt.TrainState, tracker: Any,
     return saved
 
 
-def _log_phase_times(tracker: Any, state: ckpt.TrainState, metrics: dict[str, float],
+def _log_phase_times(tracker: Tracker, state: ckpt.TrainState, metrics: dict[str, float],
                      started: tuple[float, float, float]) -> None:
     """The step's phases after its metrics were logged: `time/eval_s` and `time/checkpoint_s` (~0
     when there was none), the logging itself (`time/tracking_s`) and the whole step
@@ -214,7 +214,7 @@ def _draw(session: TrainSession, cursor: int) -> tuple[list[dict], int]:
     return [session.train_rows[i] for i in idx], cursor
 
 
-def _evaluate(session: TrainSession, step: int, tracker: Any) -> dict[str, float]:
+def _evaluate(session: TrainSession, step: int, tracker: Tracker) -> dict[str, float]:
     n = len(session.eval_rows) * session.plan.train.eval_samples
     result = evaluate(session.env, session.eval_rows, session.engines, session.plan, step,
                       session.run_dir, tracker, session.show.counter(f"evaluating (step {step})", n))

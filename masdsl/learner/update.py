@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Hashable, Iterator, Mapping, Sequence
 
 import torch
 
@@ -35,7 +35,7 @@ from masdsl.learner.policies import Policy
 from masdsl.runtime.records import StepRecord
 
 
-def micro_batches(prompt_keys: Sequence[Any], prompt_lens: Sequence[int], resp_lens: Sequence[int],
+def micro_batches(prompt_keys: Sequence[Hashable], prompt_lens: Sequence[int], resp_lens: Sequence[int],
                   budget: int) -> list[list[list[int]]]:
     """Plan micro-batches of rows: each is a list of prompt groups, each group a list of rows.
 
@@ -114,7 +114,7 @@ def mini_batch_rows(rows: Sequence[int], size: int) -> list[list[int]]:
     return [list(rows[i : i + size]) for i in range(0, len(rows), size)]
 
 
-def old_logprob_source(tc: Any, compute_dtype: str = "float32") -> str:
+def old_logprob_source(tc: TrainConfig, compute_dtype: str = "float32") -> str:
     """`train.old_logprobs` resolved: `engine` keeps the sampler's log-probs; `trainer` recomputes
     them with the learner's model before the first optimizer step. `auto` recomputes unless the
     model runs in float32, where the two agree to ~1e-6 (docs/concepts.md has the measurement)
@@ -242,7 +242,8 @@ class _Batch:
                         self.old.update(zip(idx, logp.detach().unbind(0)))
         return time.perf_counter() - t0
 
-    def old_logprobs(self, idx: Sequence[int], logp: Any, mask: Any, before_any_step: bool) -> Any:
+    def old_logprobs(self, idx: Sequence[int], logp: torch.Tensor, mask: torch.Tensor, before_any_step: bool
+                     ) -> torch.Tensor:
         """The fixed old log-probs of rows `idx`: the trainer's, or else the engine's sampled ones."""
         if idx[0] in self.old:
             return torch.stack([self.old[i] for i in idx]).to(logp)
@@ -253,7 +254,7 @@ class _Batch:
         return old_lp
 
 
-def _optimizer_step(batch: _Batch, optimizer: Any, run: Sequence[int], n_tokens: int, stats: UpdateStats) -> None:
+def _optimizer_step(batch: _Batch, optimizer: torch.optim.Optimizer, run: Sequence[int], n_tokens: int, stats: UpdateStats) -> None:
     """One PPO-clip optimizer step on the rows `run` (micro-batched), gradients clipped."""
     tc, records = batch.tc, batch.records
     optimizer.zero_grad(set_to_none=True)
@@ -283,8 +284,8 @@ def _optimizer_step(batch: _Batch, optimizer: Any, run: Sequence[int], n_tokens:
     stats.per_step.append({**totals, "grad_norm": float(norm)})
 
 
-def _forward(policy: Any, records: Sequence[StepRecord], rows: Sequence[int], tc: Any, pad_id: int,
-             compute_dtype: str, shard: Shard = ONE_PROCESS) -> Iterator[tuple[list[int], Any, Any, bool]]:
+def _forward(policy: Policy, records: Sequence[StepRecord], rows: Sequence[int], tc: TrainConfig, pad_id: int,
+             compute_dtype: str, shard: Shard = ONE_PROCESS) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor, bool]]:
     """Log-probs of `rows` micro-batch by micro-batch: yields (row indices, log-probs [B, T], mask,
     whether it is a stand-in to run at weight 0).
 
@@ -315,7 +316,7 @@ def _forward(policy: Any, records: Sequence[StepRecord], rows: Sequence[int], tc
         yield idx, at_least_float32(logp), mask, shard.is_stand_in(k, real, idx)
 
 
-def _gap(records: Sequence[StepRecord], trainer_logp: Mapping[int, Any]) -> float:
+def _gap(records: Sequence[StepRecord], trainer_logp: Mapping[int, torch.Tensor]) -> float:
     """Largest |sampler - trainer| log-prob over the response tokens the engine reported."""
     gap = 0.0
     for i, lp in trainer_logp.items():
@@ -325,7 +326,7 @@ def _gap(records: Sequence[StepRecord], trainer_logp: Mapping[int, Any]) -> floa
     return gap
 
 
-def _pad_like(rows: Sequence[Sequence[float]], like: Any) -> Any:
+def _pad_like(rows: Sequence[Sequence[float]], like: torch.Tensor) -> torch.Tensor:
     out = torch.zeros(like.shape, dtype=like.dtype, device=like.device)
     for i, row in enumerate(rows):
         if row:
@@ -333,7 +334,8 @@ def _pad_like(rows: Sequence[Sequence[float]], like: Any) -> Any:
     return out
 
 
-def _reference_logprobs(reference: KLReference, policy: Any, prompts: Any, responses: Any, pad_id: int) -> Any:
+def _reference_logprobs(reference: KLReference, policy: Policy, prompts: Sequence[Sequence[int]],
+                        responses: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
     """Log-probs under the frozen reference (a separate model, or the base with adapters off)."""
     with torch.no_grad():
         return reference.logprobs(policy.model, prompts, responses, pad_id)

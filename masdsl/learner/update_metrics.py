@@ -32,11 +32,15 @@ over the ranks like the loss), and `summarize` turns the steps' sums into `Updat
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
 from masdsl.learner.losses import k3_kl
+from masdsl.runtime.records import StepRecord
+
+if TYPE_CHECKING:  # update.py imports this module
+    from masdsl.learner.update import UpdateStats
 
 LOSS_KEYS = ("loss", "clip_frac", "dual_clip_frac", "ratio_dev", "kl")  # the loss's own: sums / n_tokens
 NAN = float("nan")
@@ -51,8 +55,8 @@ def zero_totals(roles: Sequence[str]) -> dict[str, float]:
     return out
 
 
-def measure(totals: dict[str, float], roles: Sequence[str], logp: Any, old_lp: Any, mask: Any,
-            clipped_rows: Any) -> None:
+def measure(totals: dict[str, float], roles: Sequence[str], logp: torch.Tensor, old_lp: torch.Tensor,
+            mask: torch.Tensor, clipped_rows: torch.Tensor | None) -> None:
     """Add one micro-batch's sums: k3 KL(old || current), -log pi_old, tokens run, clipped tokens by role."""
     with torch.no_grad():
         on = mask > 0
@@ -66,7 +70,7 @@ def measure(totals: dict[str, float], roles: Sequence[str], logp: Any, old_lp: A
                 totals[f"clipped/{role}"] += n
 
 
-def summarize(stats: Any, role_tokens: Sequence[dict[str, int]]) -> None:
+def summarize(stats: UpdateStats, role_tokens: Sequence[dict[str, int]]) -> None:
     """Set `stats`' means from its `per_step` sums. `role_tokens`: per optimizer step of one epoch,
     role -> its response tokens in that mini-batch (kept rows, run or not: the clip fraction's
     denominator, as `n_tokens` is the policy's); the steps repeat them epoch after epoch.
@@ -105,7 +109,7 @@ def sampled_entropy(logprobs: Sequence[Sequence[float]]) -> float:
     return -sum(values) / len(values) if values else NAN
 
 
-def role_token_counts(records: Sequence[Any], rows: Sequence[int]) -> dict[str, int]:
+def role_token_counts(records: Sequence[StepRecord], rows: Sequence[int]) -> dict[str, int]:
     """role -> response tokens of `rows`."""
     out: dict[str, int] = {}
     for i in rows:

@@ -21,7 +21,7 @@ import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from masdsl.envs.base import Demonstrates, Env
 from masdsl.errors import UserError
@@ -30,6 +30,10 @@ from masdsl.runtime import models
 from masdsl.runtime.inputs import load_split, make_env
 from masdsl.runtime.plan import RunPlan
 from masdsl.runtime.prompts import encode, messages_for, prompt_variables, text_ids
+
+if TYPE_CHECKING:
+    from torch import nn
+    from transformers import PreTrainedTokenizerBase
 
 DEFAULT_TASKS = 12  # enough for the 135M model to write the plan_path tool program (docs/performance.md)
 DEFAULT_LR = 1e-5
@@ -84,7 +88,7 @@ def pick_roles(env: Env, workflow: Workflow, roles: Sequence[str] | None, state:
     return chosen
 
 
-def demonstrations(env: Env, plan: RunPlan, tokenizer: Any, tasks: Sequence[dict],
+def demonstrations(env: Env, plan: RunPlan, tokenizer: PreTrainedTokenizerBase, tasks: Sequence[dict],
                    roles: Sequence[str]) -> list[Demonstration]:
     """(prompt ids, reply ids) for each task and role, in that order (see the module docstring)."""
     out, workflow = [], plan.workflow
@@ -102,7 +106,7 @@ def demonstrations(env: Env, plan: RunPlan, tokenizer: Any, tasks: Sequence[dict
     return out
 
 
-def train_sft(model: Any, data: Sequence[Demonstration], *, epochs: int, lr: float, seed: int,
+def train_sft(model: nn.Module, data: Sequence[Demonstration], *, epochs: int, lr: float, seed: int,
               on_step: Callable[[int, int, float], None] | None = None) -> list[float]:
     """Cross-entropy on the reply tokens, one demonstration per AdamW step; the losses.
     `on_step(step, total, loss)` after each step."""

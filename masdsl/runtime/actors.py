@@ -21,7 +21,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
 from masdsl.config import RuntimeConfig, SandboxConfig
 from masdsl.envs.base import Env
@@ -30,6 +30,13 @@ from masdsl.lang.imports import _LOADED
 from masdsl.runtime.backends import build_engine
 from masdsl.runtime.backends.base import Engine, EngineCall, GenRequest, Results, as_engine
 from masdsl.startup import start_owned_process
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from ray import ObjectRef
+
+Item = TypeVar("Item")  # what one env call works on (an `EnvJob`, a chain of moves)
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +58,7 @@ class LocalPool:
         self.env, self.retries = env, retries
         self._threads = ThreadPoolExecutor(workers) if workers > 1 else None
 
-    def _one(self, fn: Callable[[Any, Any], Any], item: Any) -> tuple[bool, Any]:
+    def _one(self, fn: Callable[[Env, Item], Any], item: Item) -> tuple[bool, Any]:
         reason = ""
         for _ in range(self.retries + 1):
             try:
@@ -60,7 +67,7 @@ class LocalPool:
                 reason = _reason(exc)
         return False, reason
 
-    def map(self, fn: Callable[[Any, Any], Any], items: Sequence[Any]) -> list[tuple[bool, Any]]:
+    def map(self, fn: Callable[[Env, Item], Any], items: Sequence[Item]) -> list[tuple[bool, Any]]:
         if self._threads is None or len(items) < 2:
             return [self._one(fn, it) for it in items]
         return list(self._threads.map(lambda it: self._one(fn, it), items))
@@ -116,14 +123,14 @@ def ship_user_modules() -> None:
         cloudpickle.register_pickle_by_value(module)
 
 
-def _cancel(ray: Any, ref: Any) -> None:
+def _cancel(ray: ModuleType, ref: ObjectRef) -> None:
     try:
         ray.cancel(ref, force=True)
     except Exception:  # noqa: BLE001 - already finished or gone
         pass
 
 
-def _call(fn: Callable[[Env, Any], Any], env: Env, item: Any) -> Any:
+def _call(fn: Callable[[Env, Item], Any], env: Env, item: Item) -> Any:
     return fn(env, item)
 
 
@@ -139,7 +146,7 @@ class RayPool:
         self.retries, self.timeout_s = retries, timeout_s
         self._task = ray.remote(num_cpus=TASK_CPUS, max_retries=0, resources=slot_resources(ENV_SLOT, 1.0))(_call)
 
-    def map(self, fn: Callable[[Any, Any], Any], items: Sequence[Any]) -> list[tuple[bool, Any]]:
+    def map(self, fn: Callable[[Env, Item], Any], items: Sequence[Item]) -> list[tuple[bool, Any]]:
         ray = self._ray
         results: list[tuple[bool, Any]] = [(False, "not run")] * len(items)
         todo = list(range(len(items)))
@@ -257,7 +264,7 @@ class RemoteEngine(Engine):
     def generate(self, requests: list[GenRequest]) -> Results:
         return self.submit(requests).result()
 
-    def _wait(self, requests: list[GenRequest], ref: Any) -> Results:
+    def _wait(self, requests: list[GenRequest], ref: ObjectRef) -> Results:
         while True:
             try:
                 return self._ray.get(ref, timeout=self.call_timeout_s)
@@ -285,7 +292,7 @@ class RemoteEngine(Engine):
         if self._weights is not None:
             self._ray.get(self.actor.update_weights.remote(self._weights), timeout=self.call_timeout_s)
 
-    def update_weights(self, state_dict: Any) -> None:
+    def update_weights(self, state_dict: dict[str, Any] | ObjectRef) -> None:
         """Load new weights: a state dict, or an object-store ref of one (put by a learner worker,
         owned by the driver), which the actor reads without a copy through the driver."""
         self._weights = state_dict if isinstance(state_dict, self._ray.ObjectRef) else self._ray.put(state_dict)
@@ -304,7 +311,7 @@ class RemoteEngine(Engine):
         """Take back the memory `sleep` freed."""
         self._sleep_call(self.actor.wake_up.remote())
 
-    def _sleep_call(self, ref: Any) -> None:
+    def _sleep_call(self, ref: ObjectRef) -> None:
         try:
             self._ray.get(ref, timeout=self.call_timeout_s)
         except self._ray.exceptions.RayActorError as exc:

@@ -71,7 +71,7 @@ class EngineCall:
         self._results: Results = []
 
     @classmethod
-    def run(cls, generate: Callable[[Any], Results], requests: Any) -> "EngineCall":
+    def run(cls, generate: Callable[[list[GenRequest]], Results], requests: list[GenRequest]) -> "EngineCall":
         """Run `generate(requests)` now, in this thread: the call is finished when returned."""
         call = cls(lambda: generate(requests))
         call.result()

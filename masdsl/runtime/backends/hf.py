@@ -37,10 +37,14 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from masdsl.errors import ModelError
 from masdsl.runtime.backends.base import Candidate, GenRequest, LocalEngine
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedTokenizerBase
 
 
 def _group_key(r: GenRequest) -> tuple:
@@ -264,7 +268,7 @@ class HFEngine(LocalEngine):
         return lo
 
 
-def _shared_prompt_cache(model: Any, ids: Any, mask: Any, prompts: list[tuple[int, ...]]) -> Any:
+def _shared_prompt_cache(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, prompts: list[tuple[int, ...]]) -> Any:
     """A KV cache of every row's prompt but its last token, each distinct prompt run once.
 
     The K candidates of one request are K rows with the same prompt; `generate` would run that
@@ -324,7 +328,7 @@ class _LogprobRecorder:
 class _StopStrings:
     """Stopping criterion: a row is done once the tail of its generated text holds a stop string."""
 
-    def __init__(self, tokenizer: Any, stops: tuple[str, ...], prompt_len: int) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, stops: tuple[str, ...], prompt_len: int) -> None:
         self.tokenizer = tokenizer
         self.stops = stops
         self.prompt_len = prompt_len

@@ -19,7 +19,7 @@ import json
 import os
 import random
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from masdsl.runtime.backends.base import Candidate, GenRequest, LocalEngine, Results
 from masdsl.runtime.backends.vllm.environment import engine_env_defaults, on_gpu, verbose, vllm_environment
@@ -33,6 +33,11 @@ from masdsl.runtime.backends.vllm.supervision import (
     unlink_segments,
 )
 from masdsl.runtime.backends.vllm.weights import TRANSPORTS, WeightSyncExtension, checkpoint_names, send_weights
+
+if TYPE_CHECKING:
+    from peft import PeftConfig
+    from vllm.lora.request import LoRARequest
+    from vllm.outputs import CompletionOutput
 
 
 def default_max_model_len(model_path: str | os.PathLike, cap: int = 4096) -> int:
@@ -148,7 +153,7 @@ class VLLMEngine(LocalEngine):
 
     # -- Engine API ---------------------------------------------------------------------------
 
-    def generate(self, requests: list[GenRequest], lora_request: Any = None) -> Results:
+    def generate(self, requests: list[GenRequest], lora_request: LoRARequest | None = None) -> Results:
         """One list of `request.n` candidates per request, in request order."""
         from vllm import SamplingParams  # heavy: vllm is optional
         from vllm.inputs import TokensPrompt  # heavy: vllm is optional
@@ -195,7 +200,7 @@ class VLLMEngine(LocalEngine):
         """One parameter as the engine holds it (vLLM names: e.g. `...qkv_proj.weight`)."""
         return self.llm.collective_rpc("masdsl_get_weight", args=(vllm_name,))[0]
 
-    def adapter(self, name: str, peft_config: Any) -> VLLMAdapterEngine:
+    def adapter(self, name: str, peft_config: PeftConfig) -> VLLMAdapterEngine:
         """An `Engine` that samples through LoRA adapter `name` (base model until first update)."""
         return VLLMAdapterEngine(self, name, peft_config)
 
@@ -240,7 +245,7 @@ def sampling_params(r: GenRequest, seed: int) -> dict[str, Any]:
     )
 
 
-def _candidate(o: Any) -> Candidate:
+def _candidate(o: CompletionOutput) -> Candidate:
     ids = list(o.token_ids)
     lps = []
     for tok, d in zip(ids, o.logprobs or []):

@@ -28,15 +28,20 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from masdsl.runtime.backends.vllm.logs import expected_reload_warnings, quiet_module_names
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+    from vllm import LLM
 
 CHUNK_BYTES = 256 * 2**20  # weights per collective_rpc call
 TRANSPORTS = ("shm", "rpc")
 
 
-def pack_tensor(name: str, t: Any) -> tuple[str, str, list[int], bytes]:
+def pack_tensor(name: str, t: torch.Tensor) -> tuple[str, str, list[int], bytes]:
     """A tensor as plain (name, dtype, shape, bytes): survives vLLM's msgpack RPC unchanged.
 
     >>> import torch
@@ -52,7 +57,7 @@ def pack_tensor(name: str, t: Any) -> tuple[str, str, list[int], bytes]:
     return (name, str(t.dtype).removeprefix("torch."), list(t.shape), raw)
 
 
-def unpack_tensor(packed: tuple[str, str, list[int], bytes]) -> tuple[str, Any]:
+def unpack_tensor(packed: tuple[str, str, list[int], bytes]) -> tuple[str, torch.Tensor]:
     import torch  # heavy: torch is optional (the train extra)
 
     name, dtype, shape, raw = packed
@@ -101,7 +106,7 @@ def distinct_tensors(
     return out
 
 
-def send_weights(llm: Any, state_dict: dict[str, Any], keep: set[str], transport: str) -> None:
+def send_weights(llm: LLM, state_dict: dict[str, Any], keep: set[str], transport: str) -> None:
     """Stage `state_dict` in every worker of `llm` by `transport` ("shm" or "rpc"), then apply it."""
     if transport == "shm":
         _stage_via_file(llm, state_dict, keep)
@@ -114,7 +119,7 @@ def _shm_dir() -> str | None:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
-def _stage_via_file(llm: Any, state_dict: dict[str, Any], keep: set[str]) -> None:
+def _stage_via_file(llm: LLM, state_dict: dict[str, Any], keep: set[str]) -> None:
     from safetensors.torch import save_file  # optional: safetensors comes with transformers (the train extra)
 
     tensors = {name: t.to("cpu").contiguous() for name, t in distinct_tensors(state_dict, keep)}
@@ -127,7 +132,7 @@ def _stage_via_file(llm: Any, state_dict: dict[str, Any], keep: set[str]) -> Non
         os.unlink(path)
 
 
-def _stage_via_rpc(llm: Any, state_dict: dict[str, Any], keep: set[str]) -> None:
+def _stage_via_rpc(llm: LLM, state_dict: dict[str, Any], keep: set[str]) -> None:
     chunk, size = [], 0
     for name, t in distinct_tensors(state_dict, keep):
         chunk.append(pack_tensor(name, t))
@@ -139,7 +144,7 @@ def _stage_via_rpc(llm: Any, state_dict: dict[str, Any], keep: set[str]) -> None
         llm.collective_rpc("masdsl_stage_weights", args=(chunk,))
 
 
-def tied_weight_pairs(model: Any) -> list[tuple[Any, Any]]:
+def tied_weight_pairs(model: nn.Module) -> list[tuple[nn.Module, nn.Module]]:
     """(module, owner) pairs where `module` holds the very `weight` parameter `owner` holds.
 
     The owner is the first module reached in `named_modules` order (the embedding comes
@@ -152,7 +157,7 @@ def tied_weight_pairs(model: Any) -> list[tuple[Any, Any]]:
     >>> [(a is head, b is emb) for a, b in tied_weight_pairs(m)]
     [(True, True)]
     """
-    owners: dict[int, Any] = {}
+    owners: dict[int, nn.Module] = {}
     pairs = []
     for _, module in model.named_modules():
         weight = module._parameters.get("weight")
@@ -164,7 +169,7 @@ def tied_weight_pairs(model: Any) -> list[tuple[Any, Any]]:
     return pairs
 
 
-def refresh_tied_heads(pairs: list[tuple[Any, Any]]) -> int:
+def refresh_tied_heads(pairs: list[tuple[Any, Any]]) -> int:  # vLLM layers (with a quant_method)
     """Make each tied head compute from its owner's current weight; return how many.
 
     Only unquantized embedding-style heads (vLLM's `UnquantizedEmbeddingMethod`) are
@@ -183,7 +188,7 @@ def refresh_tied_heads(pairs: list[tuple[Any, Any]]) -> int:
     return done
 
 
-def unquantized_embedding(module: Any) -> bool:
+def unquantized_embedding(module: nn.Module) -> bool:
     """The module computes with vLLM's `UnquantizedEmbeddingMethod` (an unquantized embedding or head)."""
     from vllm.model_executor.layers.vocab_parallel_embedding import (  # heavy: vllm is optional
         UnquantizedEmbeddingMethod,
