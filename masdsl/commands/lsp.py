@@ -20,7 +20,7 @@ def main(args) -> int:
     if args.log_file:
         logging.basicConfig(filename=args.log_file, level=logging.DEBUG)
     try:
-        from masdsl.lsp.server import main as serve  # lazy: pygls is an optional extra, and `masdsl --help` imports this module
+        from masdsl.lsp.server import main as serve  # lazy: pygls is an optional extra (see below)
     except ModuleNotFoundError as exc:
         if exc.name not in ("pygls", "lsprotocol"):
             raise
