@@ -6,7 +6,7 @@ VENV ?= .venv
 WORKFLOW ?= workflows/plan_path_helper.mas
 WARM_START ?= runs/warm/$(basename $(notdir $(WORKFLOW)))
 
-.PHONY: setup run test check bench
+.PHONY: setup run test typecheck check bench
 setup:
 	./scripts/setup.sh
 
@@ -25,6 +25,10 @@ endif
 TEST_WORKERS ?= 2
 test: setup
 	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+
+# mypy over masdsl/runtime and masdsl/learner, strict there ([tool.mypy] in pyproject.toml)
+typecheck: setup
+	$(VENV)/bin/mypy masdsl/runtime masdsl/learner
 
 check: setup
 	$(VENV)/bin/masdsl check workflows/*.mas

@@ -6,7 +6,9 @@
   its line, the line above, or one line of the block of imports it opens), e.g. `# heavy: torch`,
   and no more than `MAX_FUNCTION_LEVEL_IMPORTS` of them import masdsl modules;
 - no import circles between masdsl modules, and no arrow from a lower layer up to a higher one;
-- docstrings and comments point only at `.md` files that exist.
+- docstrings and comments point only at `.md` files that exist;
+- parameters annotated plain `Any` do not grow past `MAX_BARE_ANY_PARAMETERS`, and no `env`, `cfg`
+  or `workflow` below the commands is one.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pytest
 
 from masdsl.testing.layout import LAYERS, ROOT, import_graph, layer_of, modules, parsed
 from masdsl.testing.lazy_imports import function_level_imports
+from masdsl.testing.typing_figures import bare_any_by_file, bare_any_params, seam_any_params
 
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
@@ -160,6 +163,23 @@ def _engine_like(node: ast.expr) -> bool:
                 return True
             node = node.value
     return isinstance(node, ast.Name) and (node.id in ("e", "eng") or "engine" in node.id)
+
+
+# issue 30 item 6: 353 before the seams were typed. Lower it as you type more; never raise it.
+MAX_BARE_ANY_PARAMETERS = 141
+
+
+def test_bare_any_parameters_do_not_grow():
+    n = bare_any_params()
+    assert n <= MAX_BARE_ANY_PARAMETERS, (
+        f"{n} parameters are annotated plain `Any` (at most {MAX_BARE_ANY_PARAMETERS}): give the new ones their "
+        f"type (`Env`, `Workflow`, `torch.Tensor`, `Mapping[str, Any]`, `object`...); the most: "
+        f"{bare_any_by_file().most_common(5)} (`python -m masdsl.testing.typing_figures`)")
+
+
+def test_the_seams_are_typed():
+    """`env: Env`, `cfg: Config` (or its section), `workflow: Workflow` below the commands."""
+    assert seam_any_params() == {"env": 0, "cfg": 0, "workflow": 0}
 
 
 def test_no_getattr_probes_on_engines():

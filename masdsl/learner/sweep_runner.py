@@ -20,7 +20,7 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from rich.console import Console
 
@@ -34,6 +34,11 @@ from masdsl.startup import start_owned_process
 from masdsl.tracking.plot import plot_arms
 from masdsl.tracking.store import resolve_uri
 from masdsl.tracking.sweep import adopt, client, finish_parent, open_parent
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
+
+    from masdsl.learner.trainer import TrainResult
 
 RESULTS, SPEC, PROGRESS_LOG = "results.jsonl", "sweep.json", "progress.log"
 PROGRESS_EVERY_S = 60.0  # how often a running sweep says how far its trials got
@@ -133,7 +138,7 @@ def run_sweep(file: str, overrides: Sequence[str], seeds: Sequence[int], *, conf
         for trial, result in _run_on_ray(spec["file"], spec["configs"], remaining, folder, extra, plan, trial_cpus,
                                          trial_gpus, say):
             row = summarise(result, trial)
-            if mlflow is not None and row["mlflow_run_id"]:
+            if mlflow is not None and parent is not None and row["mlflow_run_id"]:
                 adopt(mlflow, parent, row["mlflow_run_id"], trial)
             with (folder / RESULTS).open("a") as f:
                 f.write(json.dumps(row) + "\n")
@@ -151,7 +156,7 @@ def run_sweep(file: str, overrides: Sequence[str], seeds: Sequence[int], *, conf
         table = markdown_table(lines)
         (folder / "comparison.md").write_text(table)
         images = _plot(rows, folder / "curves")
-        if mlflow is not None:
+        if mlflow is not None and parent is not None:  # both or neither (`_open_tracking`)
             finish_parent(mlflow, parent, table, lines, images, status=status)
     return SweepResult(folder, rows, lines, table, ran, parent)
 
@@ -160,7 +165,8 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f} %"
 
 
-def _open_tracking(tracking: TrackingConfig, workflow: Workflow, folder: Path, spec: dict, grid: list, seeds: Sequence[int]):
+def _open_tracking(tracking: TrackingConfig, workflow: Workflow, folder: Path, spec: dict, grid: list, seeds: Sequence[int]
+                   ) -> tuple[MlflowClient | None, str | None, str | None]:
     """(client, parent run id, resolved uri), or (None, None, None) with tracking off."""
     if not tracking.enabled:
         return None, None, None
@@ -176,7 +182,8 @@ def _open_tracking(tracking: TrackingConfig, workflow: Workflow, folder: Path, s
 
 
 def _run_on_ray(file: str, configs: list[str], remaining: list[Trial], folder: Path, extra: list[str], plan: RunPlan,
-                trial_cpus: float | None, trial_gpus: float, say: Callable[[str], None]):
+                trial_cpus: float | None, trial_gpus: float, say: Callable[[str], None]
+                ) -> Iterator[tuple[Trial, TrainResult]]:
     """Yield (trial, TrainResult) as trials finish, each a Ray task."""
     if not remaining:
         return

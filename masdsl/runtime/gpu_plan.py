@@ -255,13 +255,10 @@ def plan(m: ModelDims, r: Recipe) -> Plan:
     copies = 1 if r.lora_r else r.policies  # model copies: LoRA adapters share one base
     in_actors = r.engines_in_actors and not r.lora_r
     gpus = []
-    parts: dict[str, float]  # bytes per part of the driver's GPU
-    rollout: float
-    update: float
     if r.learner_workers:
         gpus.append(GpuLoad("learner rank", r.policies * r.ranks, learner, keep, step))
         # the driver keeps every trained policy's weights (engine sync, checkpoints) on its cuda:0
-        weights = m.params() * (4 if r.master_fp32 else 2) * r.policies
+        weights: float = m.params() * (4 if r.master_fp32 else 2) * r.policies
         what, parts, rollout, update = "driver: weights", {"driver's weights": weights}, weights, weights
     else:
         what, parts = "driver: learner", dict(learner)

@@ -41,9 +41,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from masdsl.errors import ModelError, did_you_mean
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 EMBEDDED = "smollm2-135m-instruct"
 QWEN = "qwen2.5-coder-0.5b-instruct"
@@ -353,7 +356,8 @@ def _convert_gguf(src: Path, out: Path, tie: bool | None = None) -> None:
     del gguf_model, plain
 
 
-def load_model(path: str | os.PathLike, dtype: str = "float32", device: str = "cpu"):
+def load_model(path: str | os.PathLike, dtype: str = "float32", device: str = "cpu"
+               ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load `(model, tokenizer)` from a model name or folder; the tokenizer pads on the left.
 
     The model is in eval mode. `dtype` is a torch dtype name ("float32", "bfloat16", ...).

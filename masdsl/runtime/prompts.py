@@ -15,10 +15,13 @@ role name holding that role's latest fields (parse results, `output`, `ok`), and
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from masdsl.errors import UserError
 from masdsl.lang.templates import environment
+
+if TYPE_CHECKING:
+    from jinja2 import Template
 
 _FALLBACK_ROLE_PREFIX = "<|{role}|>\n"
 
@@ -28,7 +31,7 @@ class PromptError(UserError):
 
 
 @lru_cache(maxsize=256)
-def _template(source: str):
+def _template(source: str) -> Template:
     return environment().from_string(source)  # the checker's environment: what it accepts is what renders
 
 

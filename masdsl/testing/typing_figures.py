@@ -32,9 +32,18 @@ def _files(below: Path = PKG) -> list[Path]:
     return sorted(below.rglob("*.py"))
 
 
-def _bare_any(path: Path) -> list[ast.arg]:
-    tree = ast.parse(path.read_text(), filename=str(path))
+def bare_any_args(source: str, filename: str = "<source>") -> list[ast.arg]:
+    """The parameters of `source`'s functions annotated exactly `Any` (`*args` and `**kwargs` too).
+
+    >>> [p.arg for p in bare_any_args("def f(a: Any, b: Mapping[str, Any], *c: Any, d=1, e: object = 2): ...")]
+    ['a', 'c']
+    """
+    tree = ast.parse(source, filename=filename)
     return [p for p in _params(tree) if p.annotation is not None and ast.unparse(p.annotation) == "Any"]
+
+
+def _bare_any(path: Path) -> list[ast.arg]:
+    return bare_any_args(path.read_text(), str(path))
 
 
 def bare_any_by_file() -> Counter[str]:

@@ -173,7 +173,7 @@ class _GenerateOnly(LocalEngine):
         self.inner = inner
 
     @property
-    def tokenizer(self) -> Any:  # type: ignore[override]
+    def tokenizer(self) -> Any:
         return getattr(self.inner, "tokenizer", None)
 
     def generate(self, requests: list[GenRequest]) -> Results:

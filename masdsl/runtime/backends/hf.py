@@ -304,10 +304,10 @@ class _LogprobRecorder:
     log-softmax (one step late, when the sampled token appears in `input_ids`)."""
 
     def __init__(self) -> None:
-        self.prev = None
-        self.steps: list = []
+        self.prev: torch.Tensor | None = None  # log-softmax of the last scores seen
+        self.steps: list[torch.Tensor] = []
 
-    def __call__(self, input_ids, scores):
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         import torch  # heavy: torch is optional (the train extra)
 
         if self.prev is not None:
@@ -315,12 +315,13 @@ class _LogprobRecorder:
         self.prev = torch.log_softmax(scores.float(), dim=-1)
         return scores
 
-    def finish(self, gen):
+    def finish(self, gen: torch.Tensor) -> torch.Tensor:
         import torch  # heavy: torch is optional (the train extra)
 
         g = gen.shape[1]
         steps = self.steps[:g]
         if len(steps) < g:  # the last sampled token was never fed back
+            assert self.prev is not None  # its scores were (every sampled token had scores)
             steps.append(self.prev.gather(1, gen[:, g - 1 : g].to(self.prev.device)).squeeze(1))
         return torch.stack(steps, dim=1).cpu() if steps else torch.zeros((gen.shape[0], 0))
 
@@ -334,7 +335,7 @@ class _StopStrings:
         self.prompt_len = prompt_len
         self.tail = max(len(s.encode()) for s in stops) + 2
 
-    def __call__(self, input_ids, scores, **kwargs):
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: object) -> torch.Tensor:
         import torch  # heavy: torch is optional (the train extra)
 
         gen = input_ids[:, self.prompt_len :]
