@@ -29,12 +29,15 @@ import copy
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from masdsl.config import ConfigError
 from masdsl.learner.policies import Policy, iter_trainable
 from masdsl.runtime.backends import hf_engine_on
 from masdsl.runtime.backends.base import Engine
+
+if TYPE_CHECKING:
+    from torch import nn
 
 RESUME_REFUSED = ("`--resume` cannot continue a run with `train.async_rollout=1` exactly: its checkpoint of step N "
                   "holds the weights of step N, but the rollout of step N+1 samples from those of step N-1; resume "
@@ -130,7 +133,7 @@ def private_engines(policies: Mapping[str, Policy], engines: Mapping[str, Engine
     return out
 
 
-def draws_random(model: Any) -> bool:
+def draws_random(model: nn.Module) -> bool:
     """Whether training `model` draws random numbers: a dropout layer, or attention dropout, above 0.
 
     >>> import torch

@@ -26,7 +26,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from masdsl.config import ALL_POLICIES, Config, TrainConfig, resolve_config
 from masdsl.errors import CheckpointError, UserError
@@ -39,6 +39,9 @@ from masdsl.learner.policies import Policy, load_policies
 from masdsl.runtime.models import load_model
 from masdsl.runtime import run_files
 from masdsl.runtime.rundir import SOURCE
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
@@ -157,7 +160,7 @@ def _only(workflow: Workflow, cfg: Config, names: list[str]) -> tuple[Workflow, 
     return dataclasses.replace(workflow, policies={n: workflow.policies[n] for n in names}), cfg
 
 
-def _save_full(model: Any, tokenizer: Any, folder: Path) -> None:
+def _save_full(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, folder: Path) -> None:
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
 

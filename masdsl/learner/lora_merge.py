@@ -14,12 +14,15 @@ same logits as the `PeftModel` with its adapter active.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
+if TYPE_CHECKING:
+    from peft import PeftModel
 
-def merged_state(model: Any, adapter: str) -> dict[str, torch.Tensor]:
+
+def merged_state(model: PeftModel, adapter: str) -> dict[str, torch.Tensor]:
     """The weights of `model` (a peft `PeftModel`) with `adapter` merged in, named as the base model's."""
     from peft.tuners.lora import LoraLayer  # heavy: peft only for LoRA policies
 

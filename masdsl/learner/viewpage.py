@@ -28,13 +28,16 @@ import sys
 from collections import deque
 from itertools import chain
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from masdsl.config_schema import DEFAULT_ADVANTAGE
 from masdsl.lang import ast as A
 from masdsl.lang.parse import parse_text
 from masdsl.learner.groupview import Candidate, Group, Section, sections
 from masdsl.runtime.rundir import CONFIG, SOURCE, RunDir
+
+if TYPE_CHECKING:  # `masdsl view` reads run folders without the tracking package
+    from masdsl.tracking import Tracker
 
 PAGE = "view.html"  # in the run folder, and the artifact `view/view.html` of its MLflow run
 MAX_BYTES = 20_000_000  # a browser still opens a 20 MB page in a few seconds
@@ -239,7 +242,7 @@ def run_page(run: RunDir, pairs: Iterable | None = None, *, grouping: str | None
                        subtitle=str(run.path.resolve()), max_bytes=max_bytes)
 
 
-def log_view(run_dir: Path, tracker: Any, grouping: str | None = None,
+def log_view(run_dir: Path, tracker: Tracker, grouping: str | None = None,
              estimators: Mapping[str, str] | None = None) -> Path | None:
     """Write the run's page to `<run_dir>/view.html` and log it as the artifact `view/view.html`.
     A bug here must not fail the run it describes: it is reported and skipped."""

@@ -22,6 +22,7 @@ from masdsl.lang.templates import environment
 
 if TYPE_CHECKING:
     from jinja2 import Template
+    from transformers import PreTrainedTokenizerBase
 
 _FALLBACK_ROLE_PREFIX = "<|{role}|>\n"
 
@@ -66,7 +67,7 @@ def messages_for(prompt: str, system: str | None, variables: Mapping[str, Any], 
     return messages
 
 
-def chat_text(tokenizer: Any, messages: list[dict[str, str]], chat_kwargs: Mapping[str, Any] | None = None) -> str:
+def chat_text(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]], chat_kwargs: Mapping[str, Any] | None = None) -> str:
     """The prompt text: the tokenizer's chat template, or a plain tagged layout without one.
 
     `chat_kwargs` (the policy's `chat_template_kwargs`, e.g. `{"enable_thinking": False}` for
@@ -91,7 +92,7 @@ def chat_text(tokenizer: Any, messages: list[dict[str, str]], chat_kwargs: Mappi
     return text + _FALLBACK_ROLE_PREFIX.format(role="assistant")
 
 
-def text_ids(tokenizer: Any, text: str) -> list[int]:
+def text_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
     """Token ids of `text` with no special tokens added (UTF-8 bytes without a tokenizer).
 
     >>> text_ids(None, "é!")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 from masdsl.lang.workflow import SampleSpec
 
@@ -203,7 +203,7 @@ def as_engine(obj: Any) -> Engine:
     return obj if Engine in type(obj).__mro__ else _GenerateOnly(obj)
 
 
-def as_engines(engines: Any) -> dict[str, Engine]:
+def as_engines(engines: Mapping[str, object]) -> dict[str, Engine]:
     """`as_engine` over a {policy: engine} mapping; policies sharing an object share its engine."""
     made: dict[int, Engine] = {}
     out = {}
