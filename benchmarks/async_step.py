@@ -26,9 +26,9 @@ import torch
 
 import masdsl
 from masdsl.config import resolve_config
-from masdsl.learner.trainer import train
-from masdsl.runtime.plan import resolve_run
+from masdsl.plan.run_plan import resolve_run
 from masdsl.testing import build_tiny_model
+from masdsl.training.trainer import train
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = ("time/step_s", "time/rollout_s", "time/update_s", "time/sync_s", "time/rollout_wait_s", "time/eval_s")

@@ -32,10 +32,10 @@ NO_ACTION = -2.0  # the games' reward for no action, and for a tool program that
 def measure(workflow: str, overrides: list[str], tasks: int, samples: int, show: int = 0) -> tuple[list[dict], dict]:
     """Per (role, turn) rows and the episodes' summary of one untrained training rollout."""
     from masdsl.api import config_of, workflow_of
+    from masdsl.plan.run_plan import resolve_rollout
     from masdsl.runtime.engine_factory import build_engines, close_engines
     from masdsl.runtime.executor import rollout
     from masdsl.runtime.inputs import load_split, make_env
-    from masdsl.runtime.plan import resolve_rollout
 
     wf = workflow_of(workflow)
     cfg = config_of(wf, ["tracking.enabled=false", *overrides])

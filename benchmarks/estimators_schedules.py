@@ -52,8 +52,8 @@ def schedule_text(extra: str) -> str:
 def run(text: str, seed: int, steps: int, model_dir: Path) -> dict:
     import masdsl
     from masdsl.config import resolve_config
-    from masdsl.learner.trainer import train
-    from masdsl.runtime.plan import resolve_run
+    from masdsl.plan.run_plan import resolve_run
+    from masdsl.training.trainer import train
 
     wf = masdsl.loads(text, name="toy_digits", base_dir=TOY.parent)
     models = [f"policy.{p}.model={model_dir}" for p in wf.policies]

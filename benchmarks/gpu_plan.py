@@ -5,7 +5,7 @@
                                                        # docs/performance.md (## scale) and
                                                        # docs/cluster.md (## Recipes)
 
-Every number comes from `masdsl.runtime.gpu_plan` (memory per GPU, bytes per step) applied to
+Every number comes from `masdsl.plan.gpu_plan` (memory per GPU, bytes per step) applied to
 each recipe as `masdsl run` resolves it (the config over its workflow), for Qwen3-1.7B and
 Qwen3-8B. Nothing is measured here: tests/runtime/test_gpu_plan.py checks the parameter count
 against transformers and the activation formula against what autograd saves.
@@ -23,8 +23,8 @@ sys.path.insert(0, str(ROOT))
 
 import masdsl  # noqa: E402
 from masdsl.config import resolve_config  # noqa: E402
-from masdsl.runtime import gpu_plan as gp  # noqa: E402
-from masdsl.runtime.plan import resolve_run  # noqa: E402
+from masdsl.plan import gpu_plan as gp  # noqa: E402
+from masdsl.plan.run_plan import resolve_run  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from perf_doc import replace_block, update  # noqa: E402
@@ -82,7 +82,7 @@ def perf_block(plans: list[gp.Plan], rs: dict[str, gp.Recipe]) -> str:
 ### computed GPU plan
 
 Computed, not measured: `.venv/bin/python benchmarks/gpu_plan.py` applies
-`masdsl.runtime.gpu_plan` to each recipe in `configs/` as `masdsl run` resolves it over its
+`masdsl.plan.gpu_plan` to each recipe in `configs/` as `masdsl run` resolves it over its
 workflow (`gpu_1`: workflows/plan_path.mas; `gpu_8`, `gpu_2x8`: workflows/plan_path_per_role.mas),
 for Qwen3-1.7B and Qwen3-8B, on 80 GiB cards. GiB per GPU at the update's peak, by item; rollout
 and update are the two phases' totals (gradients and activations exist only in the update, a
@@ -106,7 +106,7 @@ def cluster_block(plans: list[gp.Plan], rs: dict[str, gp.Recipe]) -> str:
 ## Recipes
 
 Three configurations in `configs/` size a run to the GPUs at hand; each header holds its commands,
-what runs on which GPU and the computed memory per GPU (`masdsl.runtime.gpu_plan`, rewritten by
+what runs on which GPU and the computed memory per GPU (`masdsl.plan.gpu_plan`, rewritten by
 `benchmarks/gpu_plan.py --write`, checked against the files by the tests). All three carry the
 paper's training settings (configs/paper.yaml), bound prompts at {one.prompt_tokens} tokens and give every
 role, whatever the workflow calls it, the paper's reply budget of {one.response_tokens} tokens:

@@ -34,8 +34,8 @@ NOTE = (
 def run(mode: str, seed: int, steps: int, model_dir: Path) -> dict:
     import masdsl
     from masdsl.config import resolve_config
-    from masdsl.learner.trainer import train
-    from masdsl.runtime.plan import resolve_run
+    from masdsl.plan.run_plan import resolve_run
+    from masdsl.training.trainer import train
 
     wf = masdsl.load(TOY)
     cfg = resolve_config(wf.train, overrides=[

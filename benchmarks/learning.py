@@ -96,8 +96,8 @@ def overrides_for(wf, seed: int, args: argparse.Namespace) -> list[str]:
 
 def run_arm(arm: str, seed: int, args: argparse.Namespace) -> dict:
     from masdsl.config import resolve_config
-    from masdsl.learner.trainer import train
-    from masdsl.runtime.plan import resolve_run
+    from masdsl.plan.run_plan import resolve_run
+    from masdsl.training.trainer import train
 
     wf = load_arm(arm, args)
     overrides = overrides_for(wf, seed, args)
@@ -127,7 +127,7 @@ def run_arm(arm: str, seed: int, args: argparse.Namespace) -> dict:
 def run_swapped(seed: int, args: argparse.Namespace) -> dict:
     """Table 3's swap: the per-role run's trained tool policy plays the planner and vice versa."""
     from masdsl.api import evaluate
-    from masdsl.learner.export import export_run
+    from masdsl.training.export import export_run
 
     run_dir = Path(args.out) / f"mas+at+per-role-seed{seed}"
     wf = load_arm("swapped", args)

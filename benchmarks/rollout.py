@@ -180,10 +180,10 @@ def run_executor(engine, n: int, max_tokens: int, tasks: int) -> dict:
     """The executor in training mode on coder_tester, then the raw engine on its own prompts."""
     import masdsl
     from masdsl.config import resolve_config
+    from masdsl.plan.run_plan import resolve_rollout
     from masdsl.runtime.backends.base import GenRequest
     from masdsl.runtime.executor import rollout
     from masdsl.runtime.inputs import prepare
-    from masdsl.runtime.plan import resolve_rollout
 
     path = ROOT / "workflows" / "coder_tester.mas"
     text = re.sub(r"max_tokens:\s*\d+", f"max_tokens: {max_tokens}", path.read_text())

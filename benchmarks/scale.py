@@ -42,11 +42,11 @@ def one(workers: int, steps: int, via_driver: bool = False) -> dict[str, float]:
     """Run `steps` training steps with `runtime.learner_workers=workers`; per-step timings."""
     import masdsl
     from masdsl.config import resolve_config
-    from masdsl.learner.display import Progress
-    from masdsl.learner.session import open_session, start_state
-    from masdsl.learner.step import train_step
-    from masdsl.learner.trainer import next_batch, seed_everything
-    from masdsl.runtime.plan import resolve_run
+    from masdsl.plan.run_plan import resolve_run
+    from masdsl.training.display import Progress
+    from masdsl.training.session import open_session, start_state
+    from masdsl.training.step import train_step
+    from masdsl.training.trainer import next_batch, seed_everything
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     text = (TOY / "toy_digits.mas").read_text()

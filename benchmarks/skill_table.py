@@ -231,7 +231,7 @@ def curves(runs: list[Path], out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from masdsl.learner.checkpoint import latest
+    from masdsl.training.checkpoint import latest
 
     states = {}
     for run in runs:
@@ -269,7 +269,7 @@ def adapter_change(run: Path) -> dict[str, float]:
     import yaml
     from safetensors.torch import load_file
 
-    from masdsl.learner.checkpoint import latest
+    from masdsl.training.checkpoint import latest
 
     newest = latest(run)
     if newest is None:

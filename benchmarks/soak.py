@@ -1,7 +1,7 @@
 """Soak: 300 training steps of a workflow with the `replay` engine and the sandbox; host RSS
 sampled every step must stay flat (growth from step 50 to the last step under 5 %).
 
-What runs each step is the trainer's loop (`masdsl.learner.trainer.train`) minus the model
+What runs each step is the trainer's loop (`masdsl.training.trainer.train`) minus the model
 update, with the trainer's own functions: `next_batch` -> `collect` (tree-sampled rollout,
 K candidates per role step, every candidate's code run against the task's tests in the
 sandbox) -> `write_records` (appended to records.jsonl) -> `group_records` ->
@@ -112,14 +112,14 @@ def soak(steps: int, batch: int, samples: int, use_ray: bool, folder: Path, log_
     from masdsl.config import resolve_config
     from masdsl.learner.advantages import compute_advantages
     from masdsl.learner.grouping import group_records
-    from masdsl.learner.metrics import step_metrics
-    from masdsl.learner.step import collect
-    from masdsl.learner.trainer import next_batch
+    from masdsl.plan.run_plan import resolve_run
     from masdsl.runtime.engine_factory import build_engines
-    from masdsl.runtime.records import write_records
     from masdsl.runtime.inputs import prepare
-    from masdsl.runtime.plan import resolve_run
+    from masdsl.runtime.records import write_records
     from masdsl.tracking import start_run
+    from masdsl.training.metrics import step_metrics
+    from masdsl.training.step import collect
+    from masdsl.training.trainer import next_batch
 
     mas, replay = write_inputs(folder / "inputs", n_tasks=steps * batch)
     run_dir = folder / "run"

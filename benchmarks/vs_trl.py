@@ -66,13 +66,13 @@ def run_ours(steps: int, engine: str = "hf") -> dict:
     from masdsl.learner.advantages import compute_advantages
     from masdsl.learner.grouping import group_records
     from masdsl.learner.policies import load_policies, sync
-    from masdsl.learner.session import build_optimizer
-    from masdsl.learner.step import collect
-    from masdsl.learner.trainer import seed_everything
-    from masdsl.runtime.engine_factory import build_engines
     from masdsl.learner.update import update_policy
+    from masdsl.plan.run_plan import resolve_run
+    from masdsl.runtime.engine_factory import build_engines
     from masdsl.runtime.inputs import prepare
-    from masdsl.runtime.plan import resolve_run
+    from masdsl.training.session import build_optimizer
+    from masdsl.training.step import collect
+    from masdsl.training.trainer import seed_everything
 
     wf = masdsl.loads(WORKFLOW, name="vs_trl.mas", base_dir=HERE)
     cfg = resolve_config(wf.train, overrides=[f"runtime.engine={engine}", "tracking.enabled=false"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os as _os
 
-__version__ = "0.1.0"
+from masdsl.version import __version__
 
 __all__ = ["load", "loads", "train", "evaluate", "rollout", "TrainResult", "EvalResult", "Rollout", "__version__"]
 _API = ("train", "evaluate", "rollout", "TrainResult", "EvalResult", "Rollout")

@@ -9,7 +9,7 @@ dotted `key=value` strings of the command line; `config` is a YAML file (as `--c
 `Config`. The configuration is layered as on the command line: defaults < the file's `train { }`
 < `config` < `overrides`. Mistakes raise `masdsl.errors.UserError` subclasses before any model
 loads. `train` and `evaluate` share their code with `masdsl run` and `masdsl eval`
-(`masdsl.learner.trainer.train`, `masdsl.learner.evaluation.run_evaluation`).
+(`masdsl.training.trainer.train`, `masdsl.training.evaluation.run_evaluation`).
 """
 
 from __future__ import annotations
@@ -23,16 +23,16 @@ from masdsl.config import Config, check_names, resolve_config, to_yaml
 from masdsl.errors import UserError
 from masdsl.lang import load, loads
 from masdsl.lang.workflow import Workflow
-from masdsl.learner import checkpoint as ckpt
-from masdsl.learner.evaluation import EvalResult, eval_tasks, run_evaluation
-from masdsl.runtime.plan import resolve_rollout, resolve_run
-from masdsl.learner.trainer import TrainResult
-from masdsl.learner.trainer import train as _train
+from masdsl.plan.run_plan import resolve_rollout, resolve_run
 from masdsl.runtime.engine_factory import build_engines, close_engines
 from masdsl.runtime.executor import Rollout
 from masdsl.runtime.executor import rollout as _rollout
-from masdsl.runtime.rundir import RunDir
 from masdsl.runtime.inputs import load_split, make_env
+from masdsl.runtime.rundir import RunDir
+from masdsl.training import checkpoint as ckpt
+from masdsl.training.evaluation import EvalResult, eval_tasks, run_evaluation
+from masdsl.training.trainer import TrainResult
+from masdsl.training.trainer import train as _train
 
 __all__ = ["train", "evaluate", "rollout", "TrainResult", "EvalResult", "Rollout", "workflow_of", "config_of"]
 

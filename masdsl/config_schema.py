@@ -113,7 +113,7 @@ class PolicyOverride:
     model: Optional[str] = None
     lora: Optional[dict[str, Any]] = None
     frozen: Optional[bool] = None
-    lr: Optional[float] = None  # the policy's schedule (masdsl.runtime.schedule), instead of its block's
+    lr: Optional[float] = None  # the policy's schedule (masdsl.plan.schedule), instead of its block's
     train_every: Optional[int] = None
     frozen_until: Optional[int] = None
     # passed to `tokenizer.apply_chat_template(..., **kwargs)`, e.g. {enable_thinking: false} for
@@ -206,7 +206,7 @@ NAMED_SECTIONS = {"policy": PolicyOverride, "sample": SampleOverride}
 
 def train_problems(tc: TrainConfig) -> list[str]:
     """Every problem with the `train` section's numbers alone (empty when it is valid); the run plan
-    (`masdsl.runtime.plan.resolve_run`) adds the checks that need the workflow and the runtime.
+    (`masdsl.plan.run_plan.resolve_run`) adds the checks that need the workflow and the runtime.
 
     >>> from masdsl.config import resolve_config
     >>> train_problems(resolve_config(overrides=["train.clip_eps=1.5"]).train)

@@ -19,7 +19,7 @@ import re
 import networkx as nx
 import pytest
 
-from masdsl.testing.layout import LAYERS, ROOT, import_graph, layer_of, modules, parsed
+from masdsl.testing.layout import LAYERS, ROOT, import_graph, imports_of, layer_of, modules, parsed
 from masdsl.testing.lazy_imports import function_level_imports
 from masdsl.testing.typing_figures import bare_any_by_file, bare_any_params, seam_any_params
 
@@ -100,10 +100,35 @@ def test_no_arrow_back_up():
     assert not upward, f"imports from a lower layer into a higher one: {upward}"
 
 
+@pytest.mark.parametrize("source", ["import masdsl", "from masdsl import load", "from .. import load"])
+def test_an_import_of_a_parent_package_is_an_edge_the_layers_see(source):
+    # `masdsl/__init__.py` reaches the API (and so the trainer) lazily: a learner module importing
+    # the root package closes the loop learner -> masdsl -> api -> learner, which the layer rule
+    # must see although `masdsl` is a parent of the importer (a fake module, so main stays clean).
+    fake = "masdsl.learner.fake_importer"
+    known = {**MODULES, fake: ROOT / "masdsl" / "learner" / "fake_importer.py"}
+    edges = {(fake, target) for target in imports_of(fake, ast.parse(source), known)}
+    assert (fake, "masdsl") in edges
+    assert [e for e in edges if layer_of(e[1]) > layer_of(e[0])] == [(fake, "masdsl")]
+
+
+def test_no_subpackage_shadows_an_api_name():
+    # importing `masdsl.train.x` would set `masdsl.train` to the package, and `masdsl.train(...)` breaks
+    import masdsl
+
+    clashes = [m for m in MODULES if m.count(".") == 1 and m.split(".")[1] in masdsl.__all__]
+    assert not clashes, f"subpackages named like the API's functions: {clashes}"
+
+
+def test_an_import_of_its_own_package_stays_in_its_layer():
+    edges = imports_of("masdsl.lang.parse", ast.parse("from masdsl.lang import load"), MODULES)
+    assert edges == {"masdsl.lang"} and layer_of("masdsl.lang") == layer_of("masdsl.lang.parse")
+
+
 @pytest.mark.parametrize("module", ["masdsl.envs.registry", "masdsl.runtime.executor", "masdsl.commands.run"])
 def test_layer_of_places_known_modules(module):
     assert 0 <= layer_of(module) < len(LAYERS)
-    assert layer_of("masdsl.errors") < layer_of("masdsl.lang.parse") < layer_of("masdsl.learner.trainer")
+    assert layer_of("masdsl.errors") < layer_of("masdsl.lang.parse") < layer_of("masdsl.training.trainer")
 
 
 def test_doc_references_exist():
@@ -197,7 +222,7 @@ def test_no_getattr_probes_on_engines():
 # Where `cfg.policy` / `cfg.sample` may be touched: the config layer that defines and resolves them
 # (`policy_override`, the name check), the plan's builder, and the two commands that write a
 # checkpoint's model into a configuration before it is planned. Everyone else reads the plan's answer.
-OVERRIDE_OWNERS = {"masdsl.config", "masdsl.runtime.plan", "masdsl.learner.evaluation", "masdsl.learner.export"}
+OVERRIDE_OWNERS = {"masdsl.config", "masdsl.plan.run_plan", "masdsl.training.evaluation", "masdsl.training.export"}
 
 
 def test_only_the_plan_and_config_read_policy_and_sample_overrides():
@@ -213,22 +238,22 @@ def test_only_the_plan_and_config_read_policy_and_sample_overrides():
     assert not readers, f"`cfg.policy`/`cfg.sample` read outside the plan's builder: {readers}"
 
 
-# The consumers of a run's configuration: each takes the `RunPlan` (`masdsl.runtime.plan`), never a
+# The consumers of a run's configuration: each takes the `RunPlan` (`masdsl.plan.run_plan`), never a
 # `Config`, so what runs is what the plan says (module, function, the parameter that holds the plan).
 PLAN_CONSUMERS = [
     ("masdsl.runtime.engine_factory", "build_engines", "plan"),
     ("masdsl.runtime.executor", "rollout", "plan"),
-    ("masdsl.runtime.gpu_plan", "recipe_from_plan", "plan"),
-    ("masdsl.learner.session", "open_session", "plan"),
+    ("masdsl.plan.gpu_plan", "recipe_from_plan", "plan"),
+    ("masdsl.training.session", "open_session", "plan"),
     ("masdsl.learner.policies", "load_policies", "plan"),
-    ("masdsl.learner.step", "collect", "plan"),
-    ("masdsl.learner.evaluation", "evaluate", "plan"),
+    ("masdsl.training.step", "collect", "plan"),
+    ("masdsl.training.evaluation", "evaluate", "plan"),
     ("masdsl.learner.learners", "open_learners", "plan"),
-    ("masdsl.learner.display", "role_budgets", "plan"),
-    ("masdsl.learner.trainer", "train", "plan"),
-    ("masdsl.learner.evaluation", "run_evaluation", "plan"),
-    ("masdsl.learner.warm_start", "warm_start", "plan"),
-    ("masdsl.learner.export", "export_checkpoint", "plan"),
+    ("masdsl.training.display", "role_budgets", "plan"),
+    ("masdsl.training.trainer", "train", "plan"),
+    ("masdsl.training.evaluation", "run_evaluation", "plan"),
+    ("masdsl.training.warm_start", "warm_start", "plan"),
+    ("masdsl.training.export", "export_checkpoint", "plan"),
     ("masdsl.runtime.rundir", "open", "plan"),
 ]
 
@@ -243,7 +268,7 @@ def test_the_consumers_take_the_run_plan(module, function, parameter):
 
 
 def test_only_the_plan_computes_the_effective_policies():
-    callers = sorted(m for m, (tree, _) in TREES.items() if m != "masdsl.runtime.plan" and any(
+    callers = sorted(m for m, (tree, _) in TREES.items() if m != "masdsl.plan.run_plan" and any(
         isinstance(n, ast.Name) and n.id in ("effective_policies", "role_sample") for n in ast.walk(tree)))
     assert not callers, f"modules that re-derive the policies or sampling instead of reading the plan: {callers}"
 

@@ -20,7 +20,7 @@ import pytest
 
 from masdsl import cli
 from masdsl.commands import output
-from masdsl.runtime import models
+from masdsl.plan import model_names
 
 ROOT = Path(__file__).parents[1]
 BAD = ROOT / "tests" / "lang" / "errors" / "many-errors.mas"
@@ -149,7 +149,7 @@ def test_bash_completion_completes(tmp_path, capsys):
 
 def test_env_reports_versions_devices_sandbox_and_cache(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("MASDSL_CACHE", str(tmp_path))
-    first = next(iter(models.BUILTINS))
+    first = next(iter(model_names.BUILTINS))
     folder = tmp_path / "models" / first
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("{}")
@@ -164,7 +164,7 @@ def test_env_reports_versions_devices_sandbox_and_cache(tmp_path, monkeypatch, c
     assert doc["cpus"].split()[0].isdigit() and isinstance(doc["gpus"], list)
     assert doc["sandbox"].split()[0] in ("bwrap", "unshare", "none")
     assert doc["cache"] == str(tmp_path)
-    assert set(doc["builtin_models"]) == set(models.BUILTINS)  # however many built-ins there are
+    assert set(doc["builtin_models"]) == set(model_names.BUILTINS)  # however many built-ins there are
     assert doc["builtin_models"][first] == str(folder)
     assert all(v is None for k, v in doc["builtin_models"].items() if k != first)
     assert cli.main(["env"]) == 0

@@ -3,7 +3,7 @@ modes: stdin to stdout, `--diff`, a folder, `--check`.
 
 The run folders are built by hand: `records.jsonl` holds the training rollouts (steps 0, 1) and
 `eval/step_N.jsonl` the evaluations after N steps, as `masdsl run` writes them
-(`masdsl.runtime.rundir`, `masdsl.learner.evaluation.evaluate`).
+(`masdsl.runtime.rundir`, `masdsl.training.evaluation.evaluate`).
 """
 
 from __future__ import annotations

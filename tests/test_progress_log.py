@@ -22,9 +22,9 @@ import pytest
 
 from masdsl import cli
 from masdsl.commands import output
-from masdsl.learner.display import Progress, print_summary
-from masdsl.learner.loglines import LogLines
 from masdsl.runtime import heartbeat
+from masdsl.training.display import Progress, print_summary
+from masdsl.training.loglines import LogLines
 
 ROOT = Path(__file__).parents[1]
 DATA = ROOT / "tests" / "reliability" / "data"

@@ -17,7 +17,7 @@ import yaml
 import masdsl
 from masdsl import cli
 from masdsl.config import Config, ConfigError, check_names, policy_override, resolve_config
-from masdsl.runtime.plan import resolve_rollout, resolve_run
+from masdsl.plan.run_plan import resolve_rollout, resolve_run
 
 ROOT = Path(__file__).parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -135,7 +135,7 @@ def test_print_config_prints_every_key_after_files_and_overrides(flag, tmp_path,
 def test_print_config_loads_no_model_and_imports_no_trainer():
     code = ("import sys; from masdsl import cli\n"
             "rc = cli.main(['run', 'workflows/plan_path_per_role.mas', '--config', 'configs/gpu_2x8.yaml', '--print-config'])\n"
-            "heavy = [m for m in ('torch', 'vllm', 'transformers', 'ray', 'mlflow', 'masdsl.learner.trainer') if m in sys.modules]\n"
+            "heavy = [m for m in ('torch', 'vllm', 'transformers', 'ray', 'mlflow', 'masdsl.training.trainer') if m in sys.modules]\n"
             "print(rc, heavy, file=sys.stderr)\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.stderr.strip().splitlines()[-1] == "0 []", proc.stderr

@@ -1,4 +1,4 @@
-"""The run's pre-flight (`masdsl.runtime.plan.resolve_run`) is the same for `masdsl run`,
+"""The run's pre-flight (`masdsl.plan.run_plan.resolve_run`) is the same for `masdsl run`,
 `masdsl run --dry-run`, `masdsl check FILE [overrides]` and `masdsl graph`: each refuses what a
 run refuses, with the same message, and loads nothing heavy. Every command runs in a child
 process in which importing torch, vLLM, Ray or MLflow fails, so a check that let a run start

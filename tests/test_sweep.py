@@ -15,7 +15,7 @@ import time
 import pytest
 
 from masdsl.cli import main
-from masdsl.learner.sweep import expand, trials
+from masdsl.sweep.grid import expand, trials
 from tests.support.overrides import tiny_hf
 from tests.support.toy import TOY
 
@@ -62,7 +62,7 @@ def test_a_2x2_sweep_killed_after_two_trials_resumes_and_compares_its_children(t
     finished = [json.loads(line)["id"] for line in results.read_text().splitlines()]
     assert len(finished) in (2, 3)  # a third may have ended between the poll and the kill
     # the same command again: only the trials that had not finished run
-    from masdsl.learner.sweep_runner import run_sweep
+    from masdsl.sweep.runner import run_sweep
 
     overrides = sweep_overrides(tiny_model_dir, tmp_path)
     common, arms = expand(overrides)
@@ -98,7 +98,7 @@ def test_a_trial_cut_off_after_a_checkpoint_continues_from_it(tiny_model_dir, tm
     """A trial whose folder holds a checkpoint (the sweep was killed mid-trial) continues from
     that step instead of starting again, and writes its progress lines to progress.log."""
     from masdsl import api
-    from masdsl.learner.sweep_runner import PROGRESS_LOG, run_sweep
+    from masdsl.sweep.runner import PROGRESS_LOG, run_sweep
 
     common = [*tiny_hf(tiny_model_dir),
               "train.samples=2", "train.batch=2", "train.eval_tasks=2", "train.checkpoint_every=1"]
@@ -138,7 +138,7 @@ def test_a_restart_with_another_grid_is_refused(tmp_path, capsys):
 
 
 def test_a_running_trial_reports_the_step_of_its_newest_whole_record(tmp_path):
-    from masdsl.learner.sweep_runner import latest_step
+    from masdsl.sweep.runner import latest_step
 
     assert latest_step(tmp_path) is None
     big = [0] * 40_000  # records hold token ids: lines longer than the first read window

@@ -3,7 +3,7 @@ with file:line:col, then what `masdsl run` would refuse.
 
 Prints one line per valid file (`ok  workflows/x.mas  roles=2 edges=4 max_turns=4`) and every
 diagnostic of the others (long rustc-style form, or `--format short`). A file without errors is
-then planned as `masdsl run` plans it (`masdsl.runtime.plan.resolve_run`), with its `train { }`
+then planned as `masdsl run` plans it (`masdsl.plan.run_plan.resolve_run`), with its `train { }`
 block, the `--config` files and the dotted overrides (a word with `=`, or `~key`): what the run
 would refuse is printed as `FILE: MESSAGE`, the message exactly as `masdsl run` gives it. Exit 0
 when every file is valid, 2 when any has errors. Warnings never change the exit status. A file
@@ -29,7 +29,7 @@ from masdsl.config import resolve_config
 from masdsl.errors import UserError
 from masdsl.lang import analyze
 from masdsl.lang.errors import render_all
-from masdsl.runtime.plan import resolve_run
+from masdsl.plan.run_plan import resolve_run
 
 
 def add_arguments(p) -> None:

@@ -6,7 +6,7 @@ from the driver's `/proc/driver/nvidia/gpus` or `nvidia-smi -L`, or with `--torc
 torch sees, which imports it: a few seconds), the isolation the sandbox picks for generated
 code on this machine (`masdsl.sandbox.isolation.choose_mode`), the cache folder
 (`masdsl.runtime.models.cache_dir`) and which built-in models are already unpacked there
-(`masdsl.runtime.models.BUILTINS`). `--json` prints the same as one JSON object.
+(`masdsl.plan.model_names.BUILTINS`). `--json` prints the same as one JSON object.
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import masdsl
 from masdsl.errors import UserError
+from masdsl.plan.model_names import BUILTINS, is_model_dir
 from masdsl.runtime import models as registry
 from masdsl.sandbox.isolation import choose_mode, zygote_enabled
 from masdsl.sandbox.limits import Limits
+from masdsl.version import __version__
 
 PACKAGES = {  # shown name -> distributions that provide it, first installed wins
     "torch": ("torch",),
@@ -62,7 +63,7 @@ def masdsl_version() -> str:
     try:
         return importlib.metadata.version("masdsl")
     except importlib.metadata.PackageNotFoundError:
-        return f"{masdsl.__version__} (not installed: source tree)"
+        return f"{__version__} (not installed: source tree)"
 
 
 def cpus() -> str:
@@ -120,9 +121,9 @@ def models() -> tuple[str, dict[str, str | None]]:
     """The cache folder, and per built-in model its unpacked folder there (None: not yet)."""
     root = registry.cache_dir()
     present = {}
-    for name in registry.BUILTINS:
+    for name in BUILTINS:
         folder = root / "models" / name
-        present[name] = str(folder) if registry.is_model_dir(folder) else None
+        present[name] = str(folder) if is_model_dir(folder) else None
     return str(root), present
 
 

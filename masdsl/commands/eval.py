@@ -17,11 +17,11 @@ pass@k for k = 1, 2, 4, ... and N; it is meant with `--temperature T > 0`
 
 `--checkpoint RUN_DIR` (or `RUN_DIR/checkpoints/step_N`) evaluates the run's trained policies
 (without FILE: on the workflow the run folder keeps, `masdsl.runtime.run_files`):
-they are exported to a temporary folder (`masdsl.learner.export`, LoRA merged) and evaluated
+they are exported to a temporary folder (`masdsl.training.export`, LoRA merged) and evaluated
 as `policy.NAME.model=FOLDER`; the other settings come from the file and the overrides, as
 without it. `--json` prints `{"workflow", "run_dir", "tasks", "checkpoint", "metrics"}` on stdout
 (the progress bar and warnings stay on stderr). The evaluation itself is
-`masdsl.learner.evaluation.run_evaluation`, shared with `masdsl.evaluate`.
+`masdsl.training.evaluation.run_evaluation`, shared with `masdsl.evaluate`.
 
 This module is the light half (the arguments, the configuration and the plan: no torch);
 `masdsl.commands.eval_body` evaluates the plan it hands over.
@@ -37,7 +37,7 @@ from masdsl.config import resolve_config
 from masdsl.errors import UserError
 from masdsl.lang import load
 from masdsl.lang.workflow import Workflow
-from masdsl.runtime.plan import RunPlan, resolve_rollout
+from masdsl.plan.run_plan import RunPlan, resolve_rollout
 
 BODY = "masdsl.commands.eval_body"  # the evaluation (engines, torch): imported by the CLI once the plan is made
 
@@ -148,7 +148,7 @@ def _workflow(args: argparse.Namespace) -> Workflow:
         return load(args.file)
     if not args.checkpoint:
         raise UserError("masdsl eval: name the workflow file (masdsl eval FILE), or a run with --checkpoint RUN_DIR")
-    from masdsl.learner.export import find_checkpoint, run_workflow  # heavy: torch, only for --checkpoint without FILE
+    from masdsl.training.export import find_checkpoint, run_workflow  # heavy: torch, only for --checkpoint without FILE
 
     return run_workflow(find_checkpoint(args.checkpoint).parent.parent)
 

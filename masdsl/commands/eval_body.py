@@ -14,11 +14,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from masdsl.commands import output
 from masdsl.commands.eval import table
-from masdsl.learner.display import cut_warnings, role_budgets
-from masdsl.learner.evaluation import EvalResult, eval_tasks, greedy_repeats_warning, run_evaluation
-from masdsl.learner.loglines import LogLines
-from masdsl.runtime.plan import RunPlan
+from masdsl.plan.run_plan import RunPlan
 from masdsl.sandbox import isolation_summary, limits_from_config
+from masdsl.training.display import cut_warnings, role_budgets
+from masdsl.training.evaluation import EvalResult, eval_tasks, greedy_repeats_warning, run_evaluation
+from masdsl.training.loglines import LogLines
 
 
 def main(args: argparse.Namespace, plan: RunPlan) -> int:

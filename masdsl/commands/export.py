@@ -8,7 +8,7 @@ Default out: `RUN_DIR/export/step_N/<policy>/`. The workflow is the one the run 
 its copies of the source and of every file it reads, checked against their sha256
 (`masdsl.runtime.run_files`), so an export works after the originals moved or changed;
 `--workflow FILE` names another (a run folder of an earlier version kept only `workflow.mas`).
-See `masdsl.learner.export`.
+See `masdsl.training.export`.
 
 This module is the light half (the arguments; `--workflow FILE` is loaded and checked before
 torch); `masdsl.commands.export_body` exports.

@@ -1,5 +1,5 @@
 """The body of `masdsl export` (`masdsl.commands.export` is its light half): write the run's
-trained policies (`masdsl.learner.export.export_run`).
+trained policies (`masdsl.training.export.export_run`).
 
 Imported by the CLI only once the arguments were checked: it imports torch.
 """
@@ -11,7 +11,7 @@ import contextlib
 
 from masdsl.commands import output
 from masdsl.lang.workflow import Workflow
-from masdsl.learner.export import export_run
+from masdsl.training.export import export_run
 
 
 def main(args: argparse.Namespace, workflow: Workflow | None) -> int:

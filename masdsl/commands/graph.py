@@ -1,10 +1,10 @@
 """`masdsl graph FILE [overrides...] [--config YAML]`: the turn graph (ascii | mermaid | dot | svg |
 png), the AT-GRPO groups the trainer will form per (role, turn) for `train.samples` (K), and the
 placement of `masdsl run` with this configuration: per policy its engine (kind, driver or Ray
-actors, replicas, GPUs, tensor parallelism, sleep mode) and its learner (`runtime.placement`).
+actors, replicas, GPUs, tensor parallelism, sleep mode) and its learner (`masdsl.plan.placement`).
 
 The configuration is resolved as `masdsl run` resolves it (defaults < `train { }` < `--config` <
-overrides) and planned by the run's own pre-flight (`masdsl.runtime.plan.resolve_run`), so the
+overrides) and planned by the run's own pre-flight (`masdsl.plan.run_plan.resolve_run`), so the
 policies table and the placement show the same models and a run's refusal is the same error
 here; nothing starts. svg and png go through Graphviz's `dot` program.
 """
@@ -22,7 +22,7 @@ from masdsl.errors import UserError
 from masdsl.lang import graph as G
 from masdsl.lang import load
 from masdsl.lang.workflow import Workflow
-from masdsl.runtime.plan import resolve_run
+from masdsl.plan.run_plan import resolve_run
 
 
 class GraphvizMissing(UserError):

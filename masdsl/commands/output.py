@@ -12,7 +12,7 @@
 
 A console on a file or pipe (a log) is `WIDE`: rich wraps nothing there, so a long line or the
 `mlflow ui ...` command in a table stays one line; the training progress then prints plain
-lines instead of a bar (`masdsl.learner.display.Progress`).
+lines instead of a bar (`masdsl.training.display.Progress`).
 
 Every command asks here: `use_color(stream)` for plain text (diagnostics), `console()` for a
 rich console (tables, progress bars), `quiet()` before it prints progress.

@@ -1,10 +1,10 @@
 """`masdsl run FILE [overrides...] [--config YAML] [--resume RUN_DIR] [--dry-run] [-m]`: train with AT-GRPO.
 
 Loads and checks the workflow, resolves the configuration (defaults < `train { }` <
-`--config` < overrides), plans the run (`masdsl.runtime.plan.resolve_run`: every mistake of the
+`--config` < overrides), plans the run (`masdsl.plan.run_plan.resolve_run`: every mistake of the
 configuration for this workflow, before any model loads; `--dry-run` prints the resolved
 configuration and the plan and stops there, exit 0), then runs
-`masdsl.learner.trainer.train` in a fresh run folder (`runs/<workflow>/<timestamp>/`) or, with
+`masdsl.training.trainer.train` in a fresh run folder (`runs/<workflow>/<timestamp>/`) or, with
 `--resume`, continues the newest complete checkpoint of an earlier run in its own folder
 (the configuration saved with the checkpoint, plus any overrides given now, e.g. more
 `train.steps`). Ends with a table: eval success before vs after, where the run, its
@@ -36,7 +36,7 @@ from masdsl.config import Config, check_names, resolve_config, to_yaml
 from masdsl.errors import UserError
 from masdsl.lang import load
 from masdsl.lang.workflow import Workflow
-from masdsl.runtime.plan import RunPlan, resolve_run
+from masdsl.plan.run_plan import RunPlan, resolve_run
 
 BODY = "masdsl.commands.run_body"  # the trainer (torch): imported by the CLI once `prepare` accepted the run
 
@@ -80,7 +80,7 @@ def resumed(path: str, workflow: Workflow) -> Path:
     against the workflow."""
     if not Path(path).exists():  # before torch's import: a mistyped path is answered at once
         raise UserError(f"{path}: no such run folder or checkpoint (--resume)")
-    from masdsl.learner import checkpoint  # heavy: torch, only for --resume (the checkpoint module saves tensors)
+    from masdsl.training import checkpoint  # heavy: torch, only for --resume (the checkpoint module saves tensors)
 
     ck = checkpoint.find(path)
     checkpoint.read_state(ck, workflow)  # a checkpoint of a workflow that meant something else: refuse early

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from masdsl.commands import output
 from masdsl.commands.run import Accepted
-from masdsl.learner import checkpoint
-from masdsl.learner.trainer import train
 from masdsl.runtime.rundir import RunDir
+from masdsl.training import checkpoint
+from masdsl.training.trainer import train
 
 
 def resume_hint(args: argparse.Namespace, run_dir: str | Path) -> str:

@@ -8,7 +8,7 @@ kept in `runs/<workflow>/sweeps/<name>/trials/`, and recorded in MLflow as a chi
 sweep's parent run, tagged with its overrides. At the end it prints the comparison (final and
 best eval success, eval reward, non-flat share, wall time; mean over seeds with a 95 % interval)
 and writes one curves image per metric, both also kept on the parent run. Run the same command
-again to resume: finished trials are skipped (`masdsl.learner.sweep_runner`).
+again to resume: finished trials are skipped (`masdsl.sweep.runner`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import argparse
 import json
 
 from masdsl.commands import output, split_options
-from masdsl.learner.sweep import parse_seeds
-from masdsl.learner.sweep_runner import run_sweep
+from masdsl.sweep.grid import parse_seeds
+from masdsl.sweep.runner import run_sweep
 
 
 def _options(p: argparse.ArgumentParser) -> None:

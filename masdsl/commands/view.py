@@ -1,5 +1,5 @@
 """`masdsl view RUN_DIR [--out FILE.html] [--step S] [--serve [--port P]]`: the AT-GRPO groups
-of a run as one self-contained HTML page (`masdsl.learner.viewpage`).
+of a run as one self-contained HTML page (`masdsl.training.viewpage`).
 
 For each step, each (task, role, turn) group with its K candidates side by side: the prompt,
 each reply, its parsed fields, reward and its terms, advantage, whether it was selected, cut at
@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 
 from masdsl.commands.trace import check_step, selected_records
 from masdsl.errors import UserError
-from masdsl.learner.viewpage import MAX_BYTES, PAGE, run_page
 from masdsl.runtime.rundir import RunDir, open_run
+from masdsl.training.viewpage import MAX_BYTES, PAGE, run_page
 
 DEFAULT_PORT = 8765
 

@@ -1,6 +1,6 @@
 """`masdsl warm-start FILE --out DIR [--roles R ...] [--tasks N] [--epochs N] [--lr X] [overrides...]`.
 
-A short supervised warm start on the env's own demonstrations (`masdsl.learner.warm_start`):
+A short supervised warm start on the env's own demonstrations (`masdsl.training.warm_start`):
 the roles' shared policy learns, for the last N train tasks, the reply the env knows to be good
 at turn 0 (Plan-Path: the tool program, the planner's shortest path). Writes a Hugging Face
 folder; train from it with `masdsl run FILE policy.<name>.model=DIR` (what `make run` does).
@@ -19,9 +19,9 @@ from masdsl.commands import output, split_options
 from masdsl.config import resolve_config
 from masdsl.errors import UserError
 from masdsl.lang import load
-from masdsl.learner.loglines import LogLines
-from masdsl.learner.warm_start import DEFAULT_LR, DEFAULT_TASKS, INFO_FILE, warm_start
-from masdsl.runtime.plan import RunPlan, resolve_rollout
+from masdsl.plan.run_plan import RunPlan, resolve_rollout
+from masdsl.training.loglines import LogLines
+from masdsl.training.warm_start import DEFAULT_LR, DEFAULT_TASKS, INFO_FILE, warm_start
 
 
 def _options(p: argparse.ArgumentParser) -> None:

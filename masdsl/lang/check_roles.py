@@ -15,10 +15,10 @@ from typing import Any
 
 from masdsl.config import SAMPLE_RANGES  # shared with the config's `sample.<role>` overrides
 from masdsl.config_schema import ADVANTAGE_MIN_K, ADVANTAGES
+from masdsl.errors import did_you_mean
 from masdsl.lang import ast as A
 from masdsl.lang.context import ANY, BOOL, LIST, NUMBER, STR, Ctx
 from masdsl.lang.context import ticks as _ticks
-from masdsl.errors import did_you_mean
 
 RESERVED = {"start", "end", "task", "env", "turn", "output", "role", "history", "ok", "true", "false",
             "and", "or", "not", "when"}
@@ -27,7 +27,7 @@ SAMPLE_KEYS = {"temperature": "number", "top_p": "number", "top_k": "number", "m
                "samples": "number"}
 POLICY_KEYS = {"model": "str", "lora": "block", "frozen": "bool", "chat_template_kwargs": "block", "lr": "number",
                "train_every": "number", "frozen_until": "number"}
-# the schedule keys of a policy block (masdsl.runtime.schedule): (test, what the value must be)
+# the schedule keys of a policy block (masdsl.plan.schedule): (test, what the value must be)
 SCHEDULE_RANGES = {"lr": (lambda v: v > 0, "positive (the policy's AdamW learning rate)"),
                    "train_every": (lambda v: isinstance(v, int) and v >= 1, "a whole number of at least 1"),
                    "frozen_until": (lambda v: isinstance(v, int) and v >= 0, "a whole number of at least 0 (a step)")}

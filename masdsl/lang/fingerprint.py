@@ -1,7 +1,7 @@
 """What a compiled workflow means, part by part: `fingerprint(workflow) -> {part: digest}`.
 
 A checkpoint keeps the fingerprint of the workflow it was trained on
-(`masdsl.learner.checkpoint.TrainState.workflow_fingerprint`), so `masdsl run --resume`,
+(`masdsl.training.checkpoint.TrainState.workflow_fingerprint`), so `masdsl run --resume`,
 `masdsl eval --checkpoint` and `masdsl export` compare what the workflow means, not its text:
 comments, blank lines, the layout `masdsl fmt` writes and source positions change no part.
 What does count: the workflow's name, the env and its arguments, the data lines, the imports,
@@ -38,7 +38,7 @@ from masdsl.lang import ast as A
 from masdsl.lang.workflow import Workflow
 
 # Bumped whenever the canonical form below changes: a checkpoint of another format is compared by
-# its text hash instead (`masdsl.learner.checkpoint`), so a new masdsl never calls an old run "changed".
+# its text hash instead (`masdsl.training.checkpoint`), so a new masdsl never calls an old run "changed".
 FORMAT = "1"
 FORMAT_KEY = "fingerprint_format"
 SHOWN_CHARS = 80  # a part this short is kept as text (shown in refusals), a longer one as a hash

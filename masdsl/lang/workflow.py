@@ -136,7 +136,7 @@ class PolicySpec:
     span: Span | None = None
     # extra keyword arguments of `tokenizer.apply_chat_template`, e.g. {"enable_thinking": False}
     chat_template_kwargs: Mapping[str, Any] | None = None
-    # its schedule (masdsl.runtime.schedule): AdamW lr (None: train.lr), updates at steps N, 2N, ...,
+    # its schedule (masdsl.plan.schedule): AdamW lr (None: train.lr), updates at steps N, 2N, ...,
     # none at steps 1..frozen_until
     lr: float | None = None
     train_every: int = 1

@@ -29,7 +29,7 @@ from masdsl.learner.logprobs import KLReference
 from masdsl.learner.policies import Policy, iter_trainable
 from masdsl.learner.update import UpdateBatch, UpdateStats, update_policy
 from masdsl.learner.workers import LearnerGroup, build_optimizer, references
-from masdsl.runtime.plan import RunPlan
+from masdsl.plan.run_plan import RunPlan
 
 Log = Callable[[str], None]
 

@@ -38,7 +38,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from masdsl.runtime.gpu_plan import LOGIT_CHUNK_ELEMENTS  # the memory model counts one chunk at a time
+from masdsl.plan.gpu_plan import LOGIT_CHUNK_ELEMENTS  # the memory model counts one chunk at a time
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel

@@ -8,7 +8,7 @@
 - `frozen: true` policies act but never train.
 
 Where each policy's engine runs and where it learns is the run plan's
-(`masdsl.runtime.plan.RunPlan.placement`); this module loads the weights it names
+(`masdsl.plan.run_plan.RunPlan.placement`); this module loads the weights it names
 (`load_policies(plan)`).
 """
 
@@ -21,11 +21,11 @@ from typing import Any, Callable, Iterator, Mapping
 import torch
 
 from masdsl.lang.workflow import LoraSettings, PolicySpec
-from masdsl.runtime.backends.base import Engine
 from masdsl.learner.lora_merge import merged_state
+from masdsl.plan.placement import is_trainable
+from masdsl.plan.run_plan import RunPlan
+from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.models import load_model, resolve_model
-from masdsl.runtime.placement import is_trainable
-from masdsl.runtime.plan import RunPlan
 
 
 @dataclass
@@ -145,7 +145,7 @@ def master_dtype(plan: RunPlan) -> str:
 
     >>> import masdsl
     >>> from masdsl.config import resolve_config
-    >>> from masdsl.runtime.plan import resolve_rollout
+    >>> from masdsl.plan.run_plan import resolve_rollout
     >>> wf = masdsl.load("workflows/coder_tester.mas")
     >>> master_dtype(resolve_rollout(wf, resolve_config(overrides=["runtime.dtype=bfloat16"])))
     'float32'

@@ -30,12 +30,12 @@ from typing import Any, Callable, Mapping, Protocol
 
 from masdsl.config import ConfigError
 from masdsl.lang.workflow import LoraSettings, PolicySpec
+from masdsl.plan.placement import REPLAY_CANNOT_TRAIN, EnginePlan, engine_gpus
+from masdsl.plan.run_plan import RunPlan
 from masdsl.runtime import actors
 from masdsl.runtime.backends import build_engine, engine_kwargs, hf_engine_on, vllm_available, vllm_engine
 from masdsl.runtime.backends.base import Engine, LoRAHost
 from masdsl.runtime.heartbeat import starting
-from masdsl.runtime.placement import REPLAY_CANNOT_TRAIN, EnginePlan, engine_gpus
-from masdsl.runtime.plan import RunPlan
 from masdsl.runtime.replicas import ReplicatedEngine
 
 

@@ -15,8 +15,8 @@ from typing import Any, Mapping
 
 from masdsl.envs.base import Env
 from masdsl.lang.workflow import RoleSpec, SampleSpec, Workflow
+from masdsl.plan.run_plan import RunPlan
 from masdsl.runtime.backends.base import Candidate, Engine, GenRequest
-from masdsl.runtime.plan import RunPlan
 from masdsl.runtime.records import StepRecord
 from masdsl.runtime.sampling import Outcome
 

@@ -38,12 +38,12 @@ from typing import Callable, Literal, Mapping, Sequence
 from masdsl.envs.base import Env, contract_problem
 from masdsl.errors import UserError
 from masdsl.lang.workflow import Workflow
+from masdsl.plan.run_plan import DEFAULT_MAX_TOKENS, RunPlan
 from masdsl.runtime.actors import make_pool
 from masdsl.runtime.backends.base import Engine, as_engines
 from masdsl.runtime.batching import generate
 from masdsl.runtime.episodes import MAX_STEPS, Episode, EpisodeResult, Rollout, RunState
 from masdsl.runtime.judge import judge_policies
-from masdsl.runtime.plan import DEFAULT_MAX_TOKENS, RunPlan
 from masdsl.runtime.records import StepRecord
 from masdsl.runtime.step_requests import REPEAT_SEED_STRIDE, role_steps
 from masdsl.runtime.walk import advance, finish, new_episode, score_steps

@@ -10,7 +10,7 @@ in any redirect to a file, these are all a person sees of a start-up that takes 
     masdsl: engine vllm for /models/x: ready in 52.1 s
 
 `Heartbeat(say, message)` is the thread behind it; the training progress in a log file
-(`masdsl.learner.display.Progress`) uses it too: it calls `say(message())` whenever `every`
+(`masdsl.training.display.Progress`) uses it too: it calls `say(message())` whenever `every`
 seconds passed without a line (`spoke()` restarts that clock).
 
 `say` prints `masdsl: ...` on stderr, flushed, unless `masdsl -q` made it quiet (`set_quiet`,

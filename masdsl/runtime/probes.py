@@ -1,5 +1,6 @@
 """Eval probes (`train.eval_probe`): evaluation prompts see the env changed on purpose, to test
-what a trained role relies on.
+what a trained role relies on. Whether a probe can run on a workflow is the plan's question
+(`masdsl.plan.probes`); here the prompts change.
 
 A planner that reaches the goal may have learnt to plan, or only to repeat the plan a tool
 printed into its prompt. Two probes tell these apart, on the same eval tasks and weights:
@@ -26,7 +27,6 @@ from typing import Any, Callable, Mapping
 
 from masdsl.config import PROBES
 from masdsl.envs.base import Env
-from masdsl.lang.workflow import Workflow
 
 View = Mapping[str, Any]
 
@@ -36,7 +36,7 @@ def _no_tool_output(env: Env, state: Any, view: View) -> View:
 
 
 def _wrong_plan(env: Env, state: Any, view: View) -> View:
-    return {**view, "tool_output": env.wrong_plan(state)}  # type: ignore[attr-defined]  # probe_problem: only such envs
+    return {**view, "tool_output": env.wrong_plan(state)}  # type: ignore[attr-defined]  # masdsl.plan.probes: only such envs
 
 
 PROBE_FNS: dict[str, Callable[[Env, Any, View], View] | None] = {
@@ -52,23 +52,3 @@ def probed_view(probe: str, env: Env, state: Any, view: View) -> View:
     """The `env.NAME` values an evaluation prompt sees under `probe`."""
     fn = PROBE_FNS[probe]
     return view if fn is None else fn(env, state, view)
-
-
-def probe_problem(workflow: Workflow, probe: str) -> str | None:
-    """Why `probe` cannot run on `workflow`'s env (None: it can), said before anything starts.
-
-    >>> import masdsl
-    >>> probe_problem(masdsl.load("workflows/coder_tester.mas"), "no_tool_output")
-    '`train.eval_probe=no_tool_output` changes `env.tool_output`, and env `code` has no such field'
-    >>> probe_problem(masdsl.load("workflows/plan_path_helper.mas"), "wrong_plan") is None
-    True
-    """
-    spec = workflow.registry.envs.get(workflow.env) if workflow.registry is not None else None
-    if probe == "none" or spec is None:
-        return None
-    if "tool_output" not in spec.fields:
-        return f"`train.eval_probe={probe}` changes `env.tool_output`, and env `{workflow.env}` has no such field"
-    if probe == "wrong_plan" and not callable(getattr(spec.factory, "wrong_plan", None)):
-        return (f"`train.eval_probe=wrong_plan` needs an env that writes a wrong plan (`wrong_plan(state)`, as "
-                f"plan_path does); env `{workflow.env}` does not")
-    return None

@@ -7,7 +7,7 @@
     files/, files.json  the source and every local file it reads, copied, with their sha256
                     (`masdsl.runtime.run_files`: export and eval load the workflow from them)
     summary.json    the metrics of the run (written at the end by the command)
-    eval/step_N.jsonl  a training run's evaluations after N steps (`masdsl.learner.evaluation.eval_dir`)
+    eval/step_N.jsonl  a training run's evaluations after N steps (`masdsl.training.evaluation.eval_dir`)
 
 >>> import tempfile
 >>> from masdsl.runtime.records import StepRecord
@@ -28,8 +28,8 @@ from masdsl.config import to_yaml
 from masdsl.errors import UserError
 from masdsl.lang.graph import to_mermaid
 from masdsl.lang.workflow import Workflow
+from masdsl.plan.run_plan import RunPlan
 from masdsl.runtime import run_files
-from masdsl.runtime.plan import RunPlan
 from masdsl.runtime.records import StepRecord, read_records, write_records
 
 RECORDS = "records.jsonl"
@@ -60,7 +60,7 @@ class RunDir:
         trial, `masdsl.train(run_dir=...)`), holding the plan's `config.yaml` (on resume: the
         configuration the run continues with) and, where it has none yet, the graph, the source
         and the files the workflow reads. Records go in with `write_records`; checkpoints under
-        `checkpoints/` (`masdsl.learner.session.TrainSession.save_checkpoint`)."""
+        `checkpoints/` (`masdsl.training.session.TrainSession.save_checkpoint`)."""
         workflow = plan.workflow
         if path is None:
             base = Path(plan.runtime.runs_dir) / workflow.name

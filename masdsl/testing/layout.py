@@ -3,9 +3,9 @@
 `tests/test_architecture.py` checks the layout rules on it and `scripts/draw_architecture.py`
 draws docs/img/architecture.png from it.
 
->>> layer_of("masdsl.errors") < layer_of("masdsl.lang.parse") < layer_of("masdsl.learner.trainer")
+>>> layer_of("masdsl.errors") < layer_of("masdsl.lang.parse") < layer_of("masdsl.training.trainer")
 True
->>> ("masdsl.learner.trainer", "masdsl.config") in import_graph().edges
+>>> ("masdsl.training.trainer", "masdsl.config") in import_graph().edges
 True
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 from functools import lru_cache
 from pathlib import Path
+from typing import Mapping
 
 import networkx as nx
 
@@ -23,13 +24,16 @@ PKG = ROOT / "masdsl"
 # Low to high: a module may import from its own layer and the layers before it, never after.
 LAYERS = (
     ("masdsl.errors", "masdsl.startup", "masdsl.config_schema", "masdsl.config_aliases", "masdsl.config_overrides",
-     "masdsl.config", "masdsl.config_file"),
+     "masdsl.config", "masdsl.config_file", "masdsl.version"),
     ("masdsl.sandbox",),
     ("masdsl.envs",),
     ("masdsl.lang",),
     ("masdsl.tracking",),
+    ("masdsl.plan",),  # decides for the runtime and the learner, so it sits below both
     ("masdsl.runtime",),
     ("masdsl.learner",),
+    ("masdsl.training",),
+    ("masdsl.sweep",),
     ("masdsl.commands", "masdsl.lsp"),
     ("masdsl.cli", "masdsl.api", "masdsl.testing", "masdsl"),
 )
@@ -50,11 +54,13 @@ def parsed(module: str) -> tuple[ast.Module, list[str]]:
     return ast.parse(text, filename=str(modules()[module])), text.splitlines()
 
 
-def _target(module: str, node: ast.ImportFrom) -> str:
+def _target(module: str, node: ast.ImportFrom, is_package: bool | None = None) -> str:
     if not node.level:
         return node.module or ""
+    if is_package is None:
+        is_package = modules()[module].name == "__init__.py"
     parts = module.split(".")
-    package = parts if modules()[module].name == "__init__.py" else parts[:-1]
+    package = parts if is_package else parts[:-1]
     package = package[: len(package) - (node.level - 1)]
     return ".".join(package + ([node.module] if node.module else []))
 
@@ -75,20 +81,34 @@ def import_graph() -> nx.DiGraph:
     for module in known:
         tree, _ = parsed(module)
         graph.add_node(module)
-        skip = _type_checking_nodes(tree)
-        for node in ast.walk(tree):
-            if id(node) in skip:
-                continue
-            targets = []
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = _target(module, node)
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
-            for t in targets:
-                if t in known and t != module and not module.startswith(t + "."):
-                    graph.add_edge(module, t)
+        graph.add_edges_from((module, t) for t in imports_of(module, tree, known))
     return graph
+
+
+def imports_of(module: str, tree: ast.Module, known: Mapping[str, Path]) -> set[str]:
+    """The known modules that `module` (parsed as `tree`) imports when it runs.
+
+    An import of a parent package counts: `import masdsl` runs `masdsl/__init__.py`, and what
+    that reaches, so a module deep in the tree that imports its root package is an upward edge.
+
+    >>> known = {"pkg": Path("pkg/__init__.py"), "pkg.low": Path("pkg/low/__init__.py"),
+    ...          "pkg.low.mod": Path("pkg/low/mod.py")}
+    >>> sorted(imports_of("pkg.low.mod", ast.parse("import pkg\nfrom . import x"), known))
+    ['pkg', 'pkg.low']
+    """
+    skip = _type_checking_nodes(tree)
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _target(module, node, known[module].name == "__init__.py")
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        found.update(t for t in targets if t in known and t != module)
+    return found
 
 
 def layer_of(module: str) -> int:
@@ -102,6 +122,6 @@ def layer_of(module: str) -> int:
 
 
 def package_of(module: str) -> str:
-    """`masdsl.learner.trainer` -> `masdsl.learner`; top-level modules stand for themselves."""
+    """`masdsl.training.trainer` -> `masdsl.learner`; top-level modules stand for themselves."""
     parts = module.split(".")
     return ".".join(parts[:2])

@@ -32,9 +32,9 @@ def tied(tmp_path_factory):
     """(engine, model, tokenizer, export folder): a tiny tied model (seed 1) trained one step by
     `masdsl run` (the `full_run` of tests/learner/test_export.py), exported, and loaded twice: by
     the `vllm` engine (`build_engine`, as `masdsl` builds it) and by `load_model`."""
-    from masdsl.learner.export import export_run
     from masdsl.runtime.backends import build_engine, vllm_available
     from masdsl.testing import build_tiny_model
+    from masdsl.training.export import export_run
     from tests.support.exports import dense_toy_file, train_one_step
 
     if not vllm_available()[0]:

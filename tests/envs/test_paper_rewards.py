@@ -22,7 +22,7 @@ from masdsl.envs import plan_path as pp
 from masdsl.envs import sokoban as sk
 from masdsl.envs import sudoku as sd
 from masdsl.envs.registry import REGISTRY, load_builtins
-from masdsl.runtime.plan import resolve_rollout
+from masdsl.plan.run_plan import resolve_rollout
 
 load_builtins()
 

@@ -14,7 +14,7 @@ from masdsl.lang.fastparse import parse_fast
 from masdsl.lang.format import format_text
 from masdsl.lang.graph import groups_table
 from masdsl.lang.tree import parse_lark
-from masdsl.runtime.plan import RunPlanError, advantage_problems
+from masdsl.plan.run_plan import RunPlanError, advantage_problems
 
 VALID = (Path(__file__).parent / "valid.mas").read_text()
 TESTER_REWARD = "  reward pass_rate(task.solution, tests)\n"

@@ -11,7 +11,7 @@ import pytest
 from masdsl.config import resolve_config
 from masdsl.lang import analyze
 from masdsl.lang.judge import JudgeSpec
-from masdsl.runtime.plan import RunPlanError, resolve_run
+from masdsl.plan.run_plan import RunPlanError, resolve_run
 
 BASE = '''env code
 data train humaneval("train")

@@ -99,10 +99,10 @@ def test_a_role_s_estimator_reaches_the_update(tiny_model_dir, tmp_path, one_thr
     import torch
 
     from masdsl.config import resolve_config
-    from masdsl.learner import checkpoint
-    from masdsl.learner.trainer import train
-    from masdsl.runtime.plan import resolve_run
+    from masdsl.plan.run_plan import resolve_run
     from masdsl.runtime.records import read_records
+    from masdsl.training import checkpoint
+    from masdsl.training.trainer import train
 
     base = TOY.read_text().replace("max_tokens: 1", "max_tokens: 4")
     base = base.replace("reward same(digit, task.target)", "reward len(output)")

@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from masdsl.config import ConfigError
-from masdsl.learner import checkpoint
 from masdsl.learner.ahead import RESUME_REFUSED
 from masdsl.learner.logprobs import sequence_logprobs
-from masdsl.learner.trainer import train
+from masdsl.plan.run_plan import RunPlanError, resolve_run
 from masdsl.runtime.models import load_model
-from masdsl.runtime.plan import RunPlanError, resolve_run
+from masdsl.training import checkpoint
+from masdsl.training.trainer import train
 from tests.support.toy import SHORT, dense_toy, records_without_timings, run_short, toy, toy_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
@@ -137,9 +137,9 @@ def test_private_lora_engine_syncs_its_adapter_and_only_then(tiny_model_dir):
     and samples from the learner's adapter after `sync`."""
     from masdsl.learner.ahead import private_engines
     from masdsl.learner.policies import load_policies, sync
+    from masdsl.plan.run_plan import resolve_rollout
     from masdsl.runtime.backends.base import GenRequest
     from masdsl.runtime.engine_factory import build_engines
-    from masdsl.runtime.plan import resolve_rollout
 
     wf = toy("toy_digits_lora.mas")
     plan = resolve_rollout(wf, toy_config(wf, tiny_model_dir))

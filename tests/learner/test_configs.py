@@ -7,9 +7,9 @@ import pytest
 
 import masdsl
 from masdsl.config import GROUPINGS, LOSSES, ConfigError, policy_override, resolve_config
-from masdsl.runtime.plan import resolve_run
 from masdsl.learner.grouping import GROUP_FNS
 from masdsl.learner.losses import LOSS_FNS
+from masdsl.plan.run_plan import resolve_run
 from tests.support.toy import TOY, TOY_LORA
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,9 +8,9 @@ import pytest
 
 import masdsl
 from masdsl.config import resolve_config
-from masdsl.learner.trainer import train
-from masdsl.runtime.plan import resolve_run
+from masdsl.plan.run_plan import resolve_run
 from masdsl.runtime.records import read_records
+from masdsl.training.trainer import train
 from tests.support.toy import TOY, TOY_DIR
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
@@ -134,7 +134,7 @@ def test_a_named_role_fills_its_quota_and_stops(tiny_model_dir, tmp_path):
 
 
 def test_an_unknown_or_out_of_range_role_share_is_refused_before_launch():
-    from masdsl.runtime.plan import RunPlanError, resolve_run
+    from masdsl.plan.run_plan import RunPlanError, resolve_run
 
     wf = toy_roles("0", "0")
     with pytest.raises(RunPlanError, match=r"no role `namr` \(did you mean `namer`\?\); roles: namer, copier"):
@@ -161,7 +161,7 @@ def test_a_role_samples_its_own_k_and_groups_keep_that_size(tiny_model_dir, tmp_
 def test_a_role_k_below_one_or_under_trajectory_is_refused():
     from masdsl.config import ConfigError
     from masdsl.lang.errors import MasError
-    from masdsl.runtime.plan import RunPlanError, resolve_run
+    from masdsl.plan.run_plan import RunPlanError, resolve_run
 
     text = TOY.read_text().replace("sample { temperature: 1.0, max_tokens: 1 }\n  parse digit = digit(output)\n  reward same(digit, namer.digit)",
                                                          "sample { temperature: 1.0, max_tokens: 1, samples: 0 }\n  parse digit = digit(output)\n  reward same(digit, namer.digit)")

@@ -15,8 +15,8 @@ import pytest
 
 import masdsl
 from masdsl.config import ConfigError, resolve_config
-from masdsl.learner.metrics import eval_metrics, pass_at_k, pass_ks
-from masdsl.runtime.plan import resolve_rollout
+from masdsl.plan.run_plan import resolve_rollout
+from masdsl.training.metrics import eval_metrics, pass_at_k, pass_ks
 from tests.support.overrides import tiny_hf
 from tests.support.toy import TOY, TOY_DIR
 

@@ -18,12 +18,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import masdsl
 from masdsl.cli import main
-from masdsl.learner import checkpoint
-from masdsl.learner.export import checkpoint_config, export_run
 from masdsl.learner.policies import load_policies
+from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.records import read_records
 from masdsl.testing import build_tiny_model
-from masdsl.runtime.plan import resolve_rollout
+from masdsl.training import checkpoint
+from masdsl.training.export import checkpoint_config, export_run
 from tests.support.exports import dense_toy_file, logprobs, prompt_ids, run_args, train_one_step
 from tests.support.toy import TOY_LORA
 

@@ -60,9 +60,9 @@ import torch
 torch.set_num_threads(2)
 import masdsl
 from masdsl.config import resolve_config
-from masdsl.learner.checkpoint import policy_weights
-from masdsl.learner.trainer import train
-from masdsl.runtime.plan import resolve_run
+from masdsl.plan.run_plan import resolve_run
+from masdsl.training.checkpoint import policy_weights
+from masdsl.training.trainer import train
 
 model_dir, toy_dir, out = sys.argv[1:4]
 wf = masdsl.loads(sys.stdin.read(), name="hashseed_probe", base_dir=toy_dir)

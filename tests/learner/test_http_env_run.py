@@ -13,8 +13,8 @@ import masdsl
 from masdsl.config import resolve_config
 from masdsl.envs.env_server import make_server
 from masdsl.lang.imports import import_file
-from masdsl.learner.trainer import train
-from masdsl.runtime.plan import resolve_run
+from masdsl.plan.run_plan import resolve_run
+from masdsl.training.trainer import train
 from tests.support.overrides import tiny_hf
 from tests.support.toy import TOY, TOY_DIR
 

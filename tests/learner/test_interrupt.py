@@ -1,4 +1,4 @@
-"""A Ctrl-C that a library swallows still stops the run (masdsl/learner/interrupt.py): MLflow's
+"""A Ctrl-C that a library swallows still stops the run (masdsl/training/interrupt.py): MLflow's
 sqlite store retried a metrics write that the interrupt broke, and `masdsl run` trained on."""
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ from rich.console import Console
 
 import masdsl
 from masdsl.config import resolve_config
-from masdsl.learner.trainer import train
-from masdsl.runtime.plan import resolve_run
+from masdsl.plan.run_plan import resolve_run
 from masdsl.runtime.records import read_records
+from masdsl.training.trainer import train
 from tests.support.toy import TOY, TOY_DIR
 
 

@@ -15,8 +15,8 @@ import shutil
 import pytest
 import torch
 
-from masdsl.learner.trainer import train
-from masdsl.runtime.plan import resolve_run
+from masdsl.plan.run_plan import resolve_run
+from masdsl.training.trainer import train
 from tests.support.workers import (RTOL, RTOL_TWO_STEPS, assert_close_weights, assert_same_records,
                                    kill_rank_1_after_step_1, records, shared_toy, weights, workers_config)
 

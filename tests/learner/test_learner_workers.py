@@ -40,8 +40,8 @@ import torch
 import masdsl
 from masdsl.config import ConfigError, resolve_config
 from masdsl.learner import workers
-from masdsl.runtime.plan import resolve_run
-from masdsl.learner.trainer import train
+from masdsl.plan.run_plan import resolve_run
+from masdsl.training.trainer import train
 from tests.support.toy import TOY_DIR, TOY_LORA, dense_reward, toy_text
 from tests.support.workers import (RTOL, RTOL_TWO_STEPS, assert_close_weights, assert_same_records,
                                    kill_rank_1_after_step_1, records, shared_toy, weights, workers_config)

@@ -14,7 +14,7 @@ from masdsl.learner.learners import LocalLearner, open_learners, update_policies
 from masdsl.learner.parallel import ONE_PROCESS
 from masdsl.learner.update import UpdateBatch, update_policy
 from masdsl.learner.workers import build_optimizer
-from masdsl.runtime.plan import resolve_run
+from masdsl.plan.run_plan import resolve_run
 from tests.support.toy import TOY_LORA
 from tests.support.updates import make_policy, rollout_rows
 

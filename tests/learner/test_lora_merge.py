@@ -13,7 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from masdsl.config import resolve_config
 from masdsl.learner.lora_merge import merged_state
-from masdsl.runtime.placement import plan_placement
+from masdsl.plan.placement import plan_placement
 
 
 def tiny_llama(seed: int = 0) -> LlamaForCausalLM:
@@ -54,7 +54,7 @@ def test_the_plan_says_which_engine_a_lora_policy_gets(sync, note):
     wf = masdsl.load("workflows/math_arith_per_role.mas")
     cfg = resolve_config(overrides=["runtime.engine=vllm", f"runtime.lora_sync={sync}", "policy.reasoner_p.lora.r=8",
                                     "policy.tool_p.lora.r=8"])
-    from masdsl.runtime.plan import effective_policies
+    from masdsl.plan.run_plan import effective_policies
 
     placement = plan_placement(wf, effective_policies(wf, cfg), cfg.runtime)
     assert all(note in p.engine.note for p in placement.policies)

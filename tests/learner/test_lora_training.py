@@ -14,7 +14,7 @@ from masdsl.learner.learners import open_learners
 from masdsl.learner.logprobs import AdapterOff, FrozenModel
 from masdsl.learner.policies import load_policies, sync
 from masdsl.learner.update import update_policy
-from masdsl.runtime.plan import resolve_rollout
+from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.records import StepRecord
 from tests.support.toy import TOY_DIR, toy_config
 

@@ -1,5 +1,5 @@
 """The plan is what runs: each command and each API call resolves its plan once
-(`masdsl.runtime.plan.resolve_run` / `resolve_rollout`) and hands the `RunPlan` down; below the
+(`masdsl.plan.run_plan.resolve_run` / `resolve_rollout`) and hands the `RunPlan` down; below the
 commands no function takes a `Config`; one owner writes the run folder's record of what ran.
 
 The counts are taken at run time: both functions are wrapped in every masdsl module that holds
@@ -21,14 +21,14 @@ import masdsl.commands.eval  # noqa: F401
 import masdsl.commands.graph  # noqa: F401
 import masdsl.commands.run  # noqa: F401
 import masdsl.commands.warm_start  # noqa: F401
-import masdsl.learner.evaluation  # noqa: F401
-import masdsl.learner.export  # noqa: F401
-import masdsl.learner.trainer  # noqa: F401
-import masdsl.learner.warm_start  # noqa: F401
-import masdsl.runtime.plan as plan_module
+import masdsl.training.evaluation  # noqa: F401
+import masdsl.training.export  # noqa: F401
+import masdsl.training.trainer  # noqa: F401
+import masdsl.training.warm_start  # noqa: F401
+import masdsl.plan.run_plan as plan_module
 from masdsl.cli import main
 from masdsl.config import resolve_config, to_yaml
-from masdsl.runtime.plan import resolve_rollout
+from masdsl.plan.run_plan import resolve_rollout
 
 TOY = Path(__file__).parent / "toy" / "toy_digits.mas"
 ROOT = Path(masdsl.__file__).parent
@@ -106,10 +106,10 @@ def test_eval_of_a_checkpoint_plans_the_command_once_and_the_checkpoint_once(tra
         assert main(["eval", str(TOY), "--checkpoint", str(trained[0]), "--tasks", "1", "runtime.engine=hf",
                      "tracking.enabled=false", f"runtime.runs_dir={tmp_path}", "--json"]) == 0
     assert plans.calls == [("resolve_rollout", "masdsl.commands.eval.prepare"),
-                           ("resolve_rollout", "masdsl.learner.export.checkpoint_plan")]
+                           ("resolve_rollout", "masdsl.training.export.checkpoint_plan")]
     with Plans() as plans:
         assert main(["export", str(trained[0]), "--out", str(tmp_path / "out")]) == 0
-    assert plans.calls == [("resolve_rollout", "masdsl.learner.export.checkpoint_plan")]
+    assert plans.calls == [("resolve_rollout", "masdsl.training.export.checkpoint_plan")]
 
 
 @pytest.mark.parametrize("argv, caller", [
@@ -128,7 +128,7 @@ def test_the_final_export_of_a_run_derives_its_plan_from_the_runs_plan(trained, 
     """What the trainer exports for `tracking.log_models` is rebuilt from the run's own plan,
     narrowed as `checkpoint_plan` narrows the configuration saved in the checkpoint (to the
     trained policies: a frozen judge is left out), not planned again."""
-    from masdsl.learner.export import checkpoint_plan, narrowed
+    from masdsl.training.export import checkpoint_plan, narrowed
 
     run_dir, _ = trained
     text = TOY.read_text()
@@ -183,7 +183,7 @@ def test_a_sweep_plans_each_trial_once_before_any_starts_and_each_trial_once_in_
     """The driver plans every trial before any starts; each trial's worker, a process of its own
     that loads the workflow again, plans its trial once. Here the trials run in this process
     through the worker's own `run_trial`, one after the other, instead of as Ray tasks."""
-    from masdsl.learner import sweep_runner
+    from masdsl.sweep import runner as sweep_runner
 
     def in_this_process(file, configs, remaining, folder, extra, plan, cpus, gpus, say):
         for trial in remaining:
@@ -195,8 +195,8 @@ def test_a_sweep_plans_each_trial_once_before_any_starts_and_each_trial_once_in_
         result = sweep_runner.run_sweep(str(TOY), ["train.lr=1e-5,3e-5", *_run_args(tiny_model_dir, tmp_path / "runs"),
                                                    "train.steps=1"], [0], out=tmp_path / "sweep", say=lambda line: None)
     assert len(result.rows) == 2 and result.ran == [row["id"] for row in result.rows]
-    assert plans.calls == [("resolve_run", "masdsl.learner.sweep_runner.run_sweep")] * 2 \
-        + [("resolve_run", "masdsl.learner.sweep_runner.run_trial")] * 2
+    assert plans.calls == [("resolve_run", "masdsl.sweep.runner.run_sweep")] * 2 \
+        + [("resolve_run", "masdsl.sweep.runner.run_trial")] * 2
 
 
 def test_with_models_is_the_plan_of_the_config_with_those_models():
@@ -234,14 +234,14 @@ TAKES_A_CONFIG = {
     # the configuration layer itself: it builds, layers, checks and prints a Config
     "config.py": "*", "config_overrides.py": "*", "config_file.py": "*", "config_aliases.py": "*",
     # the planner: the one arrow from a Config to a RunPlan
-    "runtime/plan.py": "*",
+    "plan/run_plan.py": "*",
     # the record of a run: MLflow logs the configuration as the run's parameters
     "tracking/__init__.py": {"validate", "start_run"}, "tracking/tracker.py": {"__init__"},
     "tracking/lineage.py": {"parent_tags"},
     # the sandbox's one converter to Limits takes a `sandbox` block in any of its forms
     "sandbox/limits.py": {"_values", "limits_from_config"},
     # narrows a checkpoint's saved configuration to its trained policies before it is planned
-    "learner/export.py": {"_only"},
+    "training/export.py": {"_only"},
 }
 
 
@@ -294,10 +294,10 @@ def test_no_function_takes_a_workflow_beside_its_plan():
 # Where a plan's `Config` is read: only to save it (the run folder, a checkpoint, MLflow) or to derive a plan.
 READS_PLAN_CONFIG = {
     "runtime/rundir.py": "RunDir.open writes config.yaml",
-    "learner/session.py": "TrainSession.save_checkpoint writes the checkpoint's config.yaml",
-    "learner/trainer.py": "start_run logs it to MLflow",
-    "learner/evaluation.py": "start_run logs it to MLflow",
-    "learner/export.py": "narrowed derives the export's plan from it",
+    "training/session.py": "TrainSession.save_checkpoint writes the checkpoint's config.yaml",
+    "training/trainer.py": "start_run logs it to MLflow",
+    "training/evaluation.py": "start_run logs it to MLflow",
+    "training/export.py": "narrowed derives the export's plan from it",
 }
 
 
@@ -326,5 +326,5 @@ def test_one_owner_writes_the_record_and_the_checkpoint_call_is_written_once():
             if call.startswith(("ckpt.save(", "checkpoint.save(")):
                 saves.append(rel)
     # api.py: a `Config` object given to the API is written to a temporary file and layered as `--config`
-    assert sorted(writers) == ["api.py", "learner/checkpoint.py", "runtime/rundir.py"]
-    assert saves == ["learner/session.py"]
+    assert sorted(writers) == ["api.py", "runtime/rundir.py", "training/checkpoint.py"]
+    assert saves == ["training/session.py"]

@@ -17,13 +17,13 @@ from rich.console import Console
 import masdsl
 from masdsl.commands.eval import table as eval_table
 from masdsl.config import ConfigError, check_names, flatten, resolve_config
-from masdsl.learner.display import Progress, cut_warnings, role_budgets, step_line, summary_table
-from masdsl.learner.metrics import eval_metrics, reply_counts, reply_shares, step_metrics
-from masdsl.learner.trainer import train
-from masdsl.runtime.plan import resolve_run
+from masdsl.plan.run_plan import resolve_run
+from masdsl.plan.run_plan import resolve_rollout, role_sample
 from masdsl.runtime.records import StepRecord, read_records
-from masdsl.runtime.plan import resolve_rollout, role_sample
 from masdsl.tracking.lineage import params_of, route
+from masdsl.training.display import Progress, cut_warnings, role_budgets, step_line, summary_table
+from masdsl.training.metrics import eval_metrics, reply_counts, reply_shares, step_metrics
+from masdsl.training.trainer import train
 from tests.support.overrides import tiny_hf
 from tests.support.toy import TOY, TOY_DIR
 

@@ -112,7 +112,7 @@ def test_a_checkpoint_of_an_earlier_version_compares_the_text(trained, tmp_path,
     """Before fingerprints a checkpoint kept only the text's hash: the same text is accepted, any
     other text (even a comment) is refused with what to do."""
     from masdsl import load
-    from masdsl.learner import checkpoint
+    from masdsl.training import checkpoint
 
     run_dir = fresh_run(trained, tmp_path)
     (path,) = checkpoint.list_complete(run_dir)

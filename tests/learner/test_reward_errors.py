@@ -15,8 +15,8 @@ from rich.console import Console
 import masdsl
 from masdsl.config import resolve_config
 from masdsl.errors import StepFailed
-from masdsl.learner.trainer import train
-from masdsl.runtime.plan import resolve_run
+from masdsl.plan.run_plan import resolve_run
+from masdsl.training.trainer import train
 from tests.support.overrides import tiny_hf
 from tests.support.toy import TOY, TOY_DIR
 

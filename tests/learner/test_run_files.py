@@ -65,8 +65,8 @@ def test_modules_data_files_and_parent_paths_are_kept(tmp_path, capsys):
     from masdsl import load
     from masdsl.config import resolve_config
     from masdsl.lang.fingerprint import fingerprint
+    from masdsl.plan.run_plan import resolve_rollout
     from masdsl.runtime import run_files
-    from masdsl.runtime.plan import resolve_rollout
     from masdsl.runtime.rundir import RunDir
 
     files = scaffold("quiz")

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import masdsl
-from masdsl.learner import checkpoint
-from masdsl.learner.trainer import train
-from masdsl.runtime.plan import RunPlanError, resolve_run
+from masdsl.plan.run_plan import RunPlanError, resolve_run
 from masdsl.runtime.records import read_records
+from masdsl.training import checkpoint
+from masdsl.training.trainer import train
 from tests.support.toy import TOY, TOY_DIR, toy_config
 
 

@@ -17,7 +17,7 @@ from masdsl import api
 from masdsl.lang.errors import MasError
 from masdsl.runtime.inputs import load_split
 from masdsl.runtime.records import StepRecord
-from masdsl.learner.display import print_summary
+from masdsl.training.display import print_summary
 from tests.support.overrides import tiny_hf
 from tests.support.toy import TOY, TOY_DIR
 

@@ -9,9 +9,9 @@ import pytest
 
 import masdsl
 from masdsl.config import ConfigError, resolve_config
-from masdsl.learner import checkpoint as ckpt
-from masdsl.learner.trainer import train
-from masdsl.runtime.plan import resolve_run
+from masdsl.plan.run_plan import resolve_run
+from masdsl.training import checkpoint as ckpt
+from masdsl.training.trainer import train
 
 TOY = Path(__file__).parent / "toy"
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from masdsl.errors import CheckpointError
-from masdsl.learner import checkpoint
-from masdsl.learner.trainer import train
-from masdsl.runtime.plan import resolve_run
-from masdsl.runtime.plan import resolve_rollout
+from masdsl.plan.run_plan import resolve_run
+from masdsl.plan.run_plan import resolve_rollout
+from masdsl.training import checkpoint
+from masdsl.training.trainer import train
 from tests.support.toy import dense_toy, records_without_timings, run_short, toy, toy_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
@@ -145,10 +145,10 @@ def test_lora_run_and_frozen_policy(tiny_model_dir, tmp_path):
 
 def test_engine_samples_from_updated_weights(tiny_model_dir, tmp_path):
     """After an update, the engine's sampling log-probs are those of the updated model."""
-    from masdsl.learner.policies import load_policies, sync
-    from masdsl.runtime.engine_factory import build_engines
     from masdsl.learner.logprobs import sequence_logprobs
+    from masdsl.learner.policies import load_policies, sync
     from masdsl.runtime.backends.base import GenRequest
+    from masdsl.runtime.engine_factory import build_engines
 
     wf = toy()
     cfg = toy_config(wf, tiny_model_dir)

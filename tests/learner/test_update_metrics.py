@@ -14,12 +14,12 @@ from masdsl.config import resolve_config
 from masdsl.learner.advantages import compute_advantages
 from masdsl.learner.grouping import group_records
 from masdsl.learner.logprobs import sequence_logprobs
-from masdsl.learner.metrics import role_metrics
-from masdsl.learner.trainer import train
-from masdsl.runtime.plan import resolve_run
 from masdsl.learner.update import update_policy
+from masdsl.plan.run_plan import resolve_run
 from masdsl.runtime.episodes import EpisodeResult
 from masdsl.runtime.records import StepRecord
+from masdsl.training.metrics import role_metrics
+from masdsl.training.trainer import train
 from tests.support.toy import dense_toy, toy_config
 from tests.support.updates import make_policy, rollout_rows
 

@@ -111,7 +111,7 @@ def test_dropped_groups_leave_the_update(fresh):
 
 def _changed_fraction(tiny_model_dir, master):
     from masdsl.learner.policies import master_dtype
-    from masdsl.runtime.plan import resolve_rollout  # the plan names the master dtype
+    from masdsl.plan.run_plan import resolve_rollout  # the plan names the master dtype
 
     import masdsl  # as above
     from masdsl.runtime.models import load_model

@@ -12,9 +12,9 @@ from masdsl.cli import main
 from masdsl.config import resolve_config
 from masdsl.envs.parsers import actions, code_block
 from masdsl.envs.plan_path import PlanPathEnv, plan_path
-from masdsl.learner import warm_start as ws
-from masdsl.runtime.plan import resolve_rollout
+from masdsl.plan.run_plan import resolve_rollout
 from masdsl.sandbox import run_python
+from masdsl.training import warm_start as ws
 
 ROOT = Path(__file__).resolve().parents[2]
 HELPER = ROOT / "workflows" / "plan_path_helper.mas"
@@ -37,8 +37,8 @@ def test_the_tool_demonstration_prints_a_shortest_path_and_the_planner_one_solve
 
 
 def test_demonstrations_render_each_role_prompt_at_turn_0(tiny_model_dir):
-    from masdsl.runtime.models import load_model
     from masdsl.runtime.inputs import make_env
+    from masdsl.runtime.models import load_model
 
     wf = masdsl.load(HELPER)
     cfg = resolve_config(wf.train, overrides=["tracking.enabled=false"])

@@ -18,7 +18,7 @@ import pytest
 CHILD = r"""
 import sys, torch
 from pathlib import Path
-from masdsl.learner import checkpoint as ckpt
+from masdsl.training import checkpoint as ckpt
 
 class P:
     trainable = True
@@ -61,7 +61,7 @@ class _P:
 def test_kill_during_save_leaves_newest_complete_checkpoint_loadable(tmp_path, fraction):
     """Kill at 10 %, 50 % and 90 % of a save's duration (measured on the first save): while
     the weights, the optimizer state, or the last files and the rename are being written."""
-    from masdsl.learner import checkpoint as ckpt
+    from masdsl.training import checkpoint as ckpt
 
     run_dir = tmp_path / "run"
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(run_dir)], stdout=subprocess.PIPE, text=True)

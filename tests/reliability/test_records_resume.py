@@ -24,8 +24,8 @@ def _record(step: int, i: int, pad: int = 0) -> str:
 
 
 def test_torn_last_line_is_dropped(tmp_path):
-    from masdsl.learner.trainer import _truncate_records
     from masdsl.runtime.records import read_records
+    from masdsl.training.trainer import _truncate_records
 
     path = tmp_path / "records.jsonl"
     good = "".join(_record(s, i) for s in range(1, 4) for i in range(2))
@@ -37,7 +37,7 @@ def test_torn_last_line_is_dropped(tmp_path):
 CHILD = """
 import sys
 from pathlib import Path
-from masdsl.learner.trainer import _truncate_records
+from masdsl.training.trainer import _truncate_records
 print("go", flush=True)
 _truncate_records(Path(sys.argv[1]), int(sys.argv[2]))
 print("done", flush=True)
@@ -48,7 +48,7 @@ print("done", flush=True)
 def test_kill_during_truncation_keeps_the_records(tmp_path, fraction):
     """SIGKILL while truncating a 25 MB records file: afterwards the file holds either all the
     old records or exactly those before the checkpoint, never fewer."""
-    from masdsl.learner.trainer import _truncate_records
+    from masdsl.training.trainer import _truncate_records
 
     path = tmp_path / "records.jsonl"
     lines = [_record(s, i, pad=1600) for s in range(10) for i in range(160)]

@@ -39,7 +39,7 @@ def _records(run_dir: Path) -> list[dict]:
 def _final(run_dir: Path, step: int) -> dict:
     import torch
 
-    from masdsl.learner.checkpoint import policy_weights
+    from masdsl.training.checkpoint import policy_weights
 
     ck = run_dir / "checkpoints" / f"step_{step:06d}"
     return {"weights": policy_weights(ck, "shared"),

@@ -26,7 +26,7 @@ def _records(run_dir: Path) -> list[dict]:
 
 
 def _weights(run_dir: Path, step: int) -> dict:
-    from masdsl.learner.checkpoint import policy_weights
+    from masdsl.training.checkpoint import policy_weights
 
     return policy_weights(run_dir / "checkpoints" / f"step_{step:06d}", "shared")
 
@@ -38,10 +38,10 @@ def test_engine_actor_killed_mid_rollout_run_equals_uninterrupted_run(local_ray,
 
     import masdsl
     from masdsl.config import resolve_config
-    from masdsl.learner import session
-    from masdsl.learner.trainer import train
-    from masdsl.runtime.plan import resolve_run
+    from masdsl.plan.run_plan import resolve_run
     from masdsl.runtime import actors
+    from masdsl.training import session
+    from masdsl.training.trainer import train
 
     wf = masdsl.load(str(DATA / "lengths.mas"))
     cfg = resolve_config(wf.train, None, ["runtime.ray=true", "runtime.engine=hf", f"policy.shared.model={tiny_model_dir}",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from masdsl.runtime.plan import resolve_rollout
+from masdsl.plan.run_plan import resolve_rollout
 
 TIMING = ("gen_s", "env_s")  # wall-clock fields of a record: the only ones allowed to differ
 
@@ -195,7 +195,7 @@ def _records(path: Path) -> list[dict]:
 def _checkpoint(run_dir: Path, step: int) -> dict:
     import torch
 
-    from masdsl.learner.checkpoint import policy_weights
+    from masdsl.training.checkpoint import policy_weights
 
     ck = run_dir / "checkpoints" / f"step_{step:06d}"
     state = json.loads((ck / "state.json").read_text())
@@ -223,7 +223,7 @@ def test_failed_step_stops_the_run_and_resume_equals_an_uninterrupted_run(wf_dir
     """`masdsl run`: step 3's tasks fail in the env (after 1 retry) -> exit 2 with the message and
     a checkpoint of step 2 (no other checkpoint is due: `checkpoint_every: 0`); the fault gone,
     `--resume` ends with the records, weights and optimizer of a run that never failed."""
-    from masdsl.learner.trainer import next_batch
+    from masdsl.training.trainer import next_batch
 
     model = [f"policy.shared.model={tiny_model_dir}", "runtime.engine=hf", "tracking.enabled=false",
              "runtime.env_retries=1"]
@@ -282,8 +282,8 @@ def test_failed_evaluation_saves_the_step_and_resume_evaluates_it_first(wf_dir, 
     checkpoint: evaluations, records and weights equal an uninterrupted run's."""
     import masdsl
     from masdsl.errors import StepFailed
-    from masdsl.learner.trainer import train
-    from masdsl.runtime.plan import resolve_run
+    from masdsl.plan.run_plan import resolve_run
+    from masdsl.training.trainer import train
 
     wf = masdsl.load(str(wf_dir / "wf.mas"))
     cfg = _config(wf, f"policy.shared.model={tiny_model_dir}", "runtime.engine=hf", "train.steps=2",

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from masdsl.plan.run_plan import resolve_rollout
 from masdsl.testing.cluster import kill_first_logged
-from masdsl.runtime.plan import resolve_rollout
 
 DATA = Path(__file__).parent / "data"
 WORKFLOW = DATA / "coder.mas"
@@ -41,8 +41,8 @@ def test_env_tasks_and_inference_actor_on_different_nodes(two_node_cluster, tiny
     import ray
 
     from masdsl.runtime.actors import RemoteEngine
-    from masdsl.runtime.executor import rollout
     from masdsl.runtime.engine_factory import build_engines, close_engines
+    from masdsl.runtime.executor import rollout
     from masdsl.testing.cluster import WhereEnv, where
 
     wf, cfg, env, tasks = _setup(two_node_cluster, "runtime.engine=hf", f"policy.shared.model={tiny_model_dir}")
@@ -197,7 +197,7 @@ def test_training_on_the_cluster_equals_training_on_one_machine(two_node_cluster
 
     import torch
 
-    from masdsl.learner.checkpoint import policy_weights
+    from masdsl.training.checkpoint import policy_weights
 
     args = [str(DATA / "lengths.mas"), "runtime.engine=hf", f"policy.shared.model={tiny_model_dir}",
             "tracking.enabled=false", "train.steps=2", "train.seed=5"]

@@ -10,10 +10,10 @@ import pytest
 import masdsl
 from masdsl.cli import main
 from masdsl.config import ConfigError, resolve_config
-from masdsl.runtime.records import read_records
+from masdsl.plan.run_plan import effective_policies, resolve_rollout
 from masdsl.runtime.engine_factory import build_engines
 from masdsl.runtime.inputs import prepare
-from masdsl.runtime.plan import effective_policies, resolve_rollout
+from masdsl.runtime.records import read_records
 
 DATA = Path(__file__).parent / "data"
 MAS = str(DATA / "toy.mas")

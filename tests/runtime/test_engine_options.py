@@ -14,11 +14,11 @@ import torch
 
 import masdsl
 from masdsl.config import ConfigError, resolve_config
-from masdsl.runtime.plan import resolve_rollout, resolve_run
-from masdsl.learner.session import TrainSession
+from masdsl.plan.run_plan import resolve_rollout, resolve_run
 from masdsl.runtime.backends import _vllm, engine_kwargs
 from masdsl.runtime.backends.base import GenRequest, LocalEngine
 from masdsl.runtime.engine_factory import build_engines
+from masdsl.training.session import TrainSession
 
 ROOT = Path(__file__).parents[2]
 DATA = Path(__file__).parents[1] / "reliability" / "data"
@@ -179,8 +179,8 @@ def test_sleep_mode_frees_gpu_memory_and_wakes_with_the_same_weights(tiny_model_
 @needs_cuda
 @pytest.mark.slow
 def test_training_with_sleep_mode_sleeps_around_each_update(tiny_model_dir, tmp_path, monkeypatch):
-    from masdsl.learner.trainer import train
     from masdsl.runtime.backends.vllm import VLLMEngine
+    from masdsl.training.trainer import train
 
     calls: list[str] = []
     real_sleep, real_wake = VLLMEngine.sleep, VLLMEngine.wake_up

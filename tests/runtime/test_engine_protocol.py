@@ -14,11 +14,11 @@ from masdsl.runtime.backends.base import (
     as_engine,
     as_engines,
 )
+from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.backends.hf import HFEngine
 from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.backends.vllm import VLLMAdapterEngine, VLLMEngine
 from masdsl.runtime.executor import rollout
-from masdsl.runtime.plan import resolve_rollout
 
 
 class Log(LocalEngine):

@@ -11,10 +11,10 @@ import masdsl
 from masdsl.config import resolve_config
 from masdsl.learner.learners import LocalLearner, open_learners
 from masdsl.learner.policies import load_policies
+from masdsl.plan.placement import EnginePlan, LearnerPlan, Placement
+from masdsl.plan.run_plan import resolve_run
 from masdsl.runtime.backends.hf import HFEngine
 from masdsl.runtime.engine_factory import build_engines, close_engines
-from masdsl.runtime.placement import EnginePlan, LearnerPlan, Placement
-from masdsl.runtime.plan import resolve_run
 
 TOY = Path(__file__).parents[1] / "learner" / "toy"
 

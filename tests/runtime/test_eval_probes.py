@@ -12,10 +12,10 @@ import masdsl
 from masdsl.config import ConfigError, resolve_config
 from masdsl.envs.plan_path import PlanPathEnv, make_maze, play, plan_path, shortest_path
 from masdsl.envs.plan_path_probe import wrong_path
-from masdsl.learner.evaluation import run_evaluation
+from masdsl.plan.run_plan import RunPlanError, resolve_rollout
 from masdsl.runtime.inputs import load_split
-from masdsl.runtime.plan import RunPlanError, resolve_rollout
 from masdsl.runtime.records import read_records
+from masdsl.training.evaluation import run_evaluation
 
 ROOT = Path(__file__).resolve().parents[2]
 HELPER = ROOT / "workflows" / "plan_path_helper.mas"

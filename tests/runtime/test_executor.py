@@ -7,9 +7,9 @@ from collections import defaultdict
 import pytest
 
 from masdsl.errors import UserError
+from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.executor import rollout
-from masdsl.runtime.plan import resolve_rollout
 
 
 class SpyEngine(ReplayEngine):

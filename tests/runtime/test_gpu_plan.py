@@ -1,4 +1,4 @@
-"""The GPU plan (`masdsl.runtime.gpu_plan`), the recipes in configs/ and benchmarks/gpu_smoke.sh.
+"""The GPU plan (`masdsl.plan.gpu_plan`), the recipes in configs/ and benchmarks/gpu_smoke.sh.
 
 The calculator's parameter count is checked against transformers' Qwen3 (on the meta device, no
 download), its activation formula against the bytes autograd really saves in a small Qwen3, and
@@ -19,8 +19,8 @@ import torch
 
 import masdsl
 from masdsl.config import check_names, policy_override, resolve_config
-from masdsl.runtime.plan import resolve_run
-from masdsl.runtime import gpu_plan as gp
+from masdsl.plan import gpu_plan as gp
+from masdsl.plan.run_plan import resolve_run
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "benchmarks" / "gpu_smoke.sh"

@@ -15,12 +15,12 @@ import masdsl
 from masdsl.config import resolve_config
 from masdsl.errors import UserError
 from masdsl.lang.judge import score_of
-from masdsl.learner.metrics import run_figures
+from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.executor import rollout
 from masdsl.runtime.inputs import make_env
 from masdsl.runtime.judge import judge_metrics, parser_of
-from masdsl.runtime.plan import resolve_rollout
+from masdsl.training.metrics import run_figures
 from tests.support.toy import TOY_DIR
 
 TASKS = [{"id": "t0", "target": "3"}, {"id": "t1", "target": "4"}]

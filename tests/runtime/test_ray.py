@@ -6,10 +6,10 @@ import hashlib
 import os
 from pathlib import Path
 
+from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.actors import RayPool, RemoteEngine
 from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.executor import rollout
-from masdsl.runtime.plan import resolve_rollout
 
 
 class FlakyEnv:

@@ -122,13 +122,13 @@ def test_two_replicas_share_the_work_and_sample_what_one_engine_samples(tiny_mod
 def test_training_with_two_replicas_syncs_new_weights_into_both(local_ray, tiny_model_dir, tmp_path, monkeypatch):
     import masdsl
     from masdsl.config import resolve_config
-    from masdsl.learner import session
-    from masdsl.learner.checkpoint import policy_weights
-    from masdsl.learner.trainer import train
-    from masdsl.runtime.plan import resolve_run
+    from masdsl.plan.run_plan import resolve_run
     from masdsl.runtime import actors
     from masdsl.runtime.backends.hf import HFEngine
     from masdsl.runtime.models import load_model
+    from masdsl.training import session
+    from masdsl.training.checkpoint import policy_weights
+    from masdsl.training.trainer import train
 
     log = tmp_path / "served.log"
     build, _ = logged_factory(str(tiny_model_dir), str(log))

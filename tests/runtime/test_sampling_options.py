@@ -12,10 +12,10 @@ import pytest
 
 from masdsl.config import ConfigError, resolve_config
 from masdsl.lang.workflow import PolicySpec
+from masdsl.plan.run_plan import resolve_rollout, role_sample
 from masdsl.runtime import prompts
 from masdsl.runtime.backends.base import GenRequest
 from masdsl.runtime.executor import rollout
-from masdsl.runtime.plan import resolve_rollout, role_sample
 from masdsl.testing.tiny import THINKING_CHAT_TEMPLATE
 
 DATA = Path(__file__).parent / "data"

@@ -56,8 +56,8 @@ def toy_config(wf, model_dir, *extra: str):
 
 def run_short(wf, model_dir, run_dir, *extra: str, **kw):
     """`train` a `SHORT` run of `wf` (then `extra`) into `run_dir`; `kw` go to `train`."""
-    from masdsl.learner.trainer import train  # torch and the trainer only for the tests that train
-    from masdsl.runtime.plan import resolve_run
+    from masdsl.plan.run_plan import resolve_run
+    from masdsl.training.trainer import train  # torch and the trainer only for the tests that train
 
     return train(resolve_run(wf, toy_config(wf, model_dir, *SHORT, *extra)), run_dir=run_dir, **kw)
 

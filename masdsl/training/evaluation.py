@@ -6,7 +6,7 @@ their numbers with the same `metrics.eval_metrics`.
 - `run_evaluation`: a stand-alone evaluation, the one code path of `masdsl eval` and
   `masdsl.evaluate`: engines up, the rollout, records, metrics, summary and MLflow in a fresh
   run folder; with `checkpoint=RUN_DIR` the checkpoint's trained policies are exported to a
-  temporary folder (LoRA merged, `masdsl.learner.export`) and evaluated as `policy.NAME.model=`;
+  temporary folder (LoRA merged, `masdsl.training.export`) and evaluated as `policy.NAME.model=`;
 - `evaluate`: what the trainer does at a step (records under `<run_dir>/eval/`, MLflow metrics,
   a transcript);
 - `greedy_repeats_warning`: the warning both commands print for greedy repeats.
@@ -24,20 +24,20 @@ from masdsl.config import TrainConfig
 from masdsl.envs.base import Env
 from masdsl.errors import UserError
 from masdsl.lang.workflow import Workflow
-from masdsl.learner import checkpoint as ckpt
-from masdsl.learner.export import checkpoint_plan, export_checkpoint
-from masdsl.learner.metrics import eval_metrics, reply_counts
-from masdsl.learner.skills import SkillCounts, skill_counts
-from masdsl.learner.viewpage import log_view
+from masdsl.plan.run_plan import RunPlan
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.engine_factory import build_engines, close_engines
 from masdsl.runtime.executor import rollout
+from masdsl.runtime.inputs import load_split, make_env
 from masdsl.runtime.judge import judge_metrics
 from masdsl.runtime.records import StepRecord, write_records
 from masdsl.runtime.rundir import RunDir
-from masdsl.runtime.inputs import load_split, make_env
-from masdsl.runtime.plan import RunPlan
 from masdsl.tracking import Tracker, start_run
+from masdsl.training import checkpoint as ckpt
+from masdsl.training.export import checkpoint_plan, export_checkpoint
+from masdsl.training.metrics import eval_metrics, reply_counts
+from masdsl.training.skills import SkillCounts, skill_counts
+from masdsl.training.viewpage import log_view
 
 
 @dataclass
@@ -69,7 +69,7 @@ def run_evaluation(plan: RunPlan, tasks: Sequence[dict] | None = None, *,
                    progress: Callable[[int], None] | None = None) -> EvalResult:
     """Evaluate the plan's workflow (its policies' models, or a checkpoint's trained weights) on
     `tasks` (default: `eval_tasks`): `train.eval_samples` episodes per task at
-    `train.eval_temperature`. The caller resolved `plan` (`masdsl.runtime.plan.resolve_rollout`),
+    `train.eval_temperature`. The caller resolved `plan` (`masdsl.plan.run_plan.resolve_rollout`),
     once; a checkpoint's exported policies are put in with `RunPlan.with_models`."""
     workflow = plan.workflow
     tasks = eval_tasks(workflow, plan.train) if tasks is None else list(tasks)

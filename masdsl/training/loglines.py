@@ -13,7 +13,7 @@ step (`log_step_line`: the bar's `step_line` with the elapsed time, the phases' 
 sampling speed), one per evaluation (`eval_line`), and a heartbeat after every `HEARTBEAT_S`
 (30 s) without a line while a phase runs (the last line above). Each line is written whole and
 flushed at once; the console never wraps (`masdsl.commands.output.console` is wide on a file).
-`masdsl.learner.display.Progress` writes through `LogLines` when its console is not a terminal;
+`masdsl.training.display.Progress` writes through `LogLines` when its console is not a terminal;
 `masdsl eval` and `masdsl warm-start` do too.
 """
 

@@ -13,7 +13,7 @@ refuses exactly what a run refuses, with the same message, and hands the plan do
 takes it; the plan carries its workflow). `resolve_rollout` plans a rollout or
 an evaluation (`masdsl eval`, `masdsl.rollout`): the same names, ranges and engine options, none
 of the training checks. Neither reads data, loads a model or starts an engine, Ray or MLflow:
-model names are only looked up (`masdsl.runtime.models.model_problem`). What needs the data
+model names are only looked up (`masdsl.plan.model_names.model_problem`). What needs the data
 (`train.batch` larger than the train split) is checked once the data loads.
 
 >>> import masdsl
@@ -25,7 +25,7 @@ model names are only looked up (`masdsl.runtime.models.model_problem`). What nee
 >>> resolve_run(wf, resolve_config(wf.train, overrides=["train.clip_eps=5", "runtime.engine=replay"]))
 Traceback (most recent call last):
 ...
-masdsl.runtime.plan.RunPlanError: invalid configuration:
+masdsl.plan.run_plan.RunPlanError: invalid configuration:
   - `train.clip_eps` must be in (0, 1); got 5.0
   - `runtime.engine=replay` replays fixed outputs and cannot train; use hf or vllm
 """
@@ -45,10 +45,10 @@ from masdsl.config_schema import ADVANTAGE_MIN_K
 from masdsl.errors import UserError, did_you_mean
 from masdsl.lang.judge import judge_problems
 from masdsl.lang.workflow import PolicySpec, SampleSpec, Workflow
-from masdsl.runtime.models import model_problem
-from masdsl.runtime.probes import probe_problem
-from masdsl.runtime.placement import REPLAY_CANNOT_TRAIN, Placement, engine_problems, is_trainable, plan_placement, resolve_auto
-from masdsl.runtime.schedule import describe, schedule_problems, trains_at
+from masdsl.plan.model_names import model_problem
+from masdsl.plan.placement import REPLAY_CANNOT_TRAIN, Placement, engine_problems, is_trainable, plan_placement, resolve_auto
+from masdsl.plan.probes import probe_problem
+from masdsl.plan.schedule import describe, schedule_problems, trains_at
 from masdsl.tracking import validate as check_tracking
 
 DEFAULT_MAX_TOKENS = SampleSpec.max_tokens  # a role's reply budget when neither its `sample { }` nor an override sets one
@@ -100,7 +100,7 @@ class RunPlan:
         return self.config.tracking
 
     def trains_at(self, policy: str, step: int) -> bool:
-        """Whether `policy` updates at `step` (from 1) by its schedule (`masdsl.runtime.schedule`)."""
+        """Whether `policy` updates at `step` (from 1) by its schedule (`masdsl.plan.schedule`)."""
         return trains_at(self.policies[policy], step, self.train.alternate, self.train.alternate_every)
 
     def lr(self, policy: str) -> float:
@@ -178,7 +178,7 @@ def resolve_rollout(workflow: Workflow, cfg: Config) -> RunPlan:
     >>> resolve_rollout(wf, resolve_config(overrides=["runtime.engine=replay"]))
     Traceback (most recent call last):
     ...
-    masdsl.runtime.plan.RunPlanError: `runtime.engine=replay` needs `runtime.replay_file=PATH`
+    masdsl.plan.run_plan.RunPlanError: `runtime.engine=replay` needs `runtime.replay_file=PATH`
     """
     specs = effective_policies(workflow, cfg)
     found = engine_problems(cfg.runtime) + [p for p in (probe_problem(workflow, cfg.train.eval_probe),) if p]

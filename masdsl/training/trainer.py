@@ -2,7 +2,7 @@
 
     rollout (tree sampling, K candidates per role step) -> group by (task, role, turn)
     -> advantages (optionally leaving out flat or low groups) -> per policy, PPO-clip
-       mini-batch steps on its own roles' samples                    (learner/step.py)
+       mini-batch steps on its own roles' samples                    (training/step.py)
     -> sync the new weights into that policy's engine -> metrics, eval, checkpoint
 
 The knobs are `masdsl.config.TrainConfig` (one comment per knob there). Everything random is
@@ -13,7 +13,7 @@ machine gives identical step records and final weights, and a resumed run contin
 A rollout whose env call (or inference engine) still fails after its retries stops the run
 (`StepFailed`): the trainer first saves a checkpoint of the last completed step, i.e. the
 state from before the failed rollout (weights, optimizer, RNG, data cursor), so that `--resume`
-redoes exactly that rollout (learner/recovery.py). A failed evaluation saves the step it
+redoes exactly that rollout (training/recovery.py). A failed evaluation saves the step it
 follows, marked so that `--resume` evaluates it first.
 """
 
@@ -32,19 +32,19 @@ import torch
 
 from masdsl.config import ConfigError
 from masdsl.errors import StepFailed
-from masdsl.learner import checkpoint as ckpt
 from masdsl.learner.ahead import RESUME_REFUSED, Ahead
-from masdsl.learner.display import Progress, print_summary
-from masdsl.learner.evaluation import evaluate, greedy_repeats_warning
-from masdsl.learner.export import export_final
-from masdsl.learner.interrupt import check, interruptible
-from masdsl.learner.recovery import Recovery, take_unfinished
-from masdsl.learner.session import TrainSession, open_session, start_state
-from masdsl.learner.step import sample_batch, train_step
-from masdsl.learner.viewpage import log_view
-from masdsl.runtime.plan import RunPlan
+from masdsl.plan.run_plan import RunPlan
 from masdsl.runtime.rundir import RECORDS, RunDir
 from masdsl.tracking import Tracker, start_run
+from masdsl.training import checkpoint as ckpt
+from masdsl.training.display import Progress, print_summary
+from masdsl.training.evaluation import evaluate, greedy_repeats_warning
+from masdsl.training.export import export_final
+from masdsl.training.interrupt import check, interruptible
+from masdsl.training.recovery import Recovery, take_unfinished
+from masdsl.training.session import TrainSession, open_session, start_state
+from masdsl.training.step import sample_batch, train_step
+from masdsl.training.viewpage import log_view
 
 
 @dataclass
@@ -91,7 +91,7 @@ def train(plan: RunPlan, *, run_dir: RunDir | str | Path, resume: str | Path | N
           console: Any = None, on_step: Callable[[int, dict], None] | None = None) -> TrainResult:
     """Train the plan's workflow with AT-GRPO; write records, metrics and checkpoints under `run_dir`
     (a `RunDir` the caller opened, or a folder: `RunDir.open(plan, run_dir)`). The caller resolved
-    `plan` (`masdsl.runtime.plan.resolve_run`), once, so every config mistake is refused before this."""
+    `plan` (`masdsl.plan.run_plan.resolve_run`), once, so every config mistake is refused before this."""
     t_start = time.perf_counter()
     workflow = plan.workflow
     if resume is not None and plan.train.async_rollout:
@@ -149,7 +149,7 @@ def _loop(session: TrainSession, state: ckpt.TrainState, tracker: Tracker,
         if not state.evals:  # evaluation before any update
             state.evals.append(_evaluate(session, 0, tracker))
         while (state.step < tc.steps and not budget_spent(state, tc.token_budget)) or unfinished:
-            check()  # a Ctrl-C that a library swallowed (learner/interrupt.py)
+            check()  # a Ctrl-C that a library swallowed (training/interrupt.py)
             fresh, t_step = not unfinished, time.perf_counter()
             if not unfinished:
                 recovery.begin(f"step {state.step + 1}/{tc.steps}")

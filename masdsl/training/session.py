@@ -15,15 +15,15 @@ from masdsl.config import ConfigError, to_yaml
 from masdsl.envs.base import Env
 from masdsl.lang.fingerprint import fingerprint
 from masdsl.lang.workflow import Workflow
-from masdsl.learner import checkpoint as ckpt
 from masdsl.learner.ahead import private_engines
-from masdsl.learner.display import Progress, role_budgets
 from masdsl.learner.learners import Learner, close_learners, open_learners
 from masdsl.learner.policies import Policy, iter_trainable, load_policies, sync
+from masdsl.plan.run_plan import RunPlan
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.engine_factory import build_engines, close_engines, sleep_engines, wake_engines
 from masdsl.runtime.inputs import prepare
-from masdsl.runtime.plan import RunPlan
+from masdsl.training import checkpoint as ckpt
+from masdsl.training.display import Progress, role_budgets
 
 
 @dataclass
@@ -57,7 +57,7 @@ class TrainSession:
     def save_checkpoint(self, state: ckpt.TrainState) -> Path:
         """A checkpoint of `state` with every policy's weights, optimizer and RNG, and the plan's
         configuration (what `--resume` continues with): the trainer's every M steps and what a
-        failed step saves (`masdsl.learner.recovery.Recovery`)."""
+        failed step saves (`masdsl.training.recovery.Recovery`)."""
         return ckpt.save(self.run_dir, state, policies=self.policies, optimizers=self.learners,
                          config_yaml=to_yaml(self.plan.config))
 

@@ -27,12 +27,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextCo
 from rich.table import Table
 from rich.text import Text
 
-from masdsl.learner.loglines import LogLines, eval_line
-from masdsl.learner.skills import skill_rows
-from masdsl.runtime.plan import RunPlan
+from masdsl.plan.run_plan import RunPlan
+from masdsl.training.loglines import LogLines, eval_line
+from masdsl.training.skills import skill_rows
 
 if TYPE_CHECKING:  # the trainer imports this module
-    from masdsl.learner.trainer import TrainResult
+    from masdsl.training.trainer import TrainResult
 
 Metrics = Sequence[Mapping[str, float]]  # one mapping per step (history) or per evaluation
 

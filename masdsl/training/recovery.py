@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from masdsl.errors import StepFailed
-from masdsl.learner import checkpoint as ckpt
+from masdsl.training import checkpoint as ckpt
 
 UNFINISHED = "unfinished"  # TrainState.extra key: the step's evaluation/checkpoint/on_step did not run
 

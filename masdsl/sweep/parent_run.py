@@ -19,7 +19,7 @@ from masdsl.tracking.store import apply_http_defaults
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
-    from masdsl.learner.sweep import Trial
+    from masdsl.sweep.grid import Trial
 
 SWEEP_TAG = "masdsl.sweep"
 

@@ -41,7 +41,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from masdsl.runtime.plan import RunPlan
+from masdsl.plan.run_plan import RunPlan
 
 GIB = 2**30
 LOGIT_CHUNK_ELEMENTS = 1 << 25  # logits per chunk of the learner's scoring (128 MB in float32)
@@ -322,7 +322,7 @@ def communication(m: ModelDims, r: Recipe) -> dict[str, float]:
 
 
 def recipe_from_plan(name: str, plan: RunPlan, hardware: Hardware) -> Recipe:
-    """A `Recipe` from a run plan (`masdsl.runtime.plan.resolve_run`) of the `Workflow` it runs."""
+    """A `Recipe` from a run plan (`masdsl.plan.run_plan.resolve_run`) of the `Workflow` it runs."""
     specs, workflow = plan.policies, plan.workflow
     roles = {p.policy: p.roles for p in plan.placement.policies if p.trainable}
     trained = list(roles)
@@ -356,7 +356,7 @@ RECIPES = {
     "gpu_8": ("configs/gpu_8.yaml", "workflows/plan_path_per_role.mas", Hardware(8, 1)),
     "gpu_2x8": ("configs/gpu_2x8.yaml", "workflows/plan_path_per_role.mas", Hardware(8, 2, driver_gpu=True)),
 }
-HEADER_BEGIN = "# --- computed plan (masdsl.runtime.gpu_plan; rewrite: python benchmarks/gpu_plan.py --write) ---"
+HEADER_BEGIN = "# --- computed plan (masdsl.plan.gpu_plan; rewrite: python benchmarks/gpu_plan.py --write) ---"
 HEADER_END = "# --- end of computed plan ---"
 
 

@@ -17,10 +17,10 @@ import resource
 import sys
 from typing import Any, Iterable, Mapping, Sequence
 
-from masdsl.learner.skills import SkillCounts, skill_counts, skill_shares
 from masdsl.runtime.executor import Rollout
 from masdsl.runtime.judge import judge_metrics
 from masdsl.runtime.records import StepRecord
+from masdsl.training.skills import SkillCounts, skill_counts, skill_shares
 
 
 def reward_stats(records: Iterable[StepRecord]) -> dict[tuple[str, int], tuple[float, float]]:
@@ -243,7 +243,7 @@ def eval_metrics(records: Sequence[StepRecord], episodes: Sequence[Any], rollout
     - `eval_cut/<role>`, `eval_parse_fail/<role>`: the shares of the role's replies cut by
       `max_tokens` and whose parse failed (`reply_shares`), from `records` or, for a rollout
       that streamed its records away, the `replies` counted on the way (`reply_counts`);
-    - `skill/eval/<role>/<name>[/turn<t>]`: the roles' `metric` lines (`masdsl.learner.skills`),
+    - `skill/eval/<role>/<name>[/turn<t>]`: the roles' `metric` lines (`masdsl.training.skills`),
       from `records` or the `skills` counted on the way;
     - with `rollout` (an `executor.Rollout`): also the run's figures (`run_figures`).
 

@@ -10,7 +10,7 @@ and reads it at load, so a link (or a headless browser) can open a filtered view
 A long run's page would outgrow a browser: past `max_bytes` the oldest sections are left out
 and the page says which (`masdsl view RUN --step N` shows one step).
 
->>> from masdsl.learner.groupview import build_section
+>>> from masdsl.training.groupview import build_section
 >>> from masdsl.runtime.records import StepRecord
 >>> r = StepRecord(0, 0, "t0", "coder", 0, "coder", 0, True, "p", [1], [2], [0.0], 1.0, 0.0, 1.0, "stop", True,
 ...                response_text="<script>alert(1)</script>")
@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 from masdsl.config_schema import DEFAULT_ADVANTAGE
 from masdsl.lang import ast as A
 from masdsl.lang.parse import parse_text
-from masdsl.learner.groupview import Candidate, Group, Section, sections
 from masdsl.runtime.rundir import CONFIG, SOURCE, RunDir
+from masdsl.training.groupview import Candidate, Group, Section, sections
 
 if TYPE_CHECKING:  # `masdsl view` reads run folders without the tracking package
     from masdsl.tracking import Tracker

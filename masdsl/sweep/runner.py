@@ -7,7 +7,7 @@ Restarted with the same command, a sweep skips the trials in `results.jsonl`, co
 that was cut off from its newest checkpoint (`train.checkpoint_every`; bitwise as `masdsl run
 --resume`), and reruns one that had none from scratch; so a killed sweep keeps what finished, and
 a table longer than one sitting is built by running the same command again. Each trial writes its
-progress lines (`masdsl.learner.loglines`) to `trials/<trial>/progress.log`.
+progress lines (`masdsl.training.loglines`) to `trials/<trial>/progress.log`.
 
 Trials are Ray tasks asking for `trial_cpus` CPUs and `trial_gpus` GPUs (default: the whole
 local machine, so they run one after another here; on a cluster with room, side by side).
@@ -28,17 +28,18 @@ from masdsl.config import TrackingConfig, resolve_config
 from masdsl.errors import UserError
 from masdsl.lang import load
 from masdsl.lang.workflow import Workflow
-from masdsl.learner.sweep import Trial, compare, expand, markdown_table, summarise, trials
-from masdsl.runtime.plan import RunPlan, resolve_run
+from masdsl.plan.run_plan import RunPlan, resolve_run
 from masdsl.startup import start_owned_process
+from masdsl.sweep.compare import compare, markdown_table, summarise
+from masdsl.sweep.grid import Trial, expand, trials
+from masdsl.sweep.parent_run import adopt, client, finish_parent, open_parent
 from masdsl.tracking.plot import plot_arms
 from masdsl.tracking.store import resolve_uri
-from masdsl.tracking.sweep import adopt, client, finish_parent, open_parent
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
-    from masdsl.learner.trainer import TrainResult
+    from masdsl.training.trainer import TrainResult
 
 RESULTS, SPEC, PROGRESS_LOG = "results.jsonl", "sweep.json", "progress.log"
 PROGRESS_EVERY_S = 60.0  # how often a running sweep says how far its trials got
@@ -72,7 +73,7 @@ def run_trial(file: str, configs: Sequence[str], overrides: Sequence[str], run_d
     cross to it), so it plans the trial once itself; the driver refused the bad trials already.
     `resume`: the checkpoint a cut-off trial continues from, with the configuration it saved."""
     start_owned_process()  # the worker runs this one trial only (`max_calls=1`)
-    from masdsl.learner.trainer import train  # heavy: torch; `masdsl sweep` plans every trial before any runs
+    from masdsl.training.trainer import train  # heavy: torch; `masdsl sweep` plans every trial before any runs
 
     workflow = load(file)
     sources = [str(Path(resume) / "config.yaml")] if resume else list(configs) or None
@@ -189,8 +190,8 @@ def _run_on_ray(file: str, configs: list[str], remaining: list[Trial], folder: P
         return
     import ray  # heavy: ray is optional (the train extra); only sweeps and `runtime.ray` runs need it
 
-    from masdsl.learner import checkpoint as ckpt  # heavy: torch, only once every trial was planned
     from masdsl.runtime.actors import init_ray  # heavy: ray, as above
+    from masdsl.training import checkpoint as ckpt  # heavy: torch, only once every trial was planned
 
     init_ray(plan.runtime)
     cpus = trial_cpus if trial_cpus is not None else ray.cluster_resources().get("CPU", 1.0)

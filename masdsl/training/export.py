@@ -32,13 +32,13 @@ from masdsl.config import ALL_POLICIES, Config, TrainConfig, resolve_config
 from masdsl.errors import CheckpointError, UserError
 from masdsl.lang import loads
 from masdsl.lang.workflow import Workflow
-from masdsl.runtime.placement import plan_placement
-from masdsl.runtime.plan import RunPlan, resolve_rollout
-from masdsl.learner import checkpoint as ckpt
 from masdsl.learner.policies import Policy, load_policies
-from masdsl.runtime.models import load_model
+from masdsl.plan.placement import plan_placement
+from masdsl.plan.run_plan import RunPlan, resolve_rollout
 from masdsl.runtime import run_files
+from masdsl.runtime.models import load_model
 from masdsl.runtime.rundir import SOURCE
+from masdsl.training import checkpoint as ckpt
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase

@@ -2,7 +2,7 @@
 
     metrics = train_step(session, state, draw)     # the weights have changed; engines not yet synced
 
-`session` is what `masdsl.learner.session.open_session` built once for the run; `state` the
+`session` is what `masdsl.training.session.open_session` built once for the run; `state` the
 checkpointable `TrainState`, advanced here (step, cursor, history); `draw(cursor)` gives the
 next batch of tasks and the cursor after it (the trainer's data order). Syncing the new weights
 into the engines is the trainer's next, separately recoverable, phase.
@@ -31,19 +31,19 @@ from typing import Any, Callable, Mapping, Sequence
 from masdsl.envs.base import Env
 from masdsl.learner.advantages import compute_advantages, select_groups
 from masdsl.learner.ahead import Ahead, sample_now
-from masdsl.learner.checkpoint import TrainState
 from masdsl.learner.grouping import Group, group_records, rollout_shape
-from masdsl.learner.metrics import role_metrics, step_metrics
 from masdsl.learner.learners import update_policies
-from masdsl.learner.session import TrainSession
 from masdsl.learner.update import UpdateBatch
+from masdsl.plan.run_plan import RunPlan
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.episodes import merge_rollouts
 from masdsl.runtime.executor import Rollout, rollout
 from masdsl.runtime.judge import judge_metrics
-from masdsl.runtime.plan import RunPlan
 from masdsl.runtime.records import write_records
 from masdsl.runtime.rundir import RECORDS
+from masdsl.training.checkpoint import TrainState
+from masdsl.training.metrics import role_metrics, step_metrics
+from masdsl.training.session import TrainSession
 
 Draw = Callable[[int], tuple[Sequence[dict], int]]  # cursor -> (tasks, cursor after them)
 

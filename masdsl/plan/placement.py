@@ -1,7 +1,7 @@
 """Where each policy of a training run acts and learns: `plan_placement(workflow, policies, runtime)`.
 
 A pure function of the workflow, its policies and the `runtime` settings (nothing starts,
-nothing is probed); the run plan (`masdsl.runtime.plan.RunPlan.placement`) holds its answer:
+nothing is probed); the run plan (`masdsl.plan.run_plan.RunPlan.placement`) holds its answer:
 for every policy its engine (kind, in the driver or in Ray actors, replicas, GPUs per engine
 actor, tensor parallelism, sleep mode) and its learner (the driver, or N Ray workers with DDP or
 FSDP, and the device). `masdsl run` prints `Placement.lines()` at start-up and `masdsl graph`
