@@ -93,7 +93,7 @@ def imports_of(module: str, tree: ast.Module, known: Mapping[str, Path]) -> set[
 
     >>> known = {"pkg": Path("pkg/__init__.py"), "pkg.low": Path("pkg/low/__init__.py"),
     ...          "pkg.low.mod": Path("pkg/low/mod.py")}
-    >>> sorted(imports_of("pkg.low.mod", ast.parse("import pkg\nfrom . import x"), known))
+    >>> sorted(imports_of("pkg.low.mod", ast.parse("import pkg; from . import x"), known))
     ['pkg', 'pkg.low']
     """
     skip = _type_checking_nodes(tree)
