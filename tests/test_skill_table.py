@@ -4,28 +4,20 @@ stored metric values get the workflow's metric lines evaluated again."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.benchmarks import benchmark_module
+
 ROOT = Path(__file__).resolve().parents[1]
-BENCH = ROOT / "benchmarks"
 
 
 @pytest.fixture(scope="module")
 def skill_table():
-    sys.path.insert(0, str(BENCH))  # it imports its neighbour `stats`
-    try:
-        spec = importlib.util.spec_from_file_location("skill_table", BENCH / "skill_table.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.path.remove(str(BENCH))
+    yield from benchmark_module("skill_table")
 
 
 def record(task: str, role: str, turn: int, success: float, metrics: dict | None = None, fields: dict | None = None) -> str:
