@@ -223,10 +223,37 @@ def _run_on_ray(file: str, configs: list[str], remaining: list[Trial], folder: P
                         say(f"trial {trial.id}: step {step}/{steps}")  # records of update N say N
                 continue
             trial = pending.pop(ready[0])
-            yield trial, ray.get(ready[0])
+            try:
+                result = ray.get(ready[0])
+            except (ray.exceptions.OutOfMemoryError, ray.exceptions.WorkerCrashedError) as e:
+                raise trial_lost(trial, e, folder / "trials" / trial.folder) from None
+            yield trial, result
     finally:
         for ref in pending:
             ray.cancel(ref, force=True)
+
+
+def trial_lost(trial: Trial, error: Exception, run_dir: Path) -> UserError:
+    """The error a sweep stops with when a trial's process was killed (Ray's memory monitor, or the
+    kernel's): what killed it, that its checkpoints are kept, and how to make room.
+
+    >>> import ray.exceptions
+    >>> e = ray.exceptions.OutOfMemoryError("1 worker(s) were killed ... was 21.94GB used / 23.54GB limit\\nmore")
+    >>> print(trial_lost(Trial("lr=1", 0, ["lr=1"]), e, Path("trials/x")))  # doctest: +NORMALIZE_WHITESPACE
+    trial lr=1,seed=0 was killed by Ray's memory monitor (1 worker(s) were killed ... was 21.94GB used / 23.54GB limit).
+    Its checkpoints in trials/x are kept: the same command continues it from the newest one.
+    To make room: stop other work on the machine, lower `train.micro_batch_tokens`, or give each
+    trial more of the machine (`--trial-cpus`) so that fewer run side by side.
+    """
+    import ray.exceptions  # heavy: ray, as in `_run_on_ray` (the only caller)
+
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    what = ("Ray's memory monitor" if isinstance(error, ray.exceptions.OutOfMemoryError)
+            else "the end of its worker process (the kernel's out-of-memory killer, or a crash)")
+    return UserError(f"trial {trial.id} was killed by {what} ({first}).\n"
+                     f"Its checkpoints in {run_dir} are kept: the same command continues it from the newest one.\n"
+                     "To make room: stop other work on the machine, lower `train.micro_batch_tokens`, or give each\n"
+                     "trial more of the machine (`--trial-cpus`) so that fewer run side by side.")
 
 
 def latest_step(run_dir: Path) -> int | None:
