@@ -15,6 +15,8 @@ import time
 import pytest
 
 from masdsl.cli import main
+from masdsl.errors import UserError
+from masdsl.sweep.runner import check_spec
 from masdsl.sweep.grid import expand, trials
 from tests.support.overrides import tiny_hf
 from tests.support.toy import TOY
@@ -135,6 +137,19 @@ def test_a_restart_with_another_grid_is_refused(tmp_path, capsys):
         {"name": "x", "file": str(TOY.resolve()), "overrides": ["train.lr=1,2"], "seeds": [0], "configs": []}))
     assert main(["sweep", str(TOY), "train.lr=1e-5,2e-5", "tracking.enabled=false", "--out", str(tmp_path / "s")]) == 2
     assert "holds another sweep (overrides" in capsys.readouterr().err
+
+
+def test_more_seeds_extend_a_sweep_and_others_are_refused(tmp_path):
+    spec = {"name": "x", "file": "/w.mas", "overrides": ["train.lr=1,2"], "seeds": [0], "configs": [],
+            "trials": ["train.lr=1,seed=0", "train.lr=2,seed=0"], "parent_run_id": "p"}
+    check_spec(tmp_path, spec)
+    more = {**spec, "seeds": [0, 1], "parent_run_id": None,
+            "trials": [*spec["trials"], "train.lr=1,seed=1", "train.lr=2,seed=1"]}
+    assert check_spec(tmp_path, more)["parent_run_id"] == "p"  # the same sweep, its MLflow parent kept
+    saved = json.loads((tmp_path / "sweep.json").read_text())
+    assert saved["seeds"] == [0, 1] and len(saved["trials"]) == 4
+    with pytest.raises(UserError, match=r"seeds: \[0, 1\] now \[1\]"):
+        check_spec(tmp_path, {**more, "seeds": [1]})  # dropping a seed is another sweep
 
 
 def test_a_running_trial_reports_the_step_of_its_newest_whole_record(tmp_path):

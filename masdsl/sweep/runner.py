@@ -98,14 +98,19 @@ def read_rows(folder: Path) -> list[dict]:
 
 
 def check_spec(folder: Path, spec: dict) -> dict:
-    """The sweep's saved spec, or `spec` saved: a restart with another grid is refused."""
+    """The sweep's saved spec, or `spec` saved: a restart with another grid is refused; one that
+    adds seeds to the same grid extends the sweep (its finished trials stay)."""
     path = folder / SPEC
     if path.exists():
         saved = json.loads(path.read_text())
         for key in ("file", "overrides", "seeds", "configs"):
-            if saved.get(key) != spec[key]:
+            extends = key == "seeds" and set(saved.get(key) or ()) <= set(spec[key])
+            if saved.get(key) != spec[key] and not extends:
                 raise UserError(f"{folder} holds another sweep ({key}: {saved.get(key)} now {spec[key]}); "
-                                "give a new --name, or the same command to resume it")
+                                "give a new --name, the same command to resume it, or its seeds and more to extend it")
+        if saved["seeds"] != spec["seeds"]:
+            saved.update(seeds=spec["seeds"], trials=spec["trials"])
+            path.write_text(json.dumps(saved, indent=1))
         return saved
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(spec, indent=1))
