@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import re
 from typing import Sequence
 
 from masdsl.envs.parsers import asserts
@@ -99,13 +100,36 @@ def equivalent(answer: object, reference: object) -> bool:
     return equal(a, b)  # out of process, under a wall-clock limit (see masdsl/sandbox/math_equal.py)
 
 
+_ARITHMETIC_ONLY = re.compile(r"^[\d\s.,()+\-*/%]+$")
+_BINARY_OPERATION = re.compile(r"[\d)]\s*(?:\*|\+|%|//|-)\s*[\d(]")
+
+
+def unevaluated_arithmetic(answer: object) -> bool:
+    """Whether `answer` is numbers joined by arithmetic operators, left for the grader to compute
+    ("27 * 74 + 18 * 58"): math-verify would evaluate it and do the task's arithmetic itself. One
+    number, one fraction and anything with a symbol or LaTeX (`2+\\sqrt{3}`) are answers.
+
+    >>> [unevaluated_arithmetic(a) for a in ("27 * 74 + 18 * 58", "3199 // 10 - 196", "(3+4)", "2*5")]
+    [True, True, True, True]
+    >>> [unevaluated_arithmetic(a) for a in ("-42", "3/4", "1,234.5", "2+\\\\sqrt{3}", "x = 3", "1e-3", None)]
+    [False, False, False, False, False, False, False]
+    """
+    text = _clean(answer)
+    return text is not None and bool(_ARITHMETIC_ONLY.match(text)) and bool(_BINARY_OPERATION.search(text))
+
+
 @function("correct", returns="number")
 def correct(answer: object, reference: object) -> float:
-    """1.0 when `answer` equals `reference` mathematically (math-verify), else 0.0.
+    """1.0 when `answer` equals `reference` mathematically (math-verify), else 0.0. An answer that
+    is still arithmetic to do (`unevaluated_arithmetic`) earns 0.0: the grader is not the solver.
 
     >>> correct("x = 3", "3"), correct("0.75", "\\\\frac{3}{4}"), correct("4", "3"), correct(None, "3")
     (1.0, 1.0, 0.0, 0.0)
+    >>> correct("27 * 74 + 18 * 58", "3042"), correct("3042", "3042")
+    (0.0, 1.0)
     """
+    if unevaluated_arithmetic(answer):
+        return 0.0
     return 1.0 if equivalent(answer, reference) else 0.0
 
 
