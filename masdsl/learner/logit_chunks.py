@@ -9,7 +9,7 @@ While `scoring` is open, the model's output embedding (`get_output_embeddings()`
 run on the hidden states in chunks of rows and positions: per chunk the head, `logsumexp` and the
 target's logit, and nothing else is kept. Under autograd each chunk is checkpointed
 (`torch.utils.checkpoint`), so the backward recomputes that chunk's logits instead of keeping
-them, as fused linear cross-entropy kernels do. A chunk holds about `LOGIT_CHUNK_ELEMENTS`
+them, as fused linear cross-entropy kernels do. A chunk holds about `LOGIT_CHUNK_ELEMENTS` (on a CPU; 10x that on a GPU: `logit_chunk_elements`)
 logits: for Qwen2.5's 151,936-word vocabulary that is 220 tokens (134 MB in float32), where the
 whole micro-batch of 2,000 response tokens would have been 1.2 GB, kept for the backward.
 
@@ -38,7 +38,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from masdsl.plan.gpu_plan import LOGIT_CHUNK_ELEMENTS  # the memory model counts one chunk at a time
+from masdsl.plan.gpu_plan import LOGIT_CHUNK_ELEMENTS, logit_chunk_elements  # the memory model counts one chunk
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -63,16 +63,19 @@ class Chunks:
     (1, 220)
     >>> Chunks(rows=3, positions=2).sizes(vocab=10, rows=8, positions=5)
     (3, 2)
+    >>> Chunks().sizes(vocab=151_936, rows=64, positions=512, elements=logit_chunk_elements("cuda"))  # a GPU's
+    (4, 512)
     """
 
     rows: int = 0
     positions: int = 0
     whole: bool = False
 
-    def sizes(self, vocab: int, rows: int, positions: int) -> tuple[int, int]:
+    def sizes(self, vocab: int, rows: int, positions: int, elements: int = LOGIT_CHUNK_ELEMENTS) -> tuple[int, int]:
+        """(rows, positions) of a chunk holding about `elements` logits (the device's, see `_chunked`)."""
         if self.rows and self.positions:
             return self.rows, self.positions
-        tokens = max(1, LOGIT_CHUNK_ELEMENTS // max(vocab, 1))
+        tokens = max(1, elements // max(vocab, 1))
         if positions >= tokens:
             return 1, tokens
         return max(1, min(rows, tokens // positions)), positions
@@ -160,7 +163,7 @@ def _chunked(head: nn.Linear, hidden: torch.Tensor, targets: torch.Tensor, chunk
 
     n, length = targets.shape
     vocab = getattr(head, "out_features", None) or head.weight.shape[0]
-    rows, positions = chunks.sizes(vocab, n, length)
+    rows, positions = chunks.sizes(vocab, n, length, logit_chunk_elements(hidden.device.type))
     recompute = torch.is_grad_enabled()
     out = []
     for r in range(0, n, rows):

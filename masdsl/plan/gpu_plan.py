@@ -21,7 +21,7 @@ What is counted, per learner rank (the driver is rank 0 of 1 without learner wor
   per layer (exact count of what autograd saves in a Qwen3 layer, checked against transformers
   in tests/runtime/test_gpu_plan.py); with gradient checkpointing the layer inputs plus one layer
   recomputed; plus logits, scored in checkpointed chunks (`masdsl.learner.logit_chunks`): 12 bytes
-  (float32 logits, softmax, gradient) x min(`LOGIT_CHUNK_ELEMENTS`, vocab x scored tokens) + 4 bytes
+  (float32 logits, softmax, gradient) x min(`LOGIT_CHUNK_ELEMENTS_GPU`, vocab x scored tokens) + 4 bytes
   per scored token. Scored tokens: the response share of the budget at the longest prompt and response.
 - a vLLM engine reserves `vllm_gpu_memory_utilization` of each of its GPUs: bfloat16 weights
   (2P / TP) and the KV cache pool; the KV cache the rollout asks for is 2 x layers x kv_heads x
@@ -44,7 +44,20 @@ from typing import Any
 from masdsl.plan.run_plan import RunPlan
 
 GIB = 2**30
-LOGIT_CHUNK_ELEMENTS = 1 << 25  # logits per chunk of the learner's scoring (128 MB in float32)
+LOGIT_CHUNK_ELEMENTS = 1 << 25  # logits per chunk of the learner's scoring on a CPU (128 MB in float32)
+# On a GPU, 10x: 2,208 tokens of Qwen2.5's vocabulary (1.3 GB in float32). On an H200 it took the
+# training part of a 0.5B LoRA update from 1.76 to 1.37 s for 4.1 GB more at its peak
+# (docs/performance.md, "update on a GPU"); the CPU's smaller chunk was no faster there.
+LOGIT_CHUNK_ELEMENTS_GPU = 5 << 26
+
+
+def logit_chunk_elements(device_type: str) -> int:
+    """Logits per chunk of the learner's scoring on a device of this kind ("cpu", "cuda", ...).
+
+    >>> logit_chunk_elements("cpu") // 151_936, logit_chunk_elements("cuda") // 151_936
+    (220, 2208)
+    """
+    return LOGIT_CHUNK_ELEMENTS if device_type == "cpu" else LOGIT_CHUNK_ELEMENTS_GPU
 
 
 @dataclass(frozen=True)
@@ -238,7 +251,7 @@ def activation_bytes(m: ModelDims, r: Recipe) -> float:
         body = m.layers * (4 if master else 2) * m.hidden * tokens + layer
     else:
         body = m.layers * layer
-    return body + 12.0 * min(LOGIT_CHUNK_ELEMENTS, m.vocab * scored) + 4.0 * scored
+    return body + 12.0 * min(LOGIT_CHUNK_ELEMENTS_GPU, m.vocab * scored) + 4.0 * scored
 
 
 def plan(m: ModelDims, r: Recipe) -> Plan:
@@ -246,7 +259,7 @@ def plan(m: ModelDims, r: Recipe) -> Plan:
 
     >>> p = plan(QWEN3_1_7B, Recipe("one GPU", sleep=True, util=0.35))
     >>> [(g.what, round(g.rollout / GIB, 1), round(g.update / GIB, 1)) for g in p.gpus]
-    [('driver: learner + engine', 47.2, 34.8)]
+    [('driver: learner + engine', 47.2, 36.0)]
     """
     learner = learner_parts(m, r)
     keep = learner["weights"] + learner["AdamW"]  # between updates (gradients are freed)
