@@ -3,8 +3,8 @@
 `masdsl.learner.update.update_policy(..., shard=s)` calls, for each optimizer step:
 
     s.rows(run)                      this rank's rows of the mini-batch
-    s.micro_batch_plan(plan)         the micro-batches this rank runs (FSDP: as many as the rank with the most)
-    s.is_stand_in(k, real, rows)     whether micro-batch k only keeps the ranks in step (run at weight 0)
+    s.forward(plan, run)             the micro-batches this rank runs, each through `run`; yields its own,
+                                     runs the stand-ins that keep FSDP's ranks in step itself (weight 0)
     s.reduce(params, totals)         after the last backward: gradients (DDP) and loss statistics summed
     s.clip(params, max_norm)         the grad-norm clip of the summed gradient; returns the norm
 
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence, cast
+from typing import Any, Callable, Iterator, Mapping, Sequence, cast
 
 import torch
 import torch.distributed as dist
@@ -72,6 +72,25 @@ class Shard:
     def is_stand_in(self, k: int, real: int, rows: Sequence[int]) -> bool:
         """Whether micro-batch `k` (of rows `rows`) runs at weight 0, only to keep the ranks in step."""
         return k >= real
+
+    def forward(self, plan: list, run: Callable[[Any], tuple[list[int], torch.Tensor, torch.Tensor]]
+                ) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor]]:
+        """Run this rank's micro-batches of `plan` through `run` (-> rows, log-probs, mask), yielding
+        its own. A stand-in (`micro_batch_plan`, `is_stand_in`) runs here, with a backward at weight 0
+        where gradients are on, and is not yielded: the caller's PPO step sees only real rows.
+
+        >>> out = Shard(0, 1).forward([[[0]], [[1]]], lambda mb: ([mb[0][0]], torch.zeros(1, 1), torch.ones(1, 1)))
+        >>> [rows for rows, _, _ in out]
+        [[0], [1]]
+        """
+        plan, real = self.micro_batch_plan(plan)
+        for k, micro_batch in enumerate(plan):
+            rows, logp, mask = run(micro_batch)
+            if self.is_stand_in(k, real, rows):
+                if torch.is_grad_enabled():  # its gathers and reduce-scatters, contributing nothing
+                    (logp.sum() * 0.0).backward()
+                continue
+            yield rows, logp, mask
 
     def reduce(self, params: Sequence[torch.Tensor], totals: dict[str, float]) -> None:
         """Sum gradients and loss statistics over the ranks (in place). A parameter no rank has a

@@ -236,10 +236,9 @@ class _Batch:
         t0 = time.perf_counter()
         with torch.no_grad():
             for run, _ in steps:
-                for idx, logp, _mask, stand_in in _forward(self.policy, self.records, run, self.tc, self.pad_id,
-                                                           self.compute_dtype, self.shard):
-                    if not stand_in:
-                        self.old.update(zip(idx, logp.detach().unbind(0)))
+                for idx, logp, _mask in _forward(self.policy, self.records, run, self.tc, self.pad_id,
+                                                 self.compute_dtype, self.shard):
+                    self.old.update(zip(idx, logp.detach().unbind(0)))
         return time.perf_counter() - t0
 
     def old_logprobs(self, idx: Sequence[int], logp: torch.Tensor, mask: torch.Tensor, before_any_step: bool
@@ -260,11 +259,7 @@ def _optimizer_step(batch: _Batch, optimizer: torch.optim.Optimizer, run: Sequen
     optimizer.zero_grad(set_to_none=True)
     totals = zero_totals(batch.roles)
     shard = batch.shard
-    for idx, logp, mask, stand_in in _forward(batch.policy, records, run, tc, batch.pad_id, batch.compute_dtype,
-                                              shard):
-        if stand_in:  # FSDP: a rank without rows, or without this micro-batch, takes part at weight 0
-            (logp.sum() * 0.0).backward()
-            continue
+    for idx, logp, mask in _forward(batch.policy, records, run, tc, batch.pad_id, batch.compute_dtype, shard):
         old_lp = batch.old_logprobs(idx, logp, mask, before_any_step=stats.optimizer_steps == 0)
         adv = torch.tensor([batch.advantages[i] for i in idx], dtype=logp.dtype, device=logp.device)
         responses = [records[i].response_ids for i in idx]
@@ -285,35 +280,36 @@ def _optimizer_step(batch: _Batch, optimizer: torch.optim.Optimizer, run: Sequen
 
 
 def _forward(policy: Policy, records: Sequence[StepRecord], rows: Sequence[int], tc: TrainConfig, pad_id: int,
-             compute_dtype: str, shard: Shard = ONE_PROCESS) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor, bool]]:
-    """Log-probs of `rows` micro-batch by micro-batch: yields (row indices, log-probs [B, T], mask,
-    whether it is a stand-in to run at weight 0).
+             compute_dtype: str, shard: Shard = ONE_PROCESS) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor]]:
+    """Log-probs of `rows` micro-batch by micro-batch: yields (row indices, log-probs [B, T], mask).
 
-    The shard decides which micro-batches run and which are stand-ins (`Shard.micro_batch_plan`,
-    `Shard.is_stand_in`): under FSDP every rank makes the same per-layer gathers and reduce-scatters.
+    The shard runs the micro-batches (`Shard.forward`); under FSDP it also runs, and keeps to itself,
+    the stand-ins that keep every rank's per-layer gathers and reduce-scatters in step.
 
     With a half-precision compute dtype the float32 master weights run under autocast, so the
     optimizer updates float32 weights (an lr 1e-6 step on bfloat16 weights mostly rounds away).
     """
     plan = micro_batches([tuple(records[i].prompt_ids) for i in rows], [len(records[i].prompt_ids) for i in rows],
                          [len(records[i].response_ids) for i in rows], tc.micro_batch_tokens)
-    plan, real = shard.micro_batch_plan(plan)
     device = next(policy.model.parameters()).device
     half = compute_dtype in ("bfloat16", "float16")
-    autocast = (torch.autocast(device.type, dtype=getattr(torch, compute_dtype)) if half
-                else contextlib.nullcontext())
-    for k, mb_groups in enumerate(plan):
+
+    def run(mb_groups: Sequence[Sequence[int]]) -> tuple[list[int], torch.Tensor, torch.Tensor]:
         idx = [rows[j] for g in mb_groups for j in g]
         prompts = [records[rows[g[0]]].prompt_ids for g in mb_groups]
         group_of_row = [gi for gi, g in enumerate(mb_groups) for _ in g]
         responses = [records[i].response_ids for i in idx]
+        autocast = (torch.autocast(device.type, dtype=getattr(torch, compute_dtype)) if half
+                    else contextlib.nullcontext())
         with autocast:
             if tc.gradient_checkpointing:  # HF turns the KV cache off under checkpointing
                 logp, mask = sequence_logprobs(policy.model, [records[i].prompt_ids for i in idx], responses, pad_id)
             else:
                 logp, mask = shared_prefix_logprobs(policy.model, prompts, group_of_row, responses, pad_id,
                                                     two_calls=shard.two_calls)
-        yield idx, at_least_float32(logp), mask, shard.is_stand_in(k, real, idx)
+        return idx, at_least_float32(logp), mask
+
+    return shard.forward(plan, run)
 
 
 def _gap(records: Sequence[StepRecord], trainer_logp: Mapping[int, torch.Tensor]) -> float:

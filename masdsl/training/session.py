@@ -8,8 +8,10 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator, Sequence
 
 from masdsl.config import ConfigError, to_yaml
 from masdsl.envs.base import Env
@@ -22,6 +24,8 @@ from masdsl.plan.run_plan import RunPlan
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.engine_factory import build_engines, close_engines, sleep_engines, wake_engines
 from masdsl.runtime.inputs import prepare
+from masdsl.runtime.records import StepRecord, write_records
+from masdsl.runtime.rundir import RECORDS
 from masdsl.training import checkpoint as ckpt
 from masdsl.training.display import Progress, role_budgets
 
@@ -43,6 +47,21 @@ class TrainSession:
         """Every trainable policy's engine samples from its current weights."""
         for p in iter_trainable(self.policies):
             sync(p, self.engines[p.name])
+
+    def keep_records(self, records: Sequence[StepRecord]) -> None:
+        """Append a step's records to the run folder's records.jsonl (before its update, so a step
+        that fails keeps what it sampled)."""
+        write_records(self.run_dir / RECORDS, records)
+
+    @contextlib.contextmanager
+    def engines_asleep(self) -> Iterator[None]:
+        """The update's span: with `runtime.vllm_sleep_mode` the engines free their GPU memory for
+        the learner, and take it back after, whatever the update raised."""
+        self.sleep_engines()
+        try:
+            yield
+        finally:
+            self.wake_engines()
 
     def sleep_engines(self) -> None:
         """With `runtime.vllm_sleep_mode`, the engines free their GPU memory for the update."""

@@ -5,7 +5,9 @@
 `session` is what `masdsl.training.session.open_session` built once for the run; `state` the
 checkpointable `TrainState`, advanced here (step, cursor, history); `draw(cursor)` gives the
 next batch of tasks and the cursor after it (the trainer's data order). Syncing the new weights
-into the engines is the trainer's next, separately recoverable, phase.
+into the engines is the trainer's next, separately recoverable, phase. The step touches no file
+and no engine's memory itself: the session keeps its records (`keep_records`) and puts the
+engines to sleep around the update (`engines_asleep`).
 
 **Dynamic sampling** (`train.dynamic_sampling = N`, as in DAPO and verl): while the step's
 rollouts hold fewer than N non-flat groups (groups whose rewards differ: the only ones with an
@@ -39,8 +41,6 @@ from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.episodes import merge_rollouts
 from masdsl.runtime.executor import Rollout, rollout
 from masdsl.runtime.judge import judge_metrics
-from masdsl.runtime.records import write_records
-from masdsl.runtime.rundir import RECORDS
 from masdsl.training.checkpoint import TrainState
 from masdsl.training.metrics import role_metrics, step_metrics
 from masdsl.training.session import TrainSession
@@ -59,7 +59,7 @@ def train_step(session: TrainSession, state: TrainState, draw: Draw, ahead: Ahea
     records = roll.records
     for r in records:  # one numbering (docs/concepts.md, "Step numbers"): the rollout of update N is step N
         r.step, r.weights_step = step + 1, got.weights_step  # the seeds stay derived from `step`: same samples, same runs
-    write_records(session.run_dir / RECORDS, records)
+    session.keep_records(records)
     # score: advantages within each (task, role, turn) group
     adv, gstats = compute_advantages(groups, len(records), estimators=session.plan.advantages,
                                      roles=[r.role for r in records])
@@ -70,12 +70,9 @@ def train_step(session: TrainSession, state: TrainState, draw: Draw, ahead: Ahea
     keep = kept_rows(kept, len(records))
     if ahead is not None and step + 1 < tc.steps:  # the next step's rollout samples during this update
         ahead.start(step + 1, cursor, weights_step=step)
-    session.sleep_engines()  # runtime.vllm_sleep_mode: the learner gets the engines' GPU memory
-    try:
+    with session.engines_asleep():  # runtime.vllm_sleep_mode: the learner gets the engines' GPU memory
         due = {n: lr for n, lr in session.learners.items() if session.plan.trains_at(n, step + 1)}  # the schedule
         updates = update_policies(due, session.policies, UpdateBatch(records, adv, keep), log=show.log)
-    finally:
-        session.wake_engines()
     t_update = time.perf_counter() - t0
     waited = ahead.wait() if ahead is not None else 0.0  # the engines sync only after the rollout ahead
     metrics = step_metrics(records, roll.episodes, gstats, updates, kept_groups=len(kept),

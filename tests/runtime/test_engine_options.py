@@ -109,8 +109,9 @@ def test_session_sleeps_each_engine_once_only_in_sleep_mode(tmp_path):
     for on in (False, True):
         cfg = resolve_config(overrides=[f"runtime.vllm_sleep_mode={str(on).lower()}", "runtime.device=cuda"])
         s = TrainSession(None, resolve_rollout(masdsl.load(CODER), cfg), tmp_path, None, None, [], [], {}, engines=engines)
-        s.sleep_engines()
-        s.wake_engines()
+        with pytest.raises(RuntimeError):
+            with s.engines_asleep():  # the update's span: the engines wake even when the update raises
+                raise RuntimeError("update failed")
     assert calls == [("sleep", id(base), 1), ("sleep", id(full), 1), ("wake", id(base)), ("wake", id(full))]
 
 
