@@ -39,8 +39,6 @@ from masdsl.tracking.store import resolve_uri
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
-    from masdsl.training.trainer import TrainResult
-
 RESULTS, SPEC, PROGRESS_LOG = "results.jsonl", "sweep.json", "progress.log"
 PROGRESS_EVERY_S = 60.0  # how often a running sweep says how far its trials got
 CURVES = ("success/eval", "reward/eval", "groups/nonflat_frac")  # one image each
@@ -66,9 +64,10 @@ def default_name(file: str, overrides: Sequence[str], seeds: Sequence[int], conf
     return hashlib.sha256(key.encode()).hexdigest()[:8]
 
 
-def run_trial(file: str, configs: Sequence[str], overrides: Sequence[str], run_dir: str,
-              resume: str | None = None) -> Any:
-    """One trial, in a Ray worker: an ordinary training run; its `TrainResult`. The worker is a
+def run_trial(file: str, configs: Sequence[str], trial: Trial, overrides: Sequence[str], run_dir: str,
+              resume: str | None = None) -> dict[str, Any]:
+    """One trial, in a Ray worker: an ordinary training run; its row of `results.jsonl` (plain
+    data: a pickled `TrainResult` would tie the driver to the worker's module paths). The worker is a
     process of its own that loads the workflow again (a workflow's imported functions do not
     cross to it), so it plans the trial once itself; the driver refused the bad trials already.
     `resume`: the checkpoint a cut-off trial continues from, with the configuration it saved."""
@@ -80,7 +79,7 @@ def run_trial(file: str, configs: Sequence[str], overrides: Sequence[str], run_d
     plan = resolve_run(workflow, resolve_config(workflow.train, sources, list(overrides)))
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     with (Path(run_dir) / PROGRESS_LOG).open("a", encoding="utf-8") as log:  # a file: one flushed line per phase
-        return train(plan, run_dir=run_dir, resume=resume, console=Console(file=log, width=240))
+        return summarise(train(plan, run_dir=run_dir, resume=resume, console=Console(file=log, width=240)), trial)
 
 
 def read_rows(folder: Path) -> list[dict]:
@@ -141,9 +140,8 @@ def run_sweep(file: str, overrides: Sequence[str], seeds: Sequence[int], *, conf
     ran: list[str] = []
     status = "FAILED"
     try:
-        for trial, result in _run_on_ray(spec["file"], spec["configs"], remaining, folder, extra, plan, trial_cpus,
-                                         trial_gpus, say):
-            row = summarise(result, trial)
+        for trial, row in _run_on_ray(spec["file"], spec["configs"], remaining, folder, extra, plan, trial_cpus,
+                                      trial_gpus, say):
             if mlflow is not None and parent is not None and row["mlflow_run_id"]:
                 adopt(mlflow, parent, row["mlflow_run_id"], trial)
             with (folder / RESULTS).open("a") as f:
@@ -189,8 +187,8 @@ def _open_tracking(tracking: TrackingConfig, workflow: Workflow, folder: Path, s
 
 def _run_on_ray(file: str, configs: list[str], remaining: list[Trial], folder: Path, extra: list[str], plan: RunPlan,
                 trial_cpus: float | None, trial_gpus: float, say: Callable[[str], None]
-                ) -> Iterator[tuple[Trial, TrainResult]]:
-    """Yield (trial, TrainResult) as trials finish, each a Ray task."""
+                ) -> Iterator[tuple[Trial, dict[str, Any]]]:
+    """Yield (trial, its results row) as trials finish, each a Ray task."""
     if not remaining:
         return
     import ray  # heavy: ray is optional (the train extra); only sweeps and `runtime.ray` runs need it
@@ -211,7 +209,7 @@ def _run_on_ray(file: str, configs: list[str], remaining: list[Trial], folder: P
             shutil.rmtree(run_dir)
         if resume is not None:
             say(f"trial {trial.id}: continues from {resume.name}")
-        ref = task.remote(file, configs, [*trial.overrides, *extra], str(run_dir.resolve()),
+        ref = task.remote(file, configs, trial, [*trial.overrides, *extra], str(run_dir.resolve()),
                           str(resume.resolve()) if resume else None)
         pending[ref] = trial
     say(f"submitted {len(pending)} trials to Ray ({cpus:g} CPUs, {trial_gpus:g} GPUs each)")

@@ -187,7 +187,7 @@ def test_a_sweep_plans_each_trial_once_before_any_starts_and_each_trial_once_in_
 
     def in_this_process(file, configs, remaining, folder, extra, plan, cpus, gpus, say):
         for trial in remaining:
-            yield trial, sweep_runner.run_trial(file, configs, [*trial.overrides, *extra],
+            yield trial, sweep_runner.run_trial(file, configs, trial, [*trial.overrides, *extra],
                                                 str(folder / "trials" / trial.folder))
 
     monkeypatch.setattr(sweep_runner, "_run_on_ray", in_this_process)
