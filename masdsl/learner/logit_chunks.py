@@ -38,7 +38,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from masdsl.plan.gpu_plan import LOGIT_CHUNK_ELEMENTS, logit_chunk_elements  # the memory model counts one chunk
+from masdsl.plan.logit_budget import LOGIT_CHUNK_ELEMENTS, logit_chunk_elements  # the memory model counts one chunk
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
