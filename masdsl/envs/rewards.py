@@ -100,22 +100,36 @@ def equivalent(answer: object, reference: object) -> bool:
     return equal(a, b)  # out of process, under a wall-clock limit (see masdsl/sandbox/math_equal.py)
 
 
-_ARITHMETIC_ONLY = re.compile(r"^[\d\s.,()+\-*/%]+$")
-_BINARY_OPERATION = re.compile(r"[\d)]\s*(?:\*|\+|%|//|-)\s*[\d(]")
+_NUMBER = r"\d[\d,]*(?:\.\d+)?"
+_OPERATOR = r"(?:\*\*|\*|//|\+|-|%|×|÷|·|\\times|\\cdot|\\div)"
+# two numbers joined by an operator, the second not the base of a power or a coefficient (`3 \times 10^5`, `1+2\sqrt{3}`)
+_BINARY_OPERATION = re.compile(rf"{_NUMBER}\s*\)?\s*{_OPERATOR}\s*\(?\s*{_NUMBER}(?![\d.]|\s*\^|\s*\\[a-zA-Z]|[a-zA-Z])")
+_FRACTION = re.compile(r"\\[dt]?frac\{\s*(\d+)\s*\}\{\s*(\d+)\s*\}|(?<![\d.])(\d+)\s*/\s*(\d+)(?![\d.])")
 
 
 def unevaluated_arithmetic(answer: object) -> bool:
-    """Whether `answer` is numbers joined by arithmetic operators, left for the grader to compute
-    ("27 * 74 + 18 * 58"): math-verify would evaluate it and do the task's arithmetic itself. One
-    number, one fraction and anything with a symbol or LaTeX (`2+\\sqrt{3}`) are answers.
+    """Whether `answer` still holds arithmetic to do: two numbers joined by an operator, in any
+    notation ("27 * 74 + 18 * 58", "\\(21 \\times 88 - 1511\\) bottles"), or a fraction whose value
+    is a whole number ("874/2"). math-verify would evaluate it, doing the task's arithmetic itself.
+    One number, a fraction in lowest terms, a power of ten and a surd are answers.
 
-    >>> [unevaluated_arithmetic(a) for a in ("27 * 74 + 18 * 58", "3199 // 10 - 196", "(3+4)", "2*5")]
-    [True, True, True, True]
-    >>> [unevaluated_arithmetic(a) for a in ("-42", "3/4", "1,234.5", "2+\\\\sqrt{3}", "x = 3", "1e-3", None)]
-    [False, False, False, False, False, False, False]
+    >>> [unevaluated_arithmetic(a) for a in ("27 * 74 + 18 * 58", "3199 // 10 - 196", "(3+4)", "2*5", "874/2",
+    ...     "The warehouse has \\\\(21 \\\\times 88 - 1511\\\\) bottles", "\\\\frac{1022}{2}", "3 \\\\cdot 4")]
+    [True, True, True, True, True, True, True, True]
+    >>> [unevaluated_arithmetic(a) for a in ("-42", "3/4", "1,234.5", "2+\\\\sqrt{3}", "1+2\\\\sqrt{3}", "x = 3", "1e-3",
+    ...     "3 \\\\times 10^5", "\\\\frac{3}{4}", "\\\\boxed{874}", None)]
+    [False, False, False, False, False, False, False, False, False, False, False]
     """
     text = _clean(answer)
-    return text is not None and bool(_ARITHMETIC_ONLY.match(text)) and bool(_BINARY_OPERATION.search(text))
+    if text is None:
+        return False
+    if _BINARY_OPERATION.search(text):
+        return True
+    for m in _FRACTION.finditer(text):
+        top, bottom = (int(g) for g in (m.groups()[:2] if m.group(1) else m.groups()[2:]))
+        if bottom > 1 and top % bottom == 0:
+            return True
+    return False
 
 
 @function("correct", returns="number")

@@ -309,9 +309,11 @@ def test_the_code_cannot_reach_the_judges_descriptors():
 
 
 @pytest.mark.parametrize("answer", ["27 * 74 + 18 * 58", "3042 + 0", "(27*74)+(18*58)", "6084 // 2", "3043 - 1",
-                                   "1014 * 3"])
+                                   "1014 * 3", "6084/2", "\\frac{6084}{2}", "1014 \\cdot 3",
+                                   "The total is \\(27 \\times 74 + 18 \\times 58\\) dollars."])
 def test_an_answer_left_as_arithmetic_scores_zero(answer):
     # found by RL: the untrained 0.5B single agent of math_arith learnt to answer `ANSWER = 27 * 74 + 18 * 58`
-    # and let math-verify do the arithmetic (32 of its 32 successes after 16 steps)
+    # and let math-verify do the arithmetic (32 of its 32 successes after 16 steps); barred in ASCII, it moved
+    # to LaTeX in prose (`\(21 \times 88 - 1511\) bottles left`) within 10 steps
     assert correct(answer, "3042") == 0.0
     assert correct("3042", "3042") == 1.0 and correct("3,042", "3042") == 1.0
