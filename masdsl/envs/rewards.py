@@ -100,7 +100,7 @@ def equivalent(answer: object, reference: object) -> bool:
     return equal(a, b)  # out of process, under a wall-clock limit (see masdsl/sandbox/math_equal.py)
 
 
-_NUMBER = r"\d[\d,]*(?:\.\d+)?"
+_NUMBER = r"\d+(?:,\d{3})*(?:\.\d+)?"  # thousands commas, not a list's
 _OPERATOR = r"(?:\*\*|\*|//|\+|-|%|×|÷|·|\\times|\\cdot|\\div)"
 # two numbers joined by an operator, the second not the base of a power or a coefficient (`3 \times 10^5`, `1+2\sqrt{3}`)
 _BINARY_OPERATION = re.compile(rf"{_NUMBER}\s*\)?\s*{_OPERATOR}\s*\(?\s*{_NUMBER}(?![\d.]|\s*\^|\s*\\[a-zA-Z]|[a-zA-Z])")
@@ -117,8 +117,8 @@ def unevaluated_arithmetic(answer: object) -> bool:
     ...     "The warehouse has \\\\(21 \\\\times 88 - 1511\\\\) bottles", "\\\\frac{1022}{2}", "3 \\\\cdot 4")]
     [True, True, True, True, True, True, True, True]
     >>> [unevaluated_arithmetic(a) for a in ("-42", "3/4", "1,234.5", "2+\\\\sqrt{3}", "1+2\\\\sqrt{3}", "x = 3", "1e-3",
-    ...     "3 \\\\times 10^5", "\\\\frac{3}{4}", "\\\\boxed{874}", None)]
-    [False, False, False, False, False, False, False, False, False, False, False]
+    ...     "3 \\\\times 10^5", "\\\\frac{3}{4}", "\\\\boxed{874}", "(1,-2)", None)]
+    [False, False, False, False, False, False, False, False, False, False, False, False]
     """
     text = _clean(answer)
     if text is None:
