@@ -35,7 +35,7 @@ def measure(workflow: str, overrides: list[str], tasks: int, samples: int, show:
     from masdsl.plan.run_plan import resolve_rollout
     from masdsl.runtime.engine_factory import build_engines, close_engines
     from masdsl.runtime.executor import rollout
-    from masdsl.runtime.inputs import load_split, make_env
+    from masdsl.plan.inputs import load_split, make_env
 
     wf = workflow_of(workflow)
     cfg = config_of(wf, ["tracking.enabled=false", *overrides])

@@ -81,7 +81,7 @@ def load(args: argparse.Namespace):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from masdsl.lang.workflow import LoraSettings
-    from masdsl.runtime.models import load_model, resolve_model
+    from masdsl.plan.models import load_model, resolve_model
 
     torch.manual_seed(0)
     if args.random_weights:

@@ -69,7 +69,7 @@ def run_ours(steps: int, engine: str = "hf") -> dict:
     from masdsl.learner.update import update_policy
     from masdsl.plan.run_plan import resolve_run
     from masdsl.runtime.engine_factory import build_engines
-    from masdsl.runtime.inputs import prepare
+    from masdsl.plan.inputs import prepare
     from masdsl.training.session import build_optimizer
     from masdsl.training.step import collect
     from masdsl.training.trainer import seed_everything
@@ -111,7 +111,7 @@ def run_trl(steps: int) -> dict:
     sys.path.insert(0, str(HERE))
     from vs_trl_env import PROMPTS, length_score
 
-    from masdsl.runtime.models import resolve_model
+    from masdsl.plan.models import resolve_model
 
     path = resolve_model("smollm2-135m-instruct")
     tok = AutoTokenizer.from_pretrained(path)

@@ -24,7 +24,7 @@ def tiny_model_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def hf_engine(tiny_model_dir):
     from masdsl.runtime.backends.hf import HFEngine
-    from masdsl.runtime.models import load_model
+    from masdsl.plan.models import load_model
 
     model, tokenizer = load_model(tiny_model_dir)
     engine = HFEngine(model, tokenizer, seed=0)

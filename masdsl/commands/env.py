@@ -5,7 +5,7 @@ read from the installed metadata, never imported), the devices (usable CPU cores
 from the driver's `/proc/driver/nvidia/gpus` or `nvidia-smi -L`, or with `--torch` the ones
 torch sees, which imports it: a few seconds), the isolation the sandbox picks for generated
 code on this machine (`masdsl.sandbox.isolation.choose_mode`), the cache folder
-(`masdsl.runtime.models.cache_dir`) and which built-in models are already unpacked there
+(`masdsl.plan.models.cache_dir`) and which built-in models are already unpacked there
 (`masdsl.plan.model_names.BUILTINS`). `--json` prints the same as one JSON object.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 
 from masdsl.errors import UserError
 from masdsl.plan.model_names import BUILTINS, is_model_dir
-from masdsl.runtime import models as registry
+from masdsl.plan import models as registry
 from masdsl.sandbox.isolation import choose_mode, zygote_enabled
 from masdsl.sandbox.limits import Limits
 from masdsl.version import __version__

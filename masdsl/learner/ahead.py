@@ -11,7 +11,7 @@ the run plan refuses `trainer`), so the importance weight is that of the behavio
 the correction is exact. Step 1's rollout samples before any update, as in the synchronous loop.
 
 The update trains the learner's model in place while the thread samples, so each trainable
-policy's hf engine gets its own copy of the weights (`private_engines`, one per shared
+policy's hf engine gets its own copy of the weights (the engine factory makes it, one per shared
 `PeftModel`), synced after each step as any non-shared engine is (`policies.sync`). The copy
 costs one more model in memory. A resumed run cannot continue exactly (the checkpoint of step
 N holds the weights of step N, the next rollout wants those of step N-1): the trainer refuses
@@ -25,7 +25,6 @@ chunks' own checkpoints do not save it (`logit_chunks.scoring`).
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 from dataclasses import dataclass
@@ -33,8 +32,6 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from masdsl.config import ConfigError
 from masdsl.learner.policies import Policy, iter_trainable
-from masdsl.runtime.backends import hf_engine_on
-from masdsl.runtime.backends.base import Engine
 
 if TYPE_CHECKING:
     from torch import nn
@@ -114,23 +111,16 @@ class Ahead:
         return time.perf_counter() - t0
 
 
-def private_engines(policies: Mapping[str, Policy], engines: Mapping[str, Engine]) -> dict[str, Engine]:
-    """`engines` with each trainable policy's hf engine that samples from the learner's very model
-    moved onto a copy of it (one copy per shared `PeftModel`), so that an update cannot change the
-    weights under a rollout that is still sampling."""
-    out = dict(engines)
-    copies: dict[int, Any] = {}  # id of a shared model -> its copy
+def refuse_random_updates(policies: Mapping[str, Policy]) -> None:
+    """Under `train.async_rollout=1`, a trainable policy whose update draws random numbers (dropout)
+    is refused: the rollout beside the update samples from the same global RNG, so its samples
+    would depend on timing."""
     for p in iter_trainable(policies):
         if draws_random(p.model):
             raise ConfigError(f"policy `{p.name}`: its model has dropout, so its update draws from the global RNG "
                               "that the rollout beside it samples with (`train.async_rollout=1`); the samples would "
                               "depend on timing. Use a model (and `lora.dropout`) without dropout, or "
                               "`train.async_rollout=0`")
-        engine = engines[p.name]
-        if engine.model is p.model:  # an hf engine sampling from the learner's very model
-            model = copies.setdefault(id(p.model), copy.deepcopy(p.model))
-            out[p.name] = hf_engine_on(model, p.tokenizer, seed=engine.seed, adapter=p.adapter)  # type: ignore[attr-defined]  # an hf engine
-    return out
 
 
 def draws_random(model: nn.Module) -> bool:

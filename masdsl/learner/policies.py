@@ -25,7 +25,7 @@ from masdsl.learner.lora_merge import merged_state
 from masdsl.plan.placement import is_trainable
 from masdsl.plan.run_plan import RunPlan
 from masdsl.runtime.backends.base import Engine
-from masdsl.runtime.models import load_model, resolve_model
+from masdsl.plan.models import load_model, resolve_model
 
 
 @dataclass

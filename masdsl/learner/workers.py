@@ -54,8 +54,8 @@ from masdsl.learner.parallel import FsdpShard, Shard
 from masdsl.learner.policies import Policy, compute_state, iter_trainable, master_dtype
 from masdsl.learner.update import UpdateBatch, UpdateStats, update_policy
 from masdsl.plan.run_plan import RunPlan
-from masdsl.runtime.actors import ACTOR_CPUS, LEARN_SLOT, init_ray, slot_resources
-from masdsl.runtime.models import load_model
+from masdsl.runtime.actors import ACTOR_CPUS, LEARN_SLOT, slot_resources
+from masdsl.plan.models import load_model
 from masdsl.runtime.records import StepRecord
 from masdsl.startup import start_owned_process
 
@@ -186,7 +186,7 @@ class LearnerGroup:
     def __init__(self, policy: Policy, plan: RunPlan, workers: int):
         import ray  # heavy: ray is optional (the train extra); only learner workers need it
 
-        init_ray(plan.runtime)
+        assert ray.is_initialized(), "the session starts Ray first (masdsl.runtime.actors.start_ray)"
         self._ray, self.name, self.world, self.plan = ray, policy.name, workers, plan
         self.fsdp = plan.placement.of(policy.name).learner.fsdp
         self.restarts_left = int(plan.runtime.learner_restarts)

@@ -112,6 +112,11 @@ class Placement:
     def of(self, policy: str) -> PolicyPlan:
         return next(p for p in self.policies if p.policy == policy)
 
+    @property
+    def learner_workers(self) -> bool:
+        """Whether some policy trains on Ray learner workers (so the run needs Ray, whatever `runtime.ray`)."""
+        return any(p.learner.where == "workers" for p in self.policies)
+
     def lines(self) -> list[str]:
         return [line for p in self.policies for line in p.lines()]
 

@@ -27,6 +27,7 @@ from masdsl.config import RuntimeConfig, SandboxConfig
 from masdsl.envs.base import Env
 from masdsl.errors import StepFailed
 from masdsl.lang.imports import _LOADED
+from masdsl.plan.run_plan import RunPlan
 from masdsl.runtime.backends import build_engine
 from masdsl.runtime.backends.base import Engine, EngineCall, GenRequest, Results, as_engine
 from masdsl.startup import start_owned_process
@@ -75,6 +76,13 @@ class LocalPool:
     def close(self) -> None:
         if self._threads is not None:
             self._threads.shutdown(wait=True)
+
+
+def start_ray(plan: RunPlan) -> None:
+    """Ray up before anything of `plan` is placed in it: engine actors and env tasks
+    (`runtime.ray`) or learner workers (`runtime.learner_workers`); nothing otherwise."""
+    if plan.runtime.ray or plan.placement.learner_workers:
+        init_ray(plan.runtime)
 
 
 def init_ray(rt: RuntimeConfig) -> None:

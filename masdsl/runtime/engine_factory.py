@@ -14,7 +14,8 @@ the same weights, so they share it); `runtime.engine=replay` serves every policy
 `runtime.replay_file`. Training (`weights`: `{policy: LiveWeights}`, the learner's loaded
 policies): `hf` engines hold the very model object the learner trains (for a LoRA policy the
 shared `PeftModel`, whose adapter the engine activates before each generate), so an update is
-visible to the next rollout with no copy; a `vllm` full policy gets its own engine, fed new
+visible to the next rollout with no copy (under `train.async_rollout=1` a copy of it, synced
+after each step); a `vllm` full policy gets its own engine, fed new
 weights through `update_weights`; LoRA policies on one base share one vLLM engine, each syncing
 its adapter as a LoRA request (`runtime.lora_sync=merged`: each its own engine without LoRA, fed
 base + adapter merged after each update). With `runtime.ray`, engines (training: full policies only) live
@@ -25,8 +26,9 @@ in Ray actors (`actors.RemoteEngine`); a dead actor is rebuilt and given the lat
 
 from __future__ import annotations
 
+import copy
 from functools import partial
-from typing import Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from masdsl.config import ConfigError
 from masdsl.lang.workflow import LoraSettings, PolicySpec
@@ -37,6 +39,9 @@ from masdsl.runtime.backends import build_engine, engine_kwargs, hf_engine_on, v
 from masdsl.runtime.backends.base import Engine, LoRAHost
 from masdsl.runtime.heartbeat import starting
 from masdsl.runtime.replicas import ReplicatedEngine
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 class LiveWeights(Protocol):
@@ -96,6 +101,7 @@ def _training_engines(weights: Mapping[str, LiveWeights], plan: RunPlan) -> dict
     kw = engine_kwargs(plan.runtime, plan.train.seed)
     engines: dict[str, Engine] = {}
     lora_bases: dict[str, LoRAHost] = {}  # model path -> the vLLM engine with LoRA on
+    copies: dict[int, nn.Module] = {}  # async: id of a learner's model -> the copy its hf engine samples from
     for name, p in weights.items():
         eng = placement.of(name).engine
         if eng.source == "replay":
@@ -103,7 +109,8 @@ def _training_engines(weights: Mapping[str, LiveWeights], plan: RunPlan) -> dict
         if eng.source == "actor":
             engines[name] = _remote_engine(eng, p, kw, plan)
         elif eng.source == "learner_object":
-            engines[name] = hf_engine_on(p.model, p.tokenizer, seed=kw["seed"], adapter=p.adapter)
+            engines[name] = hf_engine_on(_sampled_model(p.model, plan, copies), p.tokenizer, seed=kw["seed"],
+                                         adapter=p.adapter)
         elif eng.source in ("own", "merged"):  # merged: fed base + adapter (learner/lora_merge.py)
             engines[name] = vllm_engine(p.model_path, **kw)
         else:  # lora_shared
@@ -115,6 +122,16 @@ def _training_engines(weights: Mapping[str, LiveWeights], plan: RunPlan) -> dict
             engines[name] = lora_bases[p.model_path].adapter(name, p.model.peft_config[p.adapter])
             engines[name].update_weights(p.state_dict())
     return engines
+
+
+def _sampled_model(model: nn.Module, plan: RunPlan, copies: dict[int, nn.Module]) -> nn.Module:
+    """The model an hf engine samples from: the learner's very object, or under
+    `train.async_rollout=1` a copy of it (one per shared `PeftModel`), so that an update cannot
+    change the weights under a rollout still sampling beside it (synced after each step as any
+    engine with weights of its own is)."""
+    if not plan.train.async_rollout:
+        return model
+    return copies.setdefault(id(model), copy.deepcopy(model))
 
 
 def _remote_engine(eng: EnginePlan, p: LiveWeights, kw: dict[str, Any], plan: RunPlan) -> Engine:

@@ -36,7 +36,7 @@ from masdsl.learner.policies import Policy, load_policies
 from masdsl.plan.placement import plan_placement
 from masdsl.plan.run_plan import RunPlan, resolve_rollout
 from masdsl.runtime import run_files
-from masdsl.runtime.models import load_model
+from masdsl.plan.models import load_model
 from masdsl.runtime.rundir import SOURCE
 from masdsl.training import checkpoint as ckpt
 

@@ -1,6 +1,6 @@
 """What a training run builds once and every step uses: data, env, weights, engines, optimizers.
 
-    session = open_session(plan, run_dir, show)            # loads models, starts engines and learners
+    session = open_session(plan, run_dir, show)            # loads models, starts Ray (if placed there), engines, learners
     state = start_state(session, resume)                   # fresh, or the newest complete checkpoint
     ...
     session.close()                                        # engines down (always, also on failure)
@@ -17,13 +17,14 @@ from masdsl.config import ConfigError, to_yaml
 from masdsl.envs.base import Env
 from masdsl.lang.fingerprint import fingerprint
 from masdsl.lang.workflow import Workflow
-from masdsl.learner.ahead import private_engines
+from masdsl.learner.ahead import refuse_random_updates
 from masdsl.learner.learners import Learner, close_learners, open_learners
 from masdsl.learner.policies import Policy, iter_trainable, load_policies, sync
 from masdsl.plan.run_plan import RunPlan
+from masdsl.runtime.actors import start_ray
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.engine_factory import build_engines, close_engines, sleep_engines, wake_engines
-from masdsl.runtime.inputs import prepare
+from masdsl.plan.inputs import prepare
 from masdsl.runtime.records import StepRecord, write_records
 from masdsl.runtime.rundir import RECORDS
 from masdsl.training import checkpoint as ckpt
@@ -96,10 +97,11 @@ def open_session(plan: RunPlan, run_dir: Path, show: Progress) -> TrainSession:
     if tc.batch > len(train_rows):  # fail before any model loads
         raise ConfigError(f"`train.batch` ({tc.batch}) is larger than the train split ({len(train_rows)} tasks)")
     policies = load_policies(plan)
+    if tc.async_rollout:
+        refuse_random_updates(policies)
     session = TrainSession(workflow, plan, run_dir, show, env, train_rows, eval_rows, policies)
+    start_ray(plan)
     session.engines = build_engines(plan, policies)
-    if tc.async_rollout:  # the update must not change the weights under the rollout sampling beside it
-        session.engines = private_engines(policies, session.engines)
     try:
         session.learners = open_learners(policies, plan, show.log)
     except BaseException:

@@ -27,8 +27,8 @@ from masdsl.envs.base import Demonstrates, Env
 from masdsl.errors import UserError
 from masdsl.lang.workflow import Workflow
 from masdsl.plan.run_plan import RunPlan
-from masdsl.runtime import models
-from masdsl.runtime.inputs import load_split, make_env
+from masdsl.plan import models
+from masdsl.plan.inputs import load_split, make_env
 from masdsl.runtime.prompts import encode, messages_for, prompt_variables, text_ids
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ import pytest
 
 from masdsl.runtime.backends.base import GenRequest
 from masdsl.runtime.backends.hf import HFEngine
-from masdsl.runtime.models import load_model
+from masdsl.plan.models import load_model
 
 from tests.support.engines import chat_ids, make_token_certain, teacher_forced_logprobs
 

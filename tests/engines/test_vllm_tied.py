@@ -20,7 +20,7 @@ import pytest
 
 from masdsl.runtime.backends.base import GenRequest
 from masdsl.runtime.backends.hf import HFEngine
-from masdsl.runtime.models import load_model
+from masdsl.plan.models import load_model
 
 from tests.support.engines import chat_ids, teacher_forced_logprobs
 

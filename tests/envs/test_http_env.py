@@ -27,7 +27,7 @@ from masdsl.lang.imports import import_file
 from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.executor import rollout
-from masdsl.runtime.inputs import make_env
+from masdsl.plan.inputs import make_env
 
 DATA = Path(__file__).parent / "data"
 COUNTER = DATA / "http_counter.py"

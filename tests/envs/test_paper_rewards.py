@@ -517,7 +517,7 @@ def test_the_shipped_plan_path_workflow_pays_the_table_through_its_reward_expres
     from masdsl.config import resolve_config
     from masdsl.runtime.backends.replay import ReplayEngine
     from masdsl.runtime.executor import rollout
-    from masdsl.runtime.inputs import make_env
+    from masdsl.plan.inputs import make_env
 
     # the shipped file uses gamma 1.0; the reference's table is paid with its discount 0.99
     text = (Path(__file__).resolve().parents[2] / "workflows" / "plan_path.mas").read_text()

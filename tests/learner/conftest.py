@@ -14,7 +14,7 @@ def one_thread():
 @pytest.fixture()
 def fresh(tiny_model_dir):
     """(model, tokenizer): the tiny model loaded anew, seeded, on one thread (the update tests change it)."""
-    from masdsl.runtime.models import load_model
+    from masdsl.plan.models import load_model
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

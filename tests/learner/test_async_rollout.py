@@ -15,7 +15,7 @@ from masdsl.config import ConfigError
 from masdsl.learner.ahead import RESUME_REFUSED
 from masdsl.learner.logprobs import sequence_logprobs
 from masdsl.plan.run_plan import RunPlanError, resolve_run
-from masdsl.runtime.models import load_model
+from masdsl.plan.models import load_model
 from masdsl.training import checkpoint
 from masdsl.training.trainer import train
 from tests.support.toy import SHORT, dense_toy, records_without_timings, run_short, toy, toy_config
@@ -135,17 +135,16 @@ def test_dropout_is_refused_before_training(tiny_model_dir, tmp_path):
 def test_private_lora_engine_syncs_its_adapter_and_only_then(tiny_model_dir):
     """The engines' copy of a shared `PeftModel` keeps its adapter while the learner's changes,
     and samples from the learner's adapter after `sync`."""
-    from masdsl.learner.ahead import private_engines
     from masdsl.learner.policies import load_policies, sync
     from masdsl.plan.run_plan import resolve_rollout
     from masdsl.runtime.backends.base import GenRequest
     from masdsl.runtime.engine_factory import build_engines
 
     wf = toy("toy_digits_lora.mas")
-    plan = resolve_rollout(wf, toy_config(wf, tiny_model_dir))
+    plan = resolve_rollout(wf, toy_config(wf, tiny_model_dir, ASYNC))
     policies = load_policies(plan)
     p = policies["namer_p"]
-    engine = private_engines(policies, build_engines(plan, policies))["namer_p"]
+    engine = build_engines(plan, policies)["namer_p"]
     assert engine.model is not p.model
     prompt = list(range(5, 25))
     req = GenRequest(prompt_ids=prompt, n=1, temperature=1.0, max_tokens=4, seed=3)
@@ -173,7 +172,7 @@ def test_chunked_logprobs_leave_the_global_rng_alone(tiny_model_dir, monkeypatch
     async, a restore in the backward rewinds the stream the rollout beside it samples from (seen
     as every reply's last token repeating the one before it, in some runs and not others)."""
     from masdsl.learner.logit_chunks import Chunks
-    from masdsl.runtime.models import load_model
+    from masdsl.plan.models import load_model
 
     model, tok = load_model(tiny_model_dir)
     model.train()

@@ -47,7 +47,7 @@ def update(model_dir, shard=None, probe=None):
     from masdsl.learner.parallel import ONE_PROCESS
     from masdsl.learner.update import update_policy
     from masdsl.learner.workers import build_optimizer
-    from masdsl.runtime.models import load_model
+    from masdsl.plan.models import load_model
 
     model, tok = load_model(model_dir)
     if shard is not None:

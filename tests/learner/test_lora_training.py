@@ -114,7 +114,7 @@ def test_an_engine_without_lora_gets_base_and_adapter_merged(lora, tiny_model_di
     """`runtime.lora_sync=merged`: a LoRA policy's plain engine receives whole-model weights,
     which in a plain copy of the base compute what the adapter computes."""
     from masdsl.runtime.backends.base import LocalEngine
-    from masdsl.runtime.models import load_model
+    from masdsl.plan.models import load_model
 
     plan, policies = lora
     namer = policies["namer_p"]

@@ -17,7 +17,7 @@ from masdsl.runtime.records import StepRecord
 
 @pytest.fixture(scope="module")
 def tiny(tiny_model_dir):
-    from masdsl.runtime.models import load_model
+    from masdsl.plan.models import load_model
 
     torch.set_num_threads(1)
     return load_model(tiny_model_dir)
@@ -84,7 +84,7 @@ def record(prompt, response, logprobs, policy="p"):
 
 
 def test_update_raises_logprob_of_positive_advantage_and_budget_is_irrelevant(tiny_model_dir):
-    from masdsl.runtime.models import load_model
+    from masdsl.plan.models import load_model
 
     ps, rs = rows(seed=2, prompts=2, k=4)
     results = []

@@ -37,8 +37,8 @@ def test_the_tool_demonstration_prints_a_shortest_path_and_the_planner_one_solve
 
 
 def test_demonstrations_render_each_role_prompt_at_turn_0(tiny_model_dir):
-    from masdsl.runtime.inputs import make_env
-    from masdsl.runtime.models import load_model
+    from masdsl.plan.inputs import make_env
+    from masdsl.plan.models import load_model
 
     wf = masdsl.load(HELPER)
     cfg = resolve_config(wf.train, overrides=["tracking.enabled=false"])
@@ -55,7 +55,7 @@ def test_demonstrations_render_each_role_prompt_at_turn_0(tiny_model_dir):
 
 
 def test_supervised_steps_lower_the_loss_and_the_folder_loads(tiny_model_dir, tmp_path):
-    from masdsl.runtime.models import load_model
+    from masdsl.plan.models import load_model
 
     wf = masdsl.load(HELPER)
     cfg = resolve_config(wf.train, overrides=["tracking.enabled=false", f"policy.shared.model={tiny_model_dir}"])
@@ -74,7 +74,7 @@ def test_supervised_steps_lower_the_loss_and_the_folder_loads(tiny_model_dir, tm
 def test_the_same_seed_gives_the_same_weights(tiny_model_dir, tmp_path):
     import torch
 
-    from masdsl.runtime.models import load_model
+    from masdsl.plan.models import load_model
 
     wf = masdsl.load(HELPER)
     cfg = resolve_config(wf.train, overrides=["tracking.enabled=false", f"policy.shared.model={tiny_model_dir}"])
@@ -91,7 +91,7 @@ def test_the_same_seed_gives_the_same_weights(tiny_model_dir, tmp_path):
     ([str(ROOT / "workflows" / "plan_path_per_role.mas")], "use 2 policies"),
 ])
 def test_refusals_exit_2_before_any_model_loads(tmp_path, capsys, monkeypatch, argv, message):
-    import masdsl.runtime.models as models
+    import masdsl.plan.models as models
 
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("loaded a model"))

@@ -164,7 +164,7 @@ def test_malformed_output_scores_its_penalty_and_an_env_failure_raises(wf_dir, t
 
 
 def _env(wf, cfg):
-    from masdsl.runtime.inputs import make_env
+    from masdsl.plan.inputs import make_env
 
     return make_env(wf, cfg.sandbox)
 

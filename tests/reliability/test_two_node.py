@@ -24,7 +24,7 @@ WORKFLOW = DATA / "coder.mas"
 def _setup(cluster, *overrides):
     import masdsl
     from masdsl.config import resolve_config
-    from masdsl.runtime.inputs import load_split, make_env
+    from masdsl.plan.inputs import load_split, make_env
 
     wf = masdsl.load(str(WORKFLOW))
     cfg = resolve_config(wf.train, None, ["runtime.ray=true", f"runtime.ray_address={cluster.address}",

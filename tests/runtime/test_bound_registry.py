@@ -17,7 +17,7 @@ from masdsl.lang import compile_workflow
 from masdsl.lang.exprs import EvalError
 from masdsl.lang.parse import parse_text
 from masdsl.lang.workflow import EvalContext
-from masdsl.runtime.inputs import load_split, make_env
+from masdsl.plan.inputs import load_split, make_env
 from masdsl.runtime.parsing import initial_fields, parse_output
 
 TEXT = """\

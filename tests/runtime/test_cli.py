@@ -12,7 +12,7 @@ from masdsl.cli import main
 from masdsl.config import ConfigError, resolve_config
 from masdsl.plan.run_plan import effective_policies, resolve_rollout
 from masdsl.runtime.engine_factory import build_engines
-from masdsl.runtime.inputs import prepare
+from masdsl.plan.inputs import prepare
 from masdsl.runtime.records import read_records
 
 DATA = Path(__file__).parent / "data"

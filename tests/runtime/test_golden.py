@@ -14,7 +14,7 @@ from masdsl.envs.datasets import humaneval
 from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.executor import rollout
-from masdsl.runtime.inputs import make_env
+from masdsl.plan.inputs import make_env
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -125,7 +125,7 @@ def test_training_with_two_replicas_syncs_new_weights_into_both(local_ray, tiny_
     from masdsl.plan.run_plan import resolve_run
     from masdsl.runtime import actors
     from masdsl.runtime.backends.hf import HFEngine
-    from masdsl.runtime.models import load_model
+    from masdsl.plan.models import load_model
     from masdsl.training import session
     from masdsl.training.checkpoint import policy_weights
     from masdsl.training.trainer import train

@@ -9,7 +9,7 @@ import masdsl
 from masdsl.config import resolve_config
 from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.executor import rollout
-from masdsl.runtime.inputs import prepare
+from masdsl.plan.inputs import prepare
 
 RUNTIME_DATA = Path(__file__).resolve().parents[1] / "runtime" / "data"
 RUNTIME_TOY = RUNTIME_DATA / "toy.mas"

@@ -30,7 +30,7 @@ from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.backends.vllm import VLLMEngine
 from masdsl.runtime.backends.vllm.environment import LOGGING_DEFAULTS, vllm_environment
 from masdsl.runtime.heartbeat import say, starting, warn
-from masdsl.runtime.models import load_model, resolve_model
+from masdsl.plan.models import load_model, resolve_model
 
 if TYPE_CHECKING:
     from torch import nn

@@ -2,6 +2,8 @@
 
     env, splits = prepare(workflow, plan.sandbox)   # env from the workflow's registry, {"train": [...], "eval": [...]}
 
+It sits with the plan, below the runtime and the learner: a session (and an evaluation) sets
+up its inputs before any model loads, and neither the runtime nor the learner is needed for it.
 The engines that serve the policies come from `masdsl.runtime.engine_factory`.
 """
 
