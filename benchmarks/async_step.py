@@ -2,7 +2,7 @@
 
     nice -n 19 .venv/bin/python benchmarks/async_step.py [--steps 10] [--threads 1] [--out benchmarks/results/async_step.json]
 
-Each setting trains `tests/learner/toy/toy_digits.mas` (its own `train { }`: K 16, 20 tasks, lr
+Each setting trains `tests/support/toy_data/toy_digits.mas` (its own `train { }`: K 16, 20 tasks, lr
 1e-3) for `--steps` steps on the tiny Llama of `masdsl.testing.tiny` (hf engine, fp32, torch on
 `--threads` threads), no evaluation between, no checkpoint but the last, in this process, one after
 the other. Per setting it keeps the step metrics the run logs (`time/step_s`, `time/rollout_s`,
@@ -35,7 +35,7 @@ KEYS = ("time/step_s", "time/rollout_s", "time/update_s", "time/sync_s", "time/r
 
 
 def run(mode: int, steps: int, model: Path, out: Path) -> dict:
-    wf = masdsl.load(ROOT / "tests/learner/toy/toy_digits.mas")
+    wf = masdsl.load(ROOT / "tests/support/toy_data/toy_digits.mas")
     cfg = resolve_config(wf.train, overrides=[
         *(f"policy.{p}.model={model}" for p in wf.policies), "tracking.enabled=false", "runtime.engine=hf",
         f"train.steps={steps}", "train.eval_every=0", "train.eval_tasks=2", f"train.async_rollout={mode}"])

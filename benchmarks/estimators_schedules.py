@@ -3,7 +3,7 @@ training, on the toy workflow (issue 32 items 1 and 2). No goal is set on the nu
 
     .venv/bin/python benchmarks/estimators_schedules.py [--seeds 0 1 2] [--steps 60] [--write-docs]
 
-The toy is tests/learner/toy/toy_digits.mas (a namer says a hidden digit, a copier repeats it;
+The toy is tests/support/toy_data/toy_digits.mas (a namer says a hidden digit, a copier repeats it;
 a tiny random model trained from scratch on CPU; K = 16, 20 tasks a step, lr 1e-3, as the
 file says). Part A names an estimator for each role with its `advantage` line; part B gives each
 role its own policy (`a` the namer's, `b` the copier's) and compares updating both every step
@@ -23,7 +23,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-TOY = ROOT / "tests" / "learner" / "toy" / "toy_digits.mas"
+TOY = ROOT / "tests" / "support" / "toy_data" / "toy_digits.mas"
 RESULTS = HERE / "results" / "estimators_schedules.json"
 # part A: label -> (namer's estimator, copier's estimator); None: no `advantage` line
 ESTIMATORS = {"grpo (default)": (None, None), "drgrpo": ("drgrpo", "drgrpo"), "rloo": ("rloo", "rloo"),
@@ -87,7 +87,7 @@ def doc_block(results: list[dict], args) -> str:
     wall = sum(r["wall_s"] for r in results)
     return (
         "### Per-role advantage estimators and an alternating schedule\n\n"
-        "Toy `tests/learner/toy/toy_digits.mas` (namer names a hidden digit, copier repeats it; tiny random\n"
+        "Toy `tests/support/toy_data/toy_digits.mas` (namer names a hidden digit, copier repeats it; tiny random\n"
         f"model from scratch, CPU; K = 16, 20 tasks a step), {args.steps} steps; eval success (greedy, both digits\n"
         "right, 10 eval tasks) every 10 steps. Command:\n"
         f"`.venv/bin/python benchmarks/estimators_schedules.py --seeds {' '.join(map(str, args.seeds))} "

@@ -7,7 +7,7 @@
 
 Every number comes from `masdsl.plan.gpu_plan` (memory per GPU, bytes per step) applied to
 each recipe as `masdsl run` resolves it (the config over its workflow), for Qwen3-1.7B and
-Qwen3-8B. Nothing is measured here: tests/runtime/test_gpu_plan.py checks the parameter count
+Qwen3-8B. Nothing is measured here: tests/plan/test_gpu_plan.py checks the parameter count
 against transformers and the activation formula against what autograd saves.
 """
 
@@ -88,7 +88,7 @@ for Qwen3-1.7B and Qwen3-8B, on 80 GiB cards. GiB per GPU at the update's peak, 
 and update are the two phases' totals (gradients and activations exist only in the update, a
 sleeping engine only in the rollout). What each item counts is in the module's docstring: the
 parameter count equals transformers' `Qwen3ForCausalLM` and the per-layer activation bytes equal
-what autograd saves in it (both checked in tests/runtime/test_gpu_plan.py); the logits term (12
+what autograd saves in it (both checked in tests/plan/test_gpu_plan.py); the logits term (12
 bytes x vocab per response token) and the engine's reservation are estimates from the code.
 
 {memory_table(plans)}

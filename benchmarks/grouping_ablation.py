@@ -3,7 +3,7 @@ task, scored by the episode outcome), same toy, same number of samples, several 
 
     .venv/bin/python benchmarks/grouping_ablation.py [--seeds 0 1 2] [--steps 60] [--write-docs]
 
-The toy is tests/learner/toy/toy_digits.mas (a namer says a hidden digit, a copier repeats
+The toy is tests/support/toy_data/toy_digits.mas (a namer says a hidden digit, a copier repeats
 it; a tiny random model trained from scratch on CPU). `at` uses tree sampling with K = 16
 candidates per role step; `trajectory` runs K = 16 independent episodes per task: both
 generate 2 roles x 16 x 20 tasks = 640 samples per step. Eval: greedy success rate (both
@@ -21,7 +21,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-TOY = ROOT / "tests" / "learner" / "toy" / "toy_digits.mas"
+TOY = ROOT / "tests" / "support" / "toy_data" / "toy_digits.mas"
 PNG = ROOT / "docs" / "img" / "learner_grouping_ablation.png"
 NOTE = (
     '`trajectory` scores each episode only by its outcome (the team reward: both digits right), so\n'
@@ -114,7 +114,7 @@ def main() -> int:
         curves = "\n".join(f"- `{r['mode']}` seed {r['seed']}: " + ", ".join(f"{s}: {v:.1f}" for s, v in r["curve"])
                            for r in results)
         body = (
-            "Toy `tests/learner/toy/toy_digits.mas` (namer names a hidden digit, copier repeats it; tiny random\n"
+            "Toy `tests/support/toy_data/toy_digits.mas` (namer names a hidden digit, copier repeats it; tiny random\n"
             f"model from scratch, CPU), {args.steps} steps, equal samples per step (640 generations) and seeds.\n"
             "Eval success (greedy, both digits right, 10 eval tasks); command:\n"
             f"`.venv/bin/python benchmarks/grouping_ablation.py --seeds {' '.join(map(str, args.seeds))} "

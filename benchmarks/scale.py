@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/scale.py [--steps 3] [--workers 0 1 2]
 
-The embedded SmolLM2-135M-Instruct (float32, CPU), `tests/learner/toy/toy_digits.mas` with a
+The embedded SmolLM2-135M-Instruct (float32, CPU), `tests/support/toy_data/toy_digits.mas` with a
 dense reward (the output's length, up to 4 tokens, so no group is flat), 4 tasks x K = 4 per
 step: 16 rows per role, 32 rows, two PPO mini-batches of 16, AdamW lr 1e-6. Engines run in a Ray
 actor (`runtime.ray=true`), so every configuration pays the same weight sync into the engine.
@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TOY = ROOT / "tests" / "learner" / "toy"
+TOY = ROOT / "tests" / "support" / "toy_data"
 
 
 def one(workers: int, steps: int, via_driver: bool = False) -> dict[str, float]:

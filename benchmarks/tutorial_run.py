@@ -3,12 +3,12 @@
     .venv/bin/python benchmarks/tutorial_run.py [--seeds 0 1] [--out benchmarks/results/tutorial.json]
 
 Each seed runs the page's commands in a fresh folder (`masdsl.testing.tutorial.script`: the
-same script `tests/test_tutorial.py` runs with a tiny model), with `train.seed=SEED` and MLflow
+same script `tests/benchmarks/test_tutorial.py` runs with a tiny model), with `train.seed=SEED` and MLflow
 off added to `masdsl run` and `masdsl eval`. It records, per seed, the run's eval success and
 reward before and after training on the same 16 held-out questions, each question's outcome
 (for Wilson's interval over questions and McNemar's exact test, `benchmarks/stats.py`), and the
 wall time of the run and of the whole page. docs/tutorial.md states these numbers, and
-tests/test_tutorial.py checks that the page and this file agree.
+tests/benchmarks/test_tutorial.py checks that the page and this file agree.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ if ! command -v bwrap >/dev/null || ! command -v dot >/dev/null; then
   fi
 fi
 
-# chromium: the headless browser tests/test_view.py opens `masdsl view` pages in (skipped without it).
+# chromium: the headless browser tests/training/test_view.py opens `masdsl view` pages in (skipped without it).
 if ! command -v chromium >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \

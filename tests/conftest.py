@@ -4,7 +4,13 @@
 - `hf_engine`: an `HFEngine` over that model (seed 0), shared by the session: tests that change
   its weights must restore them.
 - `vllm_engine_session`: a LoRA-enabled `VLLMEngine` over that model, shared by the session.
-- `local_ray` (module scope): this process's one local Ray instance, kept between modules.
+- `local_ray` (module scope): this process's one local Ray instance, kept between modules;
+  `ray_session` names it for the runtime's tests; `two_node_cluster` (module scope): a head node
+  with one inference slot (`masdsl_infer`) and a worker node with four env slots (`masdsl_env`),
+  separate raylets, this process the driver (Ray tests always pass `timeout=` to `ray.get`: a
+  mis-placed task hangs silently).
+- `h`: tests/support/counter.py (`h.CounterEnv`, `h.workflow`, `h.role`, `h.config`, ...).
+- `one_thread` (module scope): torch on one thread; `fresh`: the tiny model loaded anew, seeded.
 """
 
 from __future__ import annotations
@@ -112,3 +118,47 @@ def _engine_log_environment():
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def ray_session(local_ray):
+    return local_ray
+
+
+@pytest.fixture(scope="module")
+def two_node_cluster():
+    pytest.importorskip("ray")
+    from masdsl.testing.cluster import local_cluster
+
+    with local_cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def h():
+    from tests.support import counter
+
+    return counter
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models run fastest on one thread, and far faster when other processes share the cores."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture()
+def fresh(tiny_model_dir):
+    """(model, tokenizer): the tiny model loaded anew, seeded, on one thread (the update tests change it)."""
+    import torch
+
+    from masdsl.plan.models import load_model
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    return load_model(tiny_model_dir)

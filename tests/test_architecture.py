@@ -19,12 +19,11 @@ import re
 import networkx as nx
 import pytest
 
-from masdsl.testing.layout import LAYERS, ROOT, import_graph, imports_of, layer_of, modules, parsed
+from masdsl.testing.layout import (LAYERS, MAX_FUNCTION_LINES, MAX_MODULE_LINES, ROOT, import_graph, imports_of,
+                                   layer_of, modules, parsed, unexplained_long_functions)
 from masdsl.testing.lazy_imports import function_level_imports
 from masdsl.testing.typing_figures import bare_any_by_file, bare_any_params, seam_any_params
 
-MAX_MODULE_LINES = 400
-MAX_FUNCTION_LINES = 60
 MODULES = modules()
 TREES = {m: parsed(m) for m in MODULES}
 
@@ -43,14 +42,8 @@ def _functions():
 
 
 def test_long_functions_say_why():
-    unexplained = []
-    for module, lines, fn in _functions():
-        if fn.end_lineno - fn.lineno + 1 <= MAX_FUNCTION_LINES:
-            continue
-        body = fn.body[1:] if ast.get_docstring(fn) is not None and len(fn.body) > 1 else fn.body
-        head = lines[fn.lineno - 1 : body[0].lineno]  # signature, docstring, up to the first statement
-        if not any(line.strip().startswith("# long:") for line in head):
-            unexplained.append(f"{module}.{fn.name} ({fn.end_lineno - fn.lineno + 1} lines)")
+    unexplained = [f"{module}.{name} ({n} lines)" for module, (tree, lines) in TREES.items()
+                   for name, n in unexplained_long_functions(tree, lines)]
     assert not unexplained, f"functions over {MAX_FUNCTION_LINES} lines with no `# long:` reason: {unexplained}"
 
 

@@ -20,9 +20,10 @@ import pytest
 
 from masdsl import cli
 from masdsl.runtime.backends.vllm import environment
+from tests.support.paths import COUNTER_DIR
 
 ROOT = Path(__file__).parents[1]
-RELIABILITY = ROOT / "tests" / "reliability" / "data"
+RELIABILITY = COUNTER_DIR
 SUDOKU = "workflows/sudoku.mas"
 
 

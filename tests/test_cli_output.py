@@ -21,10 +21,11 @@ import pytest
 from masdsl import cli
 from masdsl.commands import output
 from masdsl.plan import model_names
+from tests.support.paths import ADDER_DIR, COUNTER_DIR
 
 ROOT = Path(__file__).parents[1]
 BAD = ROOT / "tests" / "lang" / "errors" / "many-errors.mas"
-TOY = ROOT / "tests" / "runtime" / "data"
+TOY = ADDER_DIR
 ANSI = "\x1b["
 
 
@@ -183,7 +184,7 @@ def test_env_imports_nothing_heavy():
 
 
 def test_quiet_run_prints_only_the_final_table(tmp_path, tiny_model_dir):
-    data = ROOT / "tests" / "reliability" / "data"
+    data = COUNTER_DIR
     for f in ("counter.mas", "counterenv.py", "tasks.jsonl"):
         shutil.copy(data / f, tmp_path / f)
     p = subprocess.run([sys.executable, "-m", "masdsl", "run", "counter.mas", f"policy.shared.model={tiny_model_dir}",

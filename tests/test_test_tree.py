@@ -1,4 +1,7 @@
-"""The test tree's own rule: no test module imports another test module.
+"""The test tree's own rules: no test module imports another test module; its folders mirror
+masdsl/ (tests/runtime/backends for masdsl/runtime/backends, tests/benchmarks for benchmarks/);
+and the size rules of masdsl/ hold here too (no file over 400 lines, no function over 60 without
+a `# long:` reason).
 
 A test module (`tests/**/test_*.py`), a conftest or a support module reaches no other Python
 file under `tests/` (a test module, a conftest, a helper beside it), whether by `import`, by a
@@ -14,6 +17,9 @@ import ast
 from pathlib import Path
 
 import pytest
+
+from masdsl.testing.layout import (MAX_FUNCTION_LINES, MAX_MODULE_LINES, unexplained_long_functions,
+                                   unmirrored_test_folders)
 
 ROOT = Path(__file__).resolve().parents[1]
 FILE_LOADERS = {"spec_from_file_location", "run_path", "SourceFileLoader"}
@@ -118,3 +124,33 @@ def test_the_rule_sees_each_way_of_reaching_a_test_module(tmp_path, source, reac
         assert found == []
     else:
         assert len(found) == 1 and found[0].startswith("tests/area/test_a.py:1 reaches tests/") and found[0].endswith(reached), found
+
+
+def _python_files() -> list[Path]:
+    return sorted(f for f in (ROOT / "tests").rglob("*.py") if "__pycache__" not in f.parts)
+
+
+def test_the_test_folders_mirror_the_package():
+    stray = unmirrored_test_folders(ROOT / "tests")
+    assert not stray, (f"test folders that mirror no folder of masdsl/ (or benchmarks/): {stray}; put each test "
+                       "module in the folder of the code it tests")
+
+
+def test_the_mirror_rule_sees_a_stray_folder(tmp_path):
+    (tmp_path / "masdsl" / "runtime" / "backends").mkdir(parents=True)
+    for rel in ("runtime/backends/test_a.py", "reliability/test_b.py", "support/test_c.py", "runtime/data/x.mas",
+                "benchmarks/test_d.py"):
+        (tmp_path / "tests" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "tests" / rel).write_text("")
+    assert unmirrored_test_folders(tmp_path / "tests", tmp_path / "masdsl") == ["tests/reliability"]
+
+
+def test_no_test_file_over_the_line_limit():
+    big = {str(f.relative_to(ROOT)): n for f in _python_files() if (n := len(f.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not big, f"test files over {MAX_MODULE_LINES} lines (split them, shared parts into tests/support): {big}"
+
+
+def test_long_test_functions_say_why():
+    unexplained = [f"{f.relative_to(ROOT)}::{name} ({n} lines)" for f in _python_files()
+                   for name, n in unexplained_long_functions(ast.parse(f.read_text()), f.read_text().splitlines())]
+    assert not unexplained, f"test functions over {MAX_FUNCTION_LINES} lines with no `# long:` reason: {unexplained}"

@@ -16,11 +16,11 @@ Each part's value is its canonical text when short (so a refusal can show the ol
 `changes(old, new)` names the parts that differ.
 
 >>> import masdsl
->>> text = open("tests/learner/toy/toy_digits.mas").read()
->>> a = fingerprint(masdsl.loads(text, base_dir="tests/learner/toy"))
+>>> text = open("tests/support/toy_data/toy_digits.mas").read()
+>>> a = fingerprint(masdsl.loads(text, base_dir="tests/support/toy_data"))
 >>> a["role.namer.reward"], a["train.lr"]
 ('same(digit, task.target)', '0.001')
->>> b = fingerprint(masdsl.loads("# a comment\\n" + text.replace("lr: 0.001", "lr: 0.01"), base_dir="tests/learner/toy"))
+>>> b = fingerprint(masdsl.loads("# a comment\\n" + text.replace("lr: 0.001", "lr: 0.01"), base_dir="tests/support/toy_data"))
 >>> changes(a, b)
 ['train.lr changed 0.001 -> 0.01']
 """

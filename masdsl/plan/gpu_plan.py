@@ -19,7 +19,7 @@ What is counted, per learner rank (the driver is rank 0 of 1 without learner wor
   last update (FSDP too), and rank 0's new weights for the driver.
 - activations of one micro-batch of `train.micro_batch_tokens` tokens: `layer_activation_bytes`
   per layer (exact count of what autograd saves in a Qwen3 layer, checked against transformers
-  in tests/runtime/test_gpu_plan.py); with gradient checkpointing the layer inputs plus one layer
+  in tests/plan/test_gpu_plan.py); with gradient checkpointing the layer inputs plus one layer
   recomputed; plus logits, scored in checkpointed chunks (`masdsl.learner.logit_chunks`): 12 bytes
   (float32 logits, softmax, gradient) x min(`LOGIT_CHUNK_ELEMENTS_GPU`, vocab x scored tokens) + 4 bytes
   per scored token. Scored tokens: the response share of the budget at the longest prompt and response.

@@ -125,3 +125,46 @@ def package_of(module: str) -> str:
     """`masdsl.training.trainer` -> `masdsl.learner`; top-level modules stand for themselves."""
     parts = module.split(".")
     return ".".join(parts[:2])
+
+
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def unexplained_long_functions(tree: ast.Module, lines: list[str]) -> list[tuple[str, int]]:
+    """(name, lines) of each function over `MAX_FUNCTION_LINES` with no `# long:` reason in its
+    head (signature, docstring, up to its first statement): the size rule of masdsl/ and tests/.
+
+    >>> src = "def f():\\n" + "    x = 1\\n" * 70
+    >>> unexplained_long_functions(ast.parse(src), src.splitlines())
+    [('f', 71)]
+    >>> src = "def f():\\n    # long: a table\\n" + "    x = 1\\n" * 70
+    >>> unexplained_long_functions(ast.parse(src), src.splitlines())
+    []
+    """
+    out = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        n = (fn.end_lineno or fn.lineno) - fn.lineno + 1
+        if n <= MAX_FUNCTION_LINES:
+            continue
+        body = fn.body[1:] if ast.get_docstring(fn) is not None and len(fn.body) > 1 else fn.body
+        head = lines[fn.lineno - 1 : body[0].lineno]
+        if not any(line.strip().startswith("# long:") for line in head):
+            out.append((fn.name, n))
+    return out
+
+
+def unmirrored_test_folders(tests: Path, package: Path = PKG, beside: tuple[str, ...] = ("benchmarks",)) -> list[str]:
+    """Folders of `tests` holding test modules that mirror no folder of `package` (tests/X/Y for
+    masdsl/X/Y) or of the repository (`beside`: tests/benchmarks for benchmarks/). Folders of
+    data and `tests/support` hold no test modules, so they are free."""
+    out = []
+    for folder in sorted({f.parent for f in tests.rglob("test_*.py")} - {tests}):
+        rel = folder.relative_to(tests)
+        if "__pycache__" in rel.parts or rel.parts[0] == "support":
+            continue
+        if not (package.joinpath(*rel.parts).is_dir() or (len(rel.parts) == 1 and rel.parts[0] in beside)):
+            out.append(str(folder.relative_to(tests.parent)))
+    return out

@@ -1,6 +1,6 @@
 """docs/tutorial.md as a shell script: every ```sh block is a command, every block that opens
 with `# file: NAME` is written to NAME, in the page's order, in one shell that starts in an empty
-folder; a ```text block is output the page shows, not run. `tests/test_tutorial.py` runs it with a tiny model; `benchmarks/tutorial_run.py` runs it
+folder; a ```text block is output the page shows, not run. `tests/benchmarks/test_tutorial.py` runs it with a tiny model; `benchmarks/tutorial_run.py` runs it
 as written, with the real one, and records what the page states.
 
 >>> kinds = [(lang, bool(FILE.match(body))) for lang, body in blocks()]

@@ -29,6 +29,7 @@ PY_FILES = {  # user files the import cases import (registered into the process'
 
 
 def main() -> None:
+    # long: the table of error cases, one line each
     cases = {
      "syntax__missing_brace": sub(("  reward pass_rate(task.solution, tests)\n}", "  reward pass_rate(task.solution, tests)\n")),
      "syntax__fat_arrow": sub(("start -> coder & tester", "start => coder & tester")),

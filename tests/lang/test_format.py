@@ -15,7 +15,7 @@ from masdsl.lang.format import FormatError, format_text
 from tests.support.fuzz import mutated, within_time
 
 ROOT = Path(__file__).parents[2]
-FILES = sorted({*ROOT.glob("workflows/*.mas"), *ROOT.glob("tests/lang/*.mas"), *ROOT.glob("tests/**/toy/*.mas"),
+FILES = sorted({*ROOT.glob("workflows/*.mas"), *ROOT.glob("tests/lang/*.mas"), *ROOT.glob("tests/support/*/*.mas"),
                 *ROOT.glob("tests/*/data/*.mas")})
 COMMENT = re.compile(r'"""[\s\S]*?"""|"(?:[^"\\\n]|\\.)*"|(#[^\n]*)')
 

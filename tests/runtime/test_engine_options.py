@@ -19,9 +19,10 @@ from masdsl.runtime.backends import _vllm, engine_kwargs
 from masdsl.runtime.backends.base import GenRequest, LocalEngine
 from masdsl.runtime.engine_factory import build_engines
 from masdsl.training.session import TrainSession
+from tests.support.paths import COUNTER_DIR, TOY_DIR
 
 ROOT = Path(__file__).parents[2]
-DATA = Path(__file__).parents[1] / "reliability" / "data"
+DATA = COUNTER_DIR
 CODER = ROOT / "workflows" / "coder_tester.mas"
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -126,7 +127,7 @@ def test_placement_of_replicas_tensor_parallel_and_lora():
         "  engine: vllm in 3 Ray actors (replicas, requests balanced across them), 2 GPUs each, loads the "
         "learner's new weights after each update, tensor parallel over 2 GPUs",
         "  learner: 2 Ray workers (FSDP), 1 GPU per rank (cuda)"]
-    lora = masdsl.load(ROOT / "tests" / "learner" / "toy" / "toy_digits_lora.mas")
+    lora = masdsl.load(TOY_DIR / "toy_digits_lora.mas")
     plan = resolve_run(lora, resolve_config(lora.train, None, over[:5])).placement
     for p in plan.policies:  # LoRA adapters stay beside their shared base model in the driver, not replicated
         assert not p.engine.in_ray and p.engine.replicas == 1 and p.learner.where == "driver"

@@ -15,8 +15,9 @@ from masdsl.plan.placement import EnginePlan, LearnerPlan, Placement
 from masdsl.plan.run_plan import resolve_run
 from masdsl.runtime.backends.hf import HFEngine
 from masdsl.runtime.engine_factory import build_engines, close_engines
+from tests.support.paths import TOY_DIR
 
-TOY = Path(__file__).parents[1] / "learner" / "toy"
+TOY = TOY_DIR
 
 
 def plan_with(placement_change, *overrides, model_dir):

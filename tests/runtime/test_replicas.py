@@ -15,8 +15,9 @@ import torch
 from masdsl.runtime.actors import RemoteEngine, engine_from_folder
 from masdsl.runtime.backends.base import GenRequest
 from masdsl.runtime.replicas import ReplicatedEngine, request_cost, split_balanced
+from tests.support.paths import COUNTER_DIR
 
-DATA = Path(__file__).parents[1] / "reliability" / "data"
+DATA = COUNTER_DIR
 
 
 def logged_factory(model_dir: str, log: str):

@@ -17,8 +17,9 @@ from masdsl.runtime import prompts
 from masdsl.runtime.backends.base import GenRequest
 from masdsl.runtime.executor import rollout
 from masdsl.testing.tiny import THINKING_CHAT_TEMPLATE
+from tests.support.paths import ADDER_DIR
 
-DATA = Path(__file__).parent / "data"
+DATA = ADDER_DIR
 MESSAGES = [{"role": "user", "content": "Say a number."}]
 
 

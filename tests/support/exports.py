@@ -1,5 +1,5 @@
 """One-step toy runs through `masdsl run` for the export tests, and the log-probs an exported
-model is checked by (tests/learner/test_export.py, tests/engines/test_vllm_tied.py)."""
+model is checked by (tests/training/test_export.py, tests/runtime/backends/test_vllm_tied.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""tests/runtime/data/toy.mas (roles `a` and `b` adding numbers, one `shared` policy) sampled through
+"""tests/support/adder/toy.mas (roles `a` and `b` adding numbers, one `shared` policy) sampled through
 one engine: the same rollout for the hf engine and the vllm engine tests."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from masdsl.config import resolve_config
 from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.executor import rollout
 from masdsl.plan.inputs import prepare
+from tests.support.paths import ADDER_DIR
 
-RUNTIME_DATA = Path(__file__).resolve().parents[1] / "runtime" / "data"
+RUNTIME_DATA = ADDER_DIR
 RUNTIME_TOY = RUNTIME_DATA / "toy.mas"
 
 

@@ -1,6 +1,6 @@
 """The toy workflow of the training tests: a namer says a hidden digit, a copier repeats it.
 
-Its files live in tests/learner/toy (`toy_digits.mas` on one shared policy, `toy_digits_lora.mas`
+Its files live in tests/support/toy_data (`toy_digits.mas` on one shared policy, `toy_digits_lora.mas`
 with a LoRA adapter per role, and `toy_env.py`, which both import); docs and benchmarks name that
 folder.
 
@@ -19,8 +19,8 @@ from masdsl.config import resolve_config
 from masdsl.runtime.records import read_records
 
 from .overrides import tiny_hf
+from tests.support.paths import TOY_DIR
 
-TOY_DIR = Path(__file__).resolve().parents[1] / "learner" / "toy"
 TOY = TOY_DIR / "toy_digits.mas"
 TOY_LORA = TOY_DIR / "toy_digits_lora.mas"
 

@@ -21,6 +21,7 @@ def have_dot() -> bool:
 
 
 def test_run_records_parent_children_params_tags_metrics_artifacts(mlflow_server, make_workflow, tmp_path):
+    # long: one MLflow run tree written and read back, field by field
     from mlflow.tracking import MlflowClient
 
     wf = make_workflow(unique("wf"))

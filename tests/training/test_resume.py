@@ -13,8 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.support.paths import COUNTER_DIR
 
-DATA = Path(__file__).parent / "data"
+DATA = COUNTER_DIR
 TIMING = ("gen_s", "env_s")  # wall-clock fields of a record: the only ones allowed to differ
 
 
@@ -49,6 +50,7 @@ def _final(run_dir: Path, step: int) -> dict:
 
 @pytest.mark.slow
 def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted_run(tmp_path, tiny_model_dir):
+    # long: one scenario end to end (a run SIGKILLed after a checkpoint, resumed, and an uninterrupted run, compared)
     import torch
 
     steps = 3

@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.benchmarks import benchmark_module
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -25,9 +25,10 @@ from masdsl.commands import output
 from masdsl.runtime import heartbeat
 from masdsl.training.display import Progress, print_summary
 from masdsl.training.loglines import LogLines
+from tests.support.paths import COUNTER_DIR
 
-ROOT = Path(__file__).parents[1]
-DATA = ROOT / "tests" / "reliability" / "data"
+ROOT = Path(__file__).parents[2]
+DATA = COUNTER_DIR
 STEP = re.compile(r"^step (\d)/3  elapsed \d:\d\d:\d\d  rollout \d+\.\d s  update \d+\.\d s  .*\d+ tok/s  .*success \d\.\d\d")
 NOISE = ("Loading weights", "Writing model shards", "INFO mlflow", "Triton is installed", "\r")
 

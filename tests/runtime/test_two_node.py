@@ -16,8 +16,9 @@ import pytest
 
 from masdsl.plan.run_plan import resolve_rollout
 from masdsl.testing.cluster import kill_first_logged
+from tests.support.paths import COUNTER_DIR
 
-DATA = Path(__file__).parent / "data"
+DATA = COUNTER_DIR
 WORKFLOW = DATA / "coder.mas"
 
 

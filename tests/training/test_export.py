@@ -3,7 +3,7 @@
 Round trips: an export loaded with plain transformers (peft for an adapter) computes the same
 log-probs on a fixed prompt as the checkpoint's policy built the trainer's way; `masdsl eval
 --checkpoint RUN` gives the same records as `masdsl eval policy.shared.model=EXPORT`. That the
-vllm engine loads an export is tested in tests/engines/test_vllm_tied.py (on the one engine that
+vllm engine loads an export is tested in tests/runtime/backends/test_vllm_tied.py (on the one engine that
 module starts anyway; its run is the `full_run` here: `train_one_step` of `dense_toy_file` on a tied model).
 """
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from masdsl.testing.cluster import kill_first_logged
+from tests.support.paths import COUNTER_DIR
 
-DATA = Path(__file__).parent / "data"
+DATA = COUNTER_DIR
 TIMING = ("gen_s", "env_s")  # wall-clock fields of a record: the only ones allowed to differ
 
 
@@ -34,6 +35,7 @@ def _weights(run_dir: Path, step: int) -> dict:
 @pytest.mark.slow
 def test_engine_actor_killed_mid_rollout_run_equals_uninterrupted_run(local_ray, tiny_model_dir, tmp_path,
                                                                       monkeypatch):
+    # long: one scenario end to end (a run, its actor killed mid-rollout, the same run uninterrupted, compared)
     import torch
 
     import masdsl

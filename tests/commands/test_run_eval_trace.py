@@ -14,8 +14,9 @@ from masdsl.plan.run_plan import effective_policies, resolve_rollout
 from masdsl.runtime.engine_factory import build_engines
 from masdsl.plan.inputs import prepare
 from masdsl.runtime.records import read_records
+from tests.support.paths import ADDER_DIR
 
-DATA = Path(__file__).parent / "data"
+DATA = ADDER_DIR
 MAS = str(DATA / "toy.mas")
 
 

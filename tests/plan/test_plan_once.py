@@ -29,10 +29,11 @@ import masdsl.plan.run_plan as plan_module
 from masdsl.cli import main
 from masdsl.config import resolve_config, to_yaml
 from masdsl.plan.run_plan import resolve_rollout
+from tests.support.paths import ADDER_DIR, TOY_DIR
 
-TOY = Path(__file__).parent / "toy" / "toy_digits.mas"
+TOY = TOY_DIR / "toy_digits.mas"
 ROOT = Path(masdsl.__file__).parent
-REPLAY = Path(__file__).parents[1] / "runtime" / "data"
+REPLAY = ADDER_DIR
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
 

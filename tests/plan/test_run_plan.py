@@ -17,7 +17,7 @@ import yaml
 
 from tests.support.toy import TOY, TOY_DIR
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 
 # Runs the CLI with the heavy packages unimportable; prints the heavy modules that did load.
 NOTHING_HEAVY = """

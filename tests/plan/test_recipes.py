@@ -19,7 +19,7 @@ from masdsl import cli
 from masdsl.config import Config, ConfigError, check_names, policy_override, resolve_config
 from masdsl.plan.run_plan import resolve_rollout, resolve_run
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 WORKFLOWS = sorted((ROOT / "workflows").glob("*.mas"))
 

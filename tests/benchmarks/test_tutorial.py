@@ -13,7 +13,7 @@ from pathlib import Path
 
 from masdsl.testing.tutorial import FILE, blocks, script
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 
 
 def test_every_block_is_run():

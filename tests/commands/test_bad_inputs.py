@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support.paths import COUNTER_DIR
 
-DATA = Path(__file__).parent / "data"
+DATA = COUNTER_DIR
 REPLAY = ["runtime.engine=replay", f"runtime.replay_file={DATA / 'counter_replay.jsonl'}", "tracking.enabled=false"]
 
 
