@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from masdsl.runtime.backends.vllm.logs import expected_reload_warnings, quiet_module_names
 
@@ -215,25 +215,39 @@ class WeightSyncExtension:
         return len(staged)
 
     def masdsl_stage_file(self, path: str) -> int:
-        """Stage every tensor of a safetensors file (same host: the trainer wrote it to /dev/shm)."""
-        from safetensors.torch import load_file  # optional: safetensors comes with transformers (the train extra)
+        """Stage the tensors of a safetensors file (same host: the trainer wrote it to /dev/shm).
 
-        staged = self.__dict__.setdefault("_masdsl_staged", [])
-        staged.extend(load_file(path).items())
-        return len(staged)
+        The file is opened (memory-mapped) now and read one tensor at a time by the commit, so
+        this process never holds a whole second copy of the weights: for a 0.5B model in fp32 that
+        was 2 GB more at every sync, in each engine. The trainer deletes the file once this returns;
+        the open mapping keeps it readable until the commit lets it go."""
+        from safetensors import safe_open  # optional: safetensors comes with transformers (the train extra)
+
+        handle = safe_open(path, framework="pt")
+        self.__dict__.setdefault("_masdsl_files", []).append(handle)
+        return len(list(handle.keys()))
 
     def masdsl_commit_weights(self) -> int:
         staged, self._masdsl_staged = self.__dict__.get("_masdsl_staged", []), []
+        files, self._masdsl_files = self.__dict__.get("_masdsl_files", []), []
+        count = len(staged) + sum(len(list(f.keys())) for f in files)
+
+        def weights() -> Iterator[tuple[str, Any]]:
+            yield from staged
+            for f in files:
+                for name in f.keys():
+                    yield name, f.get_tensor(name)
+
         model = self.model_runner.model
         tied = tied_weight_pairs(model)  # before the reload, which unties them while it runs
         heads = [head for head, _ in tied if unquantized_embedding(head)]
         with expected_reload_warnings(quiet_module_names(heads, model)):
             if hasattr(self, "reload_weights"):
-                self.reload_weights(weights_iterator=iter(staged), is_checkpoint_format=True)
+                self.reload_weights(weights_iterator=weights(), is_checkpoint_format=True)
             else:  # older vLLM
-                model.load_weights(weights=staged)
+                model.load_weights(weights=weights())
         refresh_tied_heads(tied)  # see the module docstring: the head is never re-processed
-        return len(staged)
+        return count
 
     def masdsl_get_weight(self, name: str) -> Any:
         """A copy of one vLLM parameter (by vLLM's name), for tests."""
