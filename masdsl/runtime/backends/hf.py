@@ -23,6 +23,10 @@ The fallback when vLLM is not available, and the reference the tests compare aga
   distribution. This is what the PPO ratio `pi_new / pi_old` needs, since the learner computes
   `pi_new` with a plain forward pass. For `temperature == 1, top_p == 1` the two coincide;
   vLLM's `logprobs_mode="raw_logprobs"` returns the same quantity.
+- `autocast="bfloat16"` (a GPU run with `runtime.dtype=bfloat16`, sampling from the learner's
+  float32 object): the prefill and `generate` run under that autocast; log-probs are then those
+  of the half-precision forward (the learner recomputes the old log-probs itself for a half
+  dtype: `train.old_logprobs=auto`).
 - Determinism: each generate call runs under `torch.random.fork_rng` seeded from the engine's
   seed (or the request's `seed`) and a call counter, so the same sequence of calls gives the
   same samples on CPU and the global RNG of the learner is left untouched.
@@ -34,6 +38,7 @@ shared: `update_weights` is a no-op for tensors that already are the model's own
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import random
 from dataclasses import dataclass
@@ -119,8 +124,10 @@ class HFEngine(LocalEngine):
         seed: int = 0,
         max_batch_rows: int = 64,
         adapter: str | None = None,
+        autocast: str | None = None,
     ) -> None:
         self.model = model
+        self.autocast = autocast  # "bfloat16" / "float16": sample under that autocast (a GPU's learner object)
         self.tokenizer = tokenizer
         self.seed = seed
         self.max_batch_rows = max_batch_rows
@@ -216,8 +223,10 @@ class HFEngine(LocalEngine):
         if self.adapter is not None and hasattr(model, "set_adapter"):
             model.set_adapter(self.adapter)
         model.eval()
+        half = (torch.autocast(device.type, dtype=getattr(torch, self.autocast)) if self.autocast
+                else contextlib.nullcontext())
         try:
-            with torch.random.fork_rng(devices=[]), torch.no_grad():
+            with torch.random.fork_rng(devices=[]), torch.no_grad(), half:
                 torch.manual_seed(seed)
                 seqs = model.generate(
                     input_ids=ids.to(device),

@@ -168,3 +168,29 @@ def test_candidates_of_one_prompt_share_one_prefill(hf_engine, prompts, monkeypa
         for a, b in zip(a_cands, b_cands):
             assert a.token_ids == b.token_ids
             assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-5
+
+
+def test_autocast_samples_under_half_precision_and_only_a_gpu_asks_for_it(hf_engine, prompts, monkeypatch):
+    """`autocast="bfloat16"` runs generate under that autocast (CPU autocast here, the same code
+    path a GPU takes); `hf_engine_on` asks for it only on a GPU with a half `runtime.dtype`."""
+    from masdsl.runtime import backends
+
+    seen: list[torch.dtype] = []
+    model = hf_engine.model
+    real = model.generate
+
+    def spy(*args, **kw):
+        seen.append(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else torch.float32)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(model, "generate", spy)
+    engine = HFEngine(model, hf_engine.tokenizer, seed=0, autocast="bfloat16")
+    ((cand,),) = engine.generate([GenRequest(prompt_ids=prompts[0], n=1, max_tokens=6)])
+    assert seen == [torch.bfloat16]
+    assert len(cand.logprobs) == len(cand.token_ids) and all(lp <= 0.0 for lp in cand.logprobs)
+    hf_engine.generate([GenRequest(prompt_ids=prompts[0], n=1, max_tokens=2)])
+    assert seen[-1] == torch.float32  # the default engine: no autocast
+    made = {dev: backends.hf_engine_on(model, hf_engine.tokenizer, seed=0, dtype="bfloat16", device=dev).autocast
+            for dev in ("cpu", "cuda")}
+    assert made == {"cpu": None, "cuda": "bfloat16"}
+    assert backends.hf_engine_on(model, hf_engine.tokenizer, seed=0, dtype="float32", device="cuda").autocast is None
