@@ -208,6 +208,7 @@ class WeightSyncExtension:
 
     model_runner: Any  # the vLLM worker's, whose class this one is mixed into
     _masdsl_staged: list[tuple[str, Any]]  # (name, tensor) pairs staged for the next commit
+    _masdsl_files: list[Any]  # safetensors files opened for the next commit, read lazily by it
 
     def masdsl_stage_weights(self, packed: list[tuple[str, str, list[int], bytes]]) -> int:
         staged = self.__dict__.setdefault("_masdsl_staged", [])
