@@ -26,11 +26,11 @@ from pathlib import Path
 import torch
 
 import masdsl
+from masdsl.plan.inputs import load_split
+from masdsl.plan.models import resolve_model
 from masdsl.runtime.backends.base import GenRequest
 from masdsl.runtime.backends.vllm.engine import VLLMEngine
 from masdsl.runtime.backends.vllm.lora import VLLMAdapterEngine
-from masdsl.plan.inputs import load_split
-from masdsl.plan.models import resolve_model
 
 ROOT = Path(__file__).resolve().parent.parent
 LINEAR = {"q_proj": ("hidden", "q"), "k_proj": ("hidden", "kv"), "v_proj": ("hidden", "kv"), "o_proj": ("q", "hidden"),

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from masdsl.errors import UserError
-from masdsl.plan.model_names import BUILTINS, is_model_dir
 from masdsl.plan import models as registry
+from masdsl.plan.model_names import BUILTINS, is_model_dir
 from masdsl.sandbox.isolation import choose_mode, zygote_enabled
 from masdsl.sandbox.limits import Limits
 from masdsl.version import __version__

@@ -22,10 +22,10 @@ import torch
 
 from masdsl.lang.workflow import LoraSettings, PolicySpec
 from masdsl.learner.lora_merge import merged_state
+from masdsl.plan.models import load_model, resolve_model
 from masdsl.plan.placement import is_trainable
 from masdsl.plan.run_plan import RunPlan
 from masdsl.runtime.backends.base import Engine
-from masdsl.plan.models import load_model, resolve_model
 
 
 @dataclass

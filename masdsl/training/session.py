@@ -20,11 +20,11 @@ from masdsl.lang.workflow import Workflow
 from masdsl.learner.ahead import refuse_random_updates
 from masdsl.learner.learners import Learner, close_learners, open_learners
 from masdsl.learner.policies import Policy, iter_trainable, load_policies, sync
+from masdsl.plan.inputs import prepare
 from masdsl.plan.run_plan import RunPlan
 from masdsl.runtime.actors import start_ray
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.engine_factory import build_engines, close_engines, sleep_engines, wake_engines
-from masdsl.plan.inputs import prepare
 from masdsl.runtime.records import StepRecord, write_records
 from masdsl.runtime.rundir import RECORDS
 from masdsl.training import checkpoint as ckpt

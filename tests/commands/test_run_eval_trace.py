@@ -10,9 +10,9 @@ import pytest
 import masdsl
 from masdsl.cli import main
 from masdsl.config import ConfigError, resolve_config
+from masdsl.plan.inputs import prepare
 from masdsl.plan.run_plan import effective_policies, resolve_rollout
 from masdsl.runtime.engine_factory import build_engines
-from masdsl.plan.inputs import prepare
 from masdsl.runtime.records import read_records
 from tests.support.paths import ADDER_DIR
 

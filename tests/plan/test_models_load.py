@@ -7,10 +7,10 @@ import json
 import pytest
 
 from masdsl.errors import ModelError, UserError
+from masdsl.plan.models import cache_dir, load_model, resolve_model
 from masdsl.runtime import backends
 from masdsl.runtime.backends.base import GenRequest
 from masdsl.runtime.backends.hf import HFEngine
-from masdsl.plan.models import cache_dir, load_model, resolve_model
 
 
 def test_local_folder_resolves(tiny_model_dir):

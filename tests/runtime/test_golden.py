@@ -11,10 +11,10 @@ import pytest
 import masdsl
 from masdsl.config import resolve_config
 from masdsl.envs.datasets import humaneval
+from masdsl.plan.inputs import make_env
 from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.executor import rollout
-from masdsl.plan.inputs import make_env
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,10 +15,10 @@ import masdsl
 from masdsl.config import resolve_config
 from masdsl.errors import UserError
 from masdsl.lang.judge import score_of
+from masdsl.plan.inputs import make_env
 from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.executor import rollout
-from masdsl.plan.inputs import make_env
 from masdsl.runtime.judge import judge_metrics, parser_of
 from masdsl.training.metrics import run_figures
 from tests.support.toy import TOY_DIR

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import masdsl
 from masdsl.config import resolve_config
+from masdsl.plan.inputs import prepare
 from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.executor import rollout
-from masdsl.plan.inputs import prepare
 from tests.support.paths import ADDER_DIR
 
 RUNTIME_DATA = ADDER_DIR

@@ -14,8 +14,8 @@ import torch
 from masdsl.config import ConfigError
 from masdsl.learner.ahead import RESUME_REFUSED
 from masdsl.learner.logprobs import sequence_logprobs
-from masdsl.plan.run_plan import RunPlanError, resolve_run
 from masdsl.plan.models import load_model
+from masdsl.plan.run_plan import RunPlanError, resolve_run
 from masdsl.training import checkpoint
 from masdsl.training.trainer import train
 from tests.support.toy import SHORT, dense_toy, records_without_timings, run_short, toy, toy_config

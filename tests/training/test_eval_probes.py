@@ -12,8 +12,8 @@ import masdsl
 from masdsl.config import ConfigError, resolve_config
 from masdsl.envs.plan_path import PlanPathEnv, make_maze, play, plan_path, shortest_path
 from masdsl.envs.plan_path_probe import wrong_path
-from masdsl.plan.run_plan import RunPlanError, resolve_rollout
 from masdsl.plan.inputs import load_split
+from masdsl.plan.run_plan import RunPlanError, resolve_rollout
 from masdsl.runtime.records import read_records
 from masdsl.training.evaluation import run_evaluation
 

@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 from masdsl.config_schema import ENGINES, RuntimeConfig
 from masdsl.errors import UserError
+from masdsl.plan.models import load_model, resolve_model
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.backends.hf import HFEngine
 from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.backends.vllm import VLLMEngine
 from masdsl.runtime.backends.vllm.environment import LOGGING_DEFAULTS, vllm_environment
 from masdsl.runtime.heartbeat import say, starting, warn
-from masdsl.plan.models import load_model, resolve_model
 
 if TYPE_CHECKING:
     from torch import nn

@@ -7,9 +7,9 @@ import copy
 import pytest
 import torch
 
+from masdsl.plan.models import load_model
 from masdsl.runtime.backends.base import GenRequest
 from masdsl.runtime.backends.hf import HFEngine
-from masdsl.plan.models import load_model
 
 from tests.support.engines import chat_ids, make_token_certain, teacher_forced_logprobs
 

@@ -18,9 +18,9 @@ import copy
 
 import pytest
 
+from masdsl.plan.models import load_model
 from masdsl.runtime.backends.base import GenRequest
 from masdsl.runtime.backends.hf import HFEngine
-from masdsl.plan.models import load_model
 
 from tests.support.engines import chat_ids, teacher_forced_logprobs
 
