@@ -131,7 +131,9 @@ def _sampled_model(model: nn.Module, plan: RunPlan, copies: dict[int, nn.Module]
     engine with weights of its own is)."""
     if not plan.train.async_rollout:
         return model
-    return copies.setdefault(id(model), copy.deepcopy(model))
+    if id(model) not in copies:  # policies sharing one PeftModel share its one copy
+        copies[id(model)] = copy.deepcopy(model)
+    return copies[id(model)]
 
 
 def _remote_engine(eng: EnginePlan, p: LiveWeights, kw: dict[str, Any], plan: RunPlan) -> Engine:
