@@ -15,12 +15,14 @@ Two paths, each in a fresh process (its own peak memory), on the same random row
 prompts of about `--prompt-tokens` tokens, each with `--k` responses of about `--response-tokens`
 (issue 29's step shape), advantages +-1:
 
-- `masdsl`: `masdsl.learner.update.update_policy` with the default recipe (one optimizer step of
-  16 rows, PPO-clip, float32 master weights under autocast for a half dtype, chunked log-probs,
+- `masdsl`: `masdsl.learner.update.update_policy` with the default recipe (an optimizer step per
+  `--mini-batch` rows, 16, PPO-clip, float32 master weights under autocast for a half dtype, chunked log-probs,
   a group's prompt run once for its K responses);
 - `plain`: what a user writes with torch and peft: each row's prompt + response through the model
   (padded micro-batches of at most `--micro-batch-tokens` tokens), the full logits, log_softmax,
-  gather, the same PPO-clip loss, backward, gradient clipping, AdamW (fused, as masdsl's).
+  gather, the same PPO-clip loss, backward, gradient clipping, AdamW (fused, as masdsl's), an
+  optimizer step per `--mini-batch` rows as masdsl's (until 2026-12-04 the plain loop took one
+  step over all rows, so on shapes of more than 16 rows it did less work than masdsl).
 
 Each path runs one warm-up update, then `--repeats` timed ones (CUDA synchronised). Reported:
 seconds per update (median) and, for masdsl, the part spent fixing old log-probs (a forward of
@@ -117,8 +119,17 @@ def needed_flops(model, recs, lora: bool) -> float:
     return forward * (1 + backward)
 
 
-def plain_update(model, optimizer, recs, adv, budget: int, device: str, dtype: str, pad_id: int) -> None:
-    """One PPO-clip optimizer step as a plain torch loop: full sequences, full logits."""
+def plain_update(model, optimizer, recs, adv, budget: int, device: str, dtype: str, pad_id: int,
+                 mini_batch: int) -> None:
+    """PPO-clip as a plain torch loop, one optimizer step per `mini_batch` rows (0: all of them),
+    as masdsl's recipe steps: full sequences, full logits."""
+    size = mini_batch or len(recs)
+    for start in range(0, len(recs), size):
+        plain_step(model, optimizer, recs[start:start + size], adv[start:start + size], budget, device, dtype, pad_id)
+
+
+def plain_step(model, optimizer, recs, adv, budget: int, device: str, dtype: str, pad_id: int) -> None:
+    """One PPO-clip optimizer step over `recs`."""
     import contextlib
 
     import torch
@@ -176,7 +187,8 @@ def child(args: argparse.Namespace) -> int:
         LOGITS.set(Chunks(rows=rows_, positions=positions))
     model, tok, folder = load(args)
     recs, adv = rows(tok, args.prompts, args.k, args.prompt_tokens, args.response_tokens)
-    tc = resolve_config(overrides=[f"train.micro_batch_tokens={args.micro_batch_tokens}"]).train
+    tc = resolve_config(overrides=[f"train.micro_batch_tokens={args.micro_batch_tokens}",
+                                   f"train.mini_batch_size={args.mini_batch}"]).train
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = build_optimizer(trainable, tc)
     policy = Policy("p", None, ["r"], model, tok, folder, adapter="p" if args.lora else None,
@@ -195,7 +207,8 @@ def child(args: argparse.Namespace) -> int:
             old = stats.old_logprobs_s if stats.old_logprobs_s == stats.old_logprobs_s else 0.0
         else:
             model.train()
-            plain_update(model, optimizer, recs, adv, args.micro_batch_tokens, args.device, args.dtype, pad)
+            plain_update(model, optimizer, recs, adv, args.micro_batch_tokens, args.device, args.dtype, pad,
+                         args.mini_batch)
             sync(args.device)
             model.eval()
             old = 0.0
@@ -231,6 +244,8 @@ def main() -> int:
     ap.add_argument("--prompt-tokens", type=int, default=300)
     ap.add_argument("--response-tokens", type=int, default=128)
     ap.add_argument("--micro-batch-tokens", type=int, default=4096)
+    ap.add_argument("--mini-batch", type=int, default=16,
+                    help="rows per optimizer step on both paths (the recipe's 16; 0: all rows in one step)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--logits", default="chunked",
                     help="masdsl's log-prob path: chunked (the default chunk size), ROWSxPOSITIONS (chunks "
@@ -252,7 +267,8 @@ def main() -> int:
         print(json.dumps(run), flush=True)
         runs.append(run)
     setting = {k: getattr(args, k) for k in ("model", "random_weights", "device", "dtype", "lora", "logits", "prompts", "k",
-                                             "prompt_tokens", "response_tokens", "micro_batch_tokens", "repeats")}
+                                             "prompt_tokens", "response_tokens", "micro_batch_tokens", "repeats",
+                                             "mini_batch")}
     setting["model"] = Path(args.model).name
     key = json.dumps(setting, sort_keys=True)
     out = Path(args.out)

@@ -87,15 +87,18 @@ def run_ours(steps: int, engine: str, opts: argparse.Namespace) -> dict:
     gpu = opts.device.startswith("cuda")
     overrides = [f"runtime.engine={engine}", "tracking.enabled=false", f"train.steps={steps}", "train.eval_tasks=1",
                  "train.checkpoint_every=0", f"train.mini_batch_size={MINI_BATCH}", f"runtime.device={opts.device}",
-                 *(["runtime.dtype=bfloat16"] if gpu else [])]
+                 *(["runtime.dtype=bfloat16"] if gpu else []), *getattr(opts, "overrides", [])]
     cfg = resolve_config(wf.train, overrides=overrides)
     seed_everything(0)
     result = train(resolve_run(wf, cfg), run_dir=Path(tempfile.mkdtemp(prefix="vs-trl-ours-")))
     hist = result.history
     step = [h["time/step_s"] - h.get("time/eval_s", 0.0) - h.get("time/checkpoint_s", 0.0) for h in hist]
     out = {"step_s": step, "generate_s": [h["time/rollout_s"] for h in hist],
-           "update_s": [h["time/update_s"] + h.get("time/sync_s", 0.0) for h in hist],
-           "completion_tokens": [h.get("tokens/generated", 0.0) for h in hist], "peak_rss_gb": peak_rss_gb()}
+           "update_s": [h["time/update_s"] for h in hist],  # the trainer's update_s includes the sync
+           "completion_tokens": [h.get("tokens/generated", 0.0) for h in hist], "peak_rss_gb": peak_rss_gb(),
+           **{key.split("/")[1]: [h.get(key, 0.0) for h in hist] for key in (
+               "time/rollout_s", "rollout/engine_s", "rollout/env_s", "time/old_logprobs_s", "time/sync_s",
+               "time/tracking_s")}}
     if gpu:
         import torch
 
@@ -237,6 +240,8 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help="new tokens per candidate, at most")
     ap.add_argument("--reward-cap", type=int, default=REWARD_CAP, help="characters at which length_score saturates")
     ap.add_argument("--json", help="also write the result to this file")
+    ap.add_argument("--set", dest="overrides", action="append", default=[],
+                    help="a masdsl override for ours only, e.g. runtime.lora_sync=merged (repeatable)")
     args = ap.parse_args()
     if args.which:
         out = (run_trl(args.steps, args) if args.which == "trl"
@@ -249,7 +254,8 @@ def main() -> int:
         if args.reward_cap == REWARD_CAP:
             args.reward_cap = 64 * args.max_tokens  # random text: never flat below this
     passed = ["--steps", str(args.steps), "--model", args.model, "--lora", str(args.lora), "--device", args.device,
-              "--k", str(args.k), "--max-tokens", str(args.max_tokens), "--reward-cap", str(args.reward_cap)]
+              "--k", str(args.k), "--max-tokens", str(args.max_tokens), "--reward-cap", str(args.reward_cap),
+              *[a for o in args.overrides for a in ("--set", o)]]
     try:
         import psutil
 
@@ -290,7 +296,7 @@ def main() -> int:
     print(f"ours {result['ours']['mean_step_s']:.1f} s/step, TRL {result['trl']['mean_step_s']:.1f} s/step, "
           f"ratio {result['ratio']:.2f}" + (f", with vllm {result['ratio_vllm']:.2f}" if "ratio_vllm" in result else ""))
     result["settings"] = {"source_model": source_model, **{k: getattr(args, k) for k in (
-        "model", "random_weights", "lora", "device", "k", "max_tokens", "reward_cap", "steps")}}
+        "model", "random_weights", "lora", "device", "k", "max_tokens", "reward_cap", "steps", "overrides")}}
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
     if args.write_docs:

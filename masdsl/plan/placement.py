@@ -217,7 +217,7 @@ def resolve_auto(placement: Placement, rt: RuntimeConfig, vllm_usable: bool) -> 
     >>> rt = resolve_config(overrides=["runtime.lora_sync=merged"]).runtime
     >>> auto = plan_placement(wf, wf.policies, rt)
     >>> auto.of("p").engine.source, resolve_auto(auto, rt, True).of("p").engine.source, resolve_auto(auto, rt, False).of("p").engine.source
-    ('auto', 'merged', 'learner_object')
+    ('auto', 'merged', 'merged')
     """
     if rt.engine != "auto":
         return placement
@@ -242,6 +242,9 @@ def _engine(name: str, spec: PolicySpec, specs: Mapping[str, PolicySpec], rt: Ru
         return EnginePlan(kind, False, tensor_parallel=tp, sleep=sleep, source="auto",
                           note="vllm when usable (its own engine, loading the learner's new weights after each "
                                "update), else hf (sampling from the learner's own model object)")
+    if kind == "hf" and spec.lora and rt.lora_sync == "merged":
+        return EnginePlan(kind, False, source="merged",
+                          note="a plain copy of the base with the adapter merged in, refreshed after each update")
     if kind == "hf":
         return EnginePlan(kind, False, note="sampling from the learner's own model object"
                           + (f" (adapter {name})" if spec.lora else ""), source="learner_object")

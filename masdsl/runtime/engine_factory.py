@@ -18,7 +18,7 @@ visible to the next rollout with no copy (under `train.async_rollout=1` a copy o
 after each step); a `vllm` full policy gets its own engine, fed new
 weights through `update_weights`; LoRA policies on one base share one vLLM engine, each syncing
 its adapter as a LoRA request (`runtime.lora_sync=merged`: each its own engine without LoRA, fed
-base + adapter merged after each update). With `runtime.ray`, engines (training: full policies only) live
+base + adapter merged after each update; for hf, a plain copy of the base with the adapter merged). With `runtime.ray`, engines (training: full policies only) live
 in Ray actors (`actors.RemoteEngine`); a dead actor is rebuilt and given the latest weights again.
 `runtime.engine_replicas=R` gives each such policy (evaluation: model) R actors behind one
 `replicas.ReplicatedEngine`; GPUs per actor: `placement.engine_gpus`.
@@ -37,6 +37,7 @@ from masdsl.plan.run_plan import RunPlan
 from masdsl.runtime import actors
 from masdsl.runtime.backends import build_engine, engine_kwargs, hf_engine_on, vllm_available, vllm_engine
 from masdsl.runtime.backends.base import Engine, LoRAHost
+from masdsl.runtime.backends.lora_merge import merged_model
 from masdsl.runtime.heartbeat import starting
 from masdsl.runtime.replicas import ReplicatedEngine
 
@@ -110,8 +111,11 @@ def _training_engines(weights: Mapping[str, LiveWeights], plan: RunPlan) -> dict
             engines[name] = _remote_engine(eng, p, kw, plan)
         elif eng.source == "learner_object":
             engines[name] = hf_engine_on(_sampled_model(p.model, plan, copies), p.tokenizer, seed=kw["seed"],
-                                         adapter=p.adapter)
-        elif eng.source in ("own", "merged"):  # merged: fed base + adapter (learner/lora_merge.py)
+                                         dtype=kw["dtype"], device=kw["device"], adapter=p.adapter)
+        elif eng.source == "merged" and eng.kind == "hf":  # a copy of its own: async needs none more
+            engines[name] = hf_engine_on(merged_model(p.model, p.adapter, kw["dtype"]), p.tokenizer,  # type: ignore[arg-type]  # a LoRA policy
+                                         seed=kw["seed"], dtype=kw["dtype"], device=kw["device"])
+        elif eng.source in ("own", "merged"):  # merged: fed base + adapter (runtime/backends/lora_merge.py)
             engines[name] = vllm_engine(p.model_path, **kw)
         else:  # lora_shared
             if p.model_path not in lora_bases:

@@ -21,19 +21,21 @@ def bench():
     yield from benchmark_module("update_throughput")
 
 
-def test_plain_loop_takes_masdsl_step(bench, tiny_model_dir):
+@pytest.mark.parametrize("mini_batch, steps", [(16, 1), (3, 2)])
+def test_plain_loop_takes_masdsl_steps(bench, tiny_model_dir, mini_batch, steps):
     torch.manual_seed(0)
     model, tok = load_model(tiny_model_dir)
     twin = copy.deepcopy(model)
     recs, adv = bench.rows(tok, prompts=2, k=3, prompt_tokens=12, response_tokens=6)
-    # one mini-batch, micro-batches of a few rows: the plain loop and masdsl split them differently
-    tc = resolve_config(overrides=["train.micro_batch_tokens=40"]).train
+    # micro-batches of a few rows: the plain loop and masdsl split them differently
+    tc = resolve_config(overrides=["train.micro_batch_tokens=40", f"train.mini_batch_size={mini_batch}"]).train
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     policy = Policy("p", None, ["r"], model, tok, str(tiny_model_dir))
     stats = update_policy(policy, torch.optim.SGD(model.parameters(), lr=1.0), recs, adv, tc)
-    assert stats.optimizer_steps == 1
+    assert stats.optimizer_steps == steps
     twin.train()
-    bench.plain_update(twin, torch.optim.SGD(twin.parameters(), lr=1.0), recs, adv, 40, "cpu", "float32", pad)
+    bench.plain_update(twin, torch.optim.SGD(twin.parameters(), lr=1.0), recs, adv, 40, "cpu", "float32", pad,
+                       mini_batch)
     before = dict(load_model(tiny_model_dir)[0].named_parameters())
     moved = 0.0
     for (name, a), (_, b) in zip(model.named_parameters(), twin.named_parameters()):

@@ -42,13 +42,48 @@ def test_the_factory_builds_the_engine_the_plan_names_not_the_one_the_settings_w
         close_engines(engines)
 
 
+def test_hf_with_merged_sync_samples_a_plain_copy_that_sync_keeps_equal_to_the_adapter(tiny_model_dir):
+    """`runtime.engine=hf runtime.lora_sync=merged`: each LoRA policy's engine holds a plain model
+    (no LoRA layers), not the learner's `PeftModel`; after the adapter trains, `sync` makes it
+    compute what the policy computes, and the learner's weights are untouched by either."""
+    import torch
+
+    from masdsl.learner.policies import sync
+
+    wf = masdsl.load(TOY / "toy_digits_lora.mas")
+    plan = resolve_run(wf, resolve_config(wf.train, overrides=[f"policy.*.model={tiny_model_dir}", "runtime.engine=hf",
+                                                               "runtime.lora_sync=merged"]))
+    assert {(p.engine.kind, p.engine.source) for p in plan.placement.policies} == {("hf", "merged")}
+    policies = load_policies(plan)
+    engines = build_engines(plan, policies)
+    try:
+        namer = policies["namer_p"]
+        plain = engines["namer_p"].model
+        assert plain is not namer.model and not any("lora_" in n for n, _ in plain.named_parameters())
+        with torch.no_grad():
+            for n, w in namer.model.named_parameters():
+                if ".namer_p." in n and "lora_B" in n:
+                    w.normal_(0, 0.5)  # the adapter trained
+        ids = torch.tensor([[5, 17, 42, 9]])
+        namer.activate()
+        with torch.no_grad():
+            want = namer.model(ids).logits
+            assert not torch.allclose(plain(ids).logits, want, atol=1e-3)  # stale until synced
+            sync(namer, engines["namer_p"])
+            namer.activate()
+            assert torch.allclose(plain(ids).logits, want, atol=1e-5)
+            assert torch.equal(namer.model(ids).logits, want)
+    finally:
+        close_engines(engines)
+
+
 def test_auto_is_decided_into_the_plan():
     wf = masdsl.load(TOY / "toy_digits_lora.mas")
     plan = resolve_run(wf, resolve_config(wf.train, overrides=["runtime.engine=auto", "runtime.lora_sync=merged"]))
     assert {p.engine.source for p in plan.placement.policies} == {"auto"}  # the dry run does not probe vLLM
     on_vllm, on_hf = plan.with_engines_resolved(True), plan.with_engines_resolved(False)
     assert {(p.engine.kind, p.engine.source) for p in on_vllm.placement.policies} == {("vllm", "merged")}
-    assert {(p.engine.kind, p.engine.source) for p in on_hf.placement.policies} == {("hf", "learner_object")}
+    assert {(p.engine.kind, p.engine.source) for p in on_hf.placement.policies} == {("hf", "merged")}
     assert on_hf.placement.of("namer_p").trainable and on_hf.placement.of("namer_p").lora.r == 4
 
 

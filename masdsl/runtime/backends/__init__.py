@@ -117,11 +117,12 @@ def hf_engine_on(model: nn.Module, tokenizer: PreTrainedTokenizerBase, **kw: Any
     dtype, device = kw.get("dtype"), str(kw.get("device", "cpu"))
     kw = {k: v for k, v in kw.items() if k not in _VLLM_ONLY and k not in ("dtype", "device", "tokenizer")}
     say(f"engine hf (transformers generate) for {type(model).__name__} (shared object)")
-    # the learner's object holds float32 masters (or float32 adapters on a half base): on a GPU it
-    # samples under the run's half autocast, as the update computes (64 x 256 tokens of the 0.5B +
-    # LoRA r16 on an H200: 16.2 s plain, 10.5 s under bfloat16 autocast; docs/performance.md
-    # "### vs TRL on a GPU"). The CPU keeps float32 (no fast bfloat16 there).
-    half = dtype in ("bfloat16", "float16") and device.startswith("cuda")
+    # a LoRA adapter's float32 path on a half base: on a GPU it samples under the run's half
+    # autocast, as the update computes (64 x 256 tokens of the 0.5B + LoRA r16 on an H200: 16.2 s
+    # plain, 10.5 s under bfloat16 autocast; docs/performance.md "### vs TRL on a GPU"). Full
+    # float32 masters sample as they are: the 135M under autocast was no faster (`## step
+    # breakdown`). The CPU keeps float32 (no fast bfloat16 there).
+    half = dtype in ("bfloat16", "float16") and device.startswith("cuda") and kw.get("adapter") is not None
     return HFEngine(model, tokenizer, autocast=dtype if half else None, **kw)
 
 

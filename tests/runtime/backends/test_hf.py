@@ -172,7 +172,8 @@ def test_candidates_of_one_prompt_share_one_prefill(hf_engine, prompts, monkeypa
 
 def test_autocast_samples_under_half_precision_and_only_a_gpu_asks_for_it(hf_engine, prompts, monkeypatch):
     """`autocast="bfloat16"` runs generate under that autocast (CPU autocast here, the same code
-    path a GPU takes); `hf_engine_on` asks for it only on a GPU with a half `runtime.dtype`."""
+    path a GPU takes); `hf_engine_on` asks for it only for a LoRA adapter on a GPU with a half
+    `runtime.dtype`."""
     from masdsl.runtime import backends
 
     seen: list[torch.dtype] = []
@@ -190,7 +191,10 @@ def test_autocast_samples_under_half_precision_and_only_a_gpu_asks_for_it(hf_eng
     assert len(cand.logprobs) == len(cand.token_ids) and all(lp <= 0.0 for lp in cand.logprobs)
     hf_engine.generate([GenRequest(prompt_ids=prompts[0], n=1, max_tokens=2)])
     assert seen[-1] == torch.float32  # the default engine: no autocast
-    made = {dev: backends.hf_engine_on(model, hf_engine.tokenizer, seed=0, dtype="bfloat16", device=dev).autocast
-            for dev in ("cpu", "cuda")}
+    made = {dev: backends.hf_engine_on(model, hf_engine.tokenizer, seed=0, dtype="bfloat16", device=dev,
+                                       adapter="p").autocast for dev in ("cpu", "cuda")}
     assert made == {"cpu": None, "cuda": "bfloat16"}
-    assert backends.hf_engine_on(model, hf_engine.tokenizer, seed=0, dtype="float32", device="cuda").autocast is None
+    assert backends.hf_engine_on(model, hf_engine.tokenizer, seed=0, dtype="float32", device="cuda",
+                                 adapter="p").autocast is None
+    # full weights sample as they are: autocast measured no faster there (docs/performance.md `## step breakdown`)
+    assert backends.hf_engine_on(model, hf_engine.tokenizer, seed=0, dtype="bfloat16", device="cuda").autocast is None

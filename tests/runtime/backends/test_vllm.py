@@ -135,7 +135,7 @@ def test_merged_lora_weights_in_a_plain_engine_match_peft(vllm_engine, ref):
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from masdsl.learner.lora_merge import merged_state
+    from masdsl.runtime.backends.lora_merge import merged_state
 
     model, tok = ref
     cfg = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules="all-linear")

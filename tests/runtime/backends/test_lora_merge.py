@@ -12,7 +12,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from masdsl.config import resolve_config
-from masdsl.learner.lora_merge import merged_state
+from masdsl.runtime.backends.lora_merge import merged_model, merged_state
 from masdsl.plan.placement import plan_placement
 
 
@@ -45,6 +45,26 @@ def test_a_plain_model_with_the_merged_weights_computes_what_the_adapter_does():
         assert torch.allclose(want, got, atol=1e-5), (adapter, (want - got).abs().max())
         assert not torch.allclose(got, tiny_llama()(ids).logits, atol=1e-3)  # the adapter did change the output
     assert all(torch.equal(before[k], v) for k, v in peft.state_dict().items())  # nothing merged in place
+
+
+def test_merged_model_is_a_plain_model_computing_what_its_adapter_does():
+    base = tiny_llama()
+    peft = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"), adapter_name="tool_p")
+    peft.add_adapter("planner_p", LoraConfig(r=2, lora_alpha=2, target_modules="all-linear"))
+    with torch.no_grad():
+        for name, w in peft.named_parameters():
+            if "lora_B" in name:
+                w.normal_(0, 0.5)
+    before = {k: v.clone() for k, v in peft.state_dict().items()}
+    ids = torch.tensor([[1, 5, 9, 3, 7]])
+    plain = merged_model(peft, "planner_p", "float32")
+    assert not any("lora_" in n for n, _ in plain.named_parameters()) and not hasattr(plain, "peft_config")
+    assert not any(p.requires_grad for p in plain.parameters())
+    peft.set_adapter("planner_p")
+    with torch.no_grad():
+        assert torch.allclose(peft(ids).logits, plain(ids).logits, atol=1e-5)
+    assert all(torch.equal(before[k], v) for k, v in peft.state_dict().items())  # the learner's object is as it was
+    assert {p.dtype for p in merged_model(peft, "tool_p", "bfloat16").parameters()} == {torch.bfloat16}
 
 
 @pytest.mark.parametrize("sync, note", [("adapter", "one engine with LoRA for"), ("merged", "merged")])
