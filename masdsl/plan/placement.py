@@ -242,13 +242,13 @@ def _engine(name: str, spec: PolicySpec, specs: Mapping[str, PolicySpec], rt: Ru
         return EnginePlan(kind, False, tensor_parallel=tp, sleep=sleep, source="auto",
                           note="vllm when usable (its own engine, loading the learner's new weights after each "
                                "update), else hf (sampling from the learner's own model object)")
-    if kind == "hf" and spec.lora and rt.lora_sync == "merged":
+    if kind == "hf" and spec.lora and merges_lora(rt, kind):
         return EnginePlan(kind, False, source="merged",
                           note="a plain copy of the base with the adapter merged in, refreshed after each update")
     if kind == "hf":
         return EnginePlan(kind, False, note="sampling from the learner's own model object"
                           + (f" (adapter {name})" if spec.lora else ""), source="learner_object")
-    if spec.lora and rt.lora_sync == "merged":
+    if spec.lora and merges_lora(rt, kind):
         return EnginePlan(kind, False, tensor_parallel=tp, sleep=sleep, source="merged",
                           note="its own engine without LoRA, loading base + adapter merged after each update")
     if spec.lora:
@@ -257,6 +257,22 @@ def _engine(name: str, spec: PolicySpec, specs: Mapping[str, PolicySpec], rt: Ru
                           note=f"one engine with LoRA for {', '.join(peers)}, loading each new adapter")
     return EnginePlan(kind, False, tensor_parallel=tp, sleep=sleep, source="own",
                       note="its own engine, loading the learner's new weights after each update")
+
+
+def merges_lora(rt: RuntimeConfig, kind: str) -> bool:
+    """Whether a LoRA policy's engine of `kind` samples base + adapter merged (`runtime.lora_sync`).
+    `auto` merges for the hf engine on a GPU, where peft's adapter path made sampling the 0.5B coder
+    1.3x slower than merged weights (docs/performance.md `## step breakdown`), and keeps the adapter
+    elsewhere: vLLM's push of a merged model costs a whole-model reload per update.
+
+    >>> from masdsl.config import resolve_config
+    >>> gpu = resolve_config(overrides=["runtime.device=cuda"]).runtime
+    >>> merges_lora(gpu, "hf"), merges_lora(gpu, "vllm"), merges_lora(resolve_config().runtime, "hf")
+    (True, False, False)
+    """
+    if rt.lora_sync != "auto":
+        return rt.lora_sync == "merged"
+    return kind == "hf" and str(rt.device).startswith("cuda")
 
 
 def is_trainable(spec: PolicySpec, roles: Sequence[str]) -> bool:
