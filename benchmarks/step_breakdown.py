@@ -9,7 +9,7 @@ Three parts, each in a fresh process:
 - `ours`: masdsl's trainer as a user runs it (`benchmarks/vs_trl.py`'s single-agent workflow:
   8 prompts x K, at most `--max-tokens` new tokens, temperature 1, the length reward that is never
   flat; 16-row PPO mini-batches). Per step after the first (a warm-up): the rollout, its engine
-  calls (`rollout/engine_s`) and env steps (`rollout/env_s`), the update (its old-log-prob pass
+  calls (`time/engine_s`) and env steps (`time/env_s`), the update (its old-log-prob pass
   apart), the weight or adapter sync, and the rest of the step (records, grouping, metrics,
   tracking, scheduling). The learner's peak resident memory is this process's high-water mark
   (with the hf engine the engine lives in it too; vLLM's engine core is a process of its own).

@@ -97,7 +97,7 @@ def run_ours(steps: int, engine: str, opts: argparse.Namespace) -> dict:
            "update_s": [h["time/update_s"] for h in hist],  # the trainer's update_s includes the sync
            "completion_tokens": [h.get("tokens/generated", 0.0) for h in hist], "peak_rss_gb": peak_rss_gb(),
            **{key.split("/")[1]: [h.get(key, 0.0) for h in hist] for key in (
-               "time/rollout_s", "rollout/engine_s", "rollout/env_s", "time/old_logprobs_s", "time/sync_s",
+               "time/rollout_s", "time/engine_s", "time/env_s", "time/old_logprobs_s", "time/sync_s",
                "time/tracking_s")}}
     if gpu:
         import torch

@@ -80,7 +80,7 @@ def train_step(session: TrainSession, state: TrainState, draw: Draw, ahead: Ahea
     metrics["staleness"] = float(step - got.weights_step)  # updates between the sampling weights and this update's
     metrics["time/rollout_wait_s"] = waited  # the update waiting for the rollout ahead (async)
     # the rollout's engine calls and env steps, apart from its own work (records, scheduling)
-    metrics["rollout/engine_s"], metrics["rollout/env_s"] = roll.gen_s, roll.env_s
+    metrics["time/engine_s"], metrics["time/env_s"] = roll.gen_s, roll.env_s
     metrics.update(role_metrics(records, roll.episodes, groups, adv))
     metrics["dynamic/rounds"] = float(rounds)
     metrics["reward_errors"] = float(roll.reward_errors)  # rewards that raised, each scored 0
