@@ -90,7 +90,10 @@ def _zygote(fd):
         sock.send(json.dumps(message).encode())
 
     while True:
-        for key, _ in sel.select():
+        # a kill helper runs as the run's uid and is collected only when the zygote wakes; CI saw a
+        # process of that uid outlive its run by 10 s under load, so while helpers are out the zygote
+        # also polls for them rather than rely on their SIGCHLD alone
+        for key, _ in sel.select(0.05 if helpers else None):
             if key.fileobj is sock:
                 try:
                     data, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 4)

@@ -9,6 +9,10 @@ where the trainer's own `except KeyboardInterrupt` closes the engines and marks 
 The handler is installed even where SIGINT was ignored when the process started (a shell does that
 for `cmd &`, pytest-xdist for its workers, and Python then keeps it ignored): `kill -INT` stops a
 background run the same way, with the resume command.
+A Ctrl-C that lands in a finalizer (a weakref callback, a `__del__`) cannot propagate: Python
+prints "Exception ignored ... KeyboardInterrupt" with a traceback and goes on. The interrupt is
+recorded all the same and `check()` raises it, so that report is noise that reads like a crash:
+while the block runs, such reports of `KeyboardInterrupt` are dropped (all others still print).
 
 >>> with interruptible():
 ...     check()            # nothing pressed: returns
@@ -24,6 +28,7 @@ raised again
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -44,9 +49,17 @@ def interruptible() -> Iterator[None]:
         return
     _PENDING.clear()
     previous = signal.signal(signal.SIGINT, _on_sigint)
+    previous_hook = sys.unraisablehook
+
+    def quiet_interrupts(unraisable: Any) -> None:
+        if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+            previous_hook(unraisable)
+
+    sys.unraisablehook = quiet_interrupts
     try:
         yield
     finally:
+        sys.unraisablehook = previous_hook
         signal.signal(signal.SIGINT, previous)
 
 

@@ -31,6 +31,20 @@ def _leftover_processes() -> list[int]:
     return found
 
 
+def _describe(pids: list[int]) -> list[str]:
+    """Each pid's state and command line, to tell a zombie nobody reaped from a process still running."""
+    described = []
+    for pid in pids:
+        try:
+            stat = open(f"/proc/{pid}/stat").read()
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        state, parent = stat.rsplit(")", 1)[1].split()[:2]
+        described.append(f"{pid} state {state} parent {parent}: {cmdline[:200]!r}")
+    return described
+
+
 @pytest.fixture(autouse=True, params=["zygote", "process"])
 def clean_machine(request, monkeypatch):
     """Every attack runs twice: forked by the zygote, and in a sandbox started for the run."""
@@ -40,7 +54,7 @@ def clean_machine(request, monkeypatch):
     deadline = time.monotonic() + 10  # killed processes take a moment to go on a loaded machine
     while _leftover_processes() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _leftover_processes() == [], "sandboxed processes outlived their run"
+    assert _leftover_processes() == [], f"sandboxed processes outlived their run: {_describe(_leftover_processes())}"
 
 
 def test_bubblewrap_is_the_isolation_here():

@@ -34,3 +34,34 @@ def test_a_swallowed_ctrl_c_stops_the_run_at_the_next_step(tiny_model_dir, tmp_p
         api.train(TOY, overrides, run_dir=tmp_path / "run", on_step=swallow_a_ctrl_c)
     assert seen == [1, 2]  # stopped before step 3 ran
     assert signal.getsignal(signal.SIGINT) == before  # the handler is put back
+
+
+
+def _collect_with_a_failing_finalizer(error: BaseException | None) -> None:
+    import gc
+
+    class Finalized:
+        def __del__(self):
+            if error is None:
+                os.kill(os.getpid(), signal.SIGINT)  # the handler raises here, where Python cannot propagate
+            else:
+                raise error
+
+    Finalized()
+    gc.collect()
+
+
+def test_a_ctrl_c_in_a_finalizer_is_not_reported_and_is_raised_at_the_check(monkeypatch):
+    import sys
+
+    from masdsl.training.interrupt import check, interruptible
+
+    reported: list = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: reported.append(unraisable.exc_value))
+    with interruptible():
+        _collect_with_a_failing_finalizer(None)
+        with pytest.raises(KeyboardInterrupt):
+            check()
+        _collect_with_a_failing_finalizer(RuntimeError("a real bug in a finalizer"))
+    assert [type(e) for e in reported] == [RuntimeError]  # other errors still reach the hook
+    assert sys.unraisablehook is not None and sys.unraisablehook.__name__ == "<lambda>"  # put back
