@@ -1,7 +1,7 @@
 """Every phase of one GRPO step beside its anchor (issue 29, item 3).
 
     .venv/bin/python benchmarks/step_breakdown.py --model smollm2-135m-instruct --lora 0 \
-        [--engine vllm|hf] [--device cpu|cuda] [--random-weights] [--k 4] [--max-tokens 64] \
+        [--engine vllm|hf] [--device cpu|cuda] [--dtype float32|bfloat16] [--random-weights] [--k 4] [--max-tokens 64] \
         [--steps 3] [--set runtime.lora_sync=merged ...] --json benchmarks/results/step_breakdown_X.json
 
 Three parts, each in a fresh process:
@@ -42,7 +42,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from vs_trl import random_weights_folder, run_ours  # noqa: E402  (scripts beside this one)
+from vs_trl import compute_dtype, random_weights_folder, run_ours  # noqa: E402  (scripts beside this one)
 from vs_trl_env import PROMPTS  # noqa: E402
 
 
@@ -77,7 +77,7 @@ def raw_hf(opts: argparse.Namespace) -> dict:
 
     from masdsl.plan.models import load_model
 
-    dtype = "bfloat16" if opts.device.startswith("cuda") else "float32"
+    dtype = compute_dtype(opts)
     model, tok = load_model(opts.model, dtype=dtype, device=opts.device)
     tok.padding_side = "left"
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
@@ -99,7 +99,7 @@ def raw_hf(opts: argparse.Namespace) -> dict:
 
 
 def _dtype(opts: argparse.Namespace) -> list[str]:
-    return ["runtime.dtype=bfloat16"] if opts.device.startswith("cuda") else []
+    return [f"runtime.dtype={compute_dtype(opts)}"]
 
 
 def _prompt_tokens(prompts: list) -> int:
@@ -131,7 +131,7 @@ def update_anchor(opts: argparse.Namespace, ours: dict) -> dict:
     rows = len(PROMPTS) * opts.k
     out = Path(tempfile.mkdtemp(prefix="step-breakdown-")) / "update.json"
     cmd = [sys.executable, str(HERE / "update_throughput.py"), "--model", opts.model, "--device", opts.device,
-           "--dtype", "bfloat16" if opts.device.startswith("cuda") else "float32", "--lora", str(opts.lora),
+           "--dtype", compute_dtype(opts), "--lora", str(opts.lora),
            "--prompts", str(len(PROMPTS)), "--k", str(opts.k), "--prompt-tokens", str(opts.prompt_tokens),
            "--response-tokens", str(max(1, round(tokens / rows))), "--micro-batch-tokens", str(opts.micro_batch_tokens),
            "--out", str(out), *(["--random-weights"] if opts.random_weights else [])]
@@ -204,6 +204,8 @@ def main() -> int:
     ap.add_argument("--lora", type=int, default=0, help="LoRA rank (0: full weights)")
     ap.add_argument("--engine", default="vllm", choices=("vllm", "hf"))
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", choices=("float32", "bfloat16"),
+                    help="the compute dtype of every part (default bfloat16 on cuda, float32 on cpu)")
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--steps", type=int, default=3, help="training steps (the first is a warm-up)")

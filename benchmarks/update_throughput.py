@@ -77,24 +77,27 @@ def mm_peak_tflops(device: str, dtype: str, n: int) -> float:
 
 
 def load(args: argparse.Namespace):
-    """(model, tokenizer, folder) in float32 master weights on the device, LoRA attached if asked."""
+    """(model, tokenizer, folder) on the device as masdsl's trainer holds it: full weights as float32
+    masters; with LoRA, the frozen base in the compute dtype (`--dtype`) and the adapter in float32."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from masdsl.lang.workflow import LoraSettings
-    from masdsl.plan.models import load_model, resolve_model
+    from masdsl.plan.models import contiguous_head_input, load_model, resolve_model
 
+    weights = args.dtype if args.lora else "float32"  # a LoRA base is frozen in the compute dtype (load_policies)
     torch.manual_seed(0)
     if args.random_weights:
         folder = Path(args.model)
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder), dtype=torch.float32)
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder), dtype=getattr(torch, weights))
         tok = AutoTokenizer.from_pretrained(folder)
         tok.pad_token = tok.pad_token or tok.eos_token
+        contiguous_head_input(model)  # as load_model does for the trainer
         model = model.to(args.device).eval()
     else:
         folder = resolve_model(args.model)
-        model, tok = load_model(folder, dtype="float32", device=args.device)
+        model, tok = load_model(folder, dtype=weights, device=args.device)
     if args.lora:
         lora = LoraSettings.of({"r": args.lora})
         model = get_peft_model(model, LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,

@@ -87,7 +87,7 @@ def run_ours(steps: int, engine: str, opts: argparse.Namespace) -> dict:
     gpu = opts.device.startswith("cuda")
     overrides = [f"runtime.engine={engine}", "tracking.enabled=false", f"train.steps={steps}", "train.eval_tasks=1",
                  "train.checkpoint_every=0", f"train.mini_batch_size={MINI_BATCH}", f"runtime.device={opts.device}",
-                 *(["runtime.dtype=bfloat16"] if gpu else []), *getattr(opts, "overrides", [])]
+                 f"runtime.dtype={compute_dtype(opts)}", *getattr(opts, "overrides", [])]
     cfg = resolve_config(wf.train, overrides=overrides)
     seed_everything(0)
     result = train(resolve_run(wf, cfg), run_dir=Path(tempfile.mkdtemp(prefix="vs-trl-ours-")))
@@ -120,11 +120,12 @@ def run_trl(steps: int, opts: argparse.Namespace) -> dict:
     from masdsl.plan.models import resolve_model
 
     gpu = opts.device.startswith("cuda")
+    half = compute_dtype(opts) == "bfloat16"
     path = resolve_model(opts.model)
     tok = AutoTokenizer.from_pretrained(path)
-    # as masdsl keeps them: a LoRA base frozen in bfloat16 on a GPU, full weights as float32 masters
-    # (both compute under bfloat16 autocast there)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16 if gpu and opts.lora else torch.float32)
+    # as masdsl keeps them: a LoRA base frozen in bfloat16 when computing in bfloat16, full weights
+    # as float32 masters (both compute under bfloat16 autocast then)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16 if half and opts.lora else torch.float32)
     if gpu:
         model = model.to(opts.device)
     peft_config = None
@@ -153,7 +154,7 @@ def run_trl(steps: int, opts: argparse.Namespace) -> dict:
         per_device_train_batch_size=MINI_BATCH, steps_per_generation=per_rollout,
         max_completion_length=opts.max_tokens, temperature=1.0, top_k=0, learning_rate=LR, beta=0.0,
         num_iterations=1, loss_type="dapo", scale_rewards="group", epsilon=0.2, max_grad_norm=1.0,
-        bf16=gpu, gradient_checkpointing=False, use_cpu=not gpu, max_steps=per_rollout * steps, save_strategy="no",
+        bf16=half, gradient_checkpointing=False, use_cpu=not gpu, max_steps=per_rollout * steps, save_strategy="no",
         logging_steps=1, report_to=[], seed=0, shuffle_dataset=False, dataloader_num_workers=0,
         weight_decay=0.0,
     )
@@ -166,6 +167,12 @@ def run_trl(steps: int, opts: argparse.Namespace) -> dict:
     if gpu:
         out["peak_gpu_gb"] = torch.cuda.max_memory_allocated() / 2**30
     return out
+
+
+def compute_dtype(opts: argparse.Namespace) -> str:
+    """bfloat16 on a GPU, float32 on a CPU, unless `--dtype` says otherwise (a CPU with AMX computes
+    bfloat16 matrix products about 5x faster than float32, docs/performance.md)."""
+    return getattr(opts, "dtype", None) or ("bfloat16" if opts.device.startswith("cuda") else "float32")
 
 
 def random_weights_folder(model: str) -> str:
@@ -236,6 +243,11 @@ def main() -> int:
     ap.add_argument("--random-weights", action="store_true", help="random weights of the model's shapes (see above)")
     ap.add_argument("--lora", type=int, default=0, help="train a LoRA adapter of this rank on both sides (0: full)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--dtype", choices=("float32", "bfloat16"),
+                    help="both sides compute in this dtype (ours runtime.dtype, TRL bf16=True); "
+                         "default bfloat16 on cuda, float32 on cpu")
+    ap.add_argument("--only", choices=("ours", "trl", "ours-vllm"), action="append",
+                    help="run only these trainers (repeatable); no ratio is written without both sides")
     ap.add_argument("--k", type=int, default=K, help="candidates per prompt (8 prompts)")
     ap.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help="new tokens per candidate, at most")
     ap.add_argument("--reward-cap", type=int, default=REWARD_CAP, help="characters at which length_score saturates")
@@ -254,7 +266,7 @@ def main() -> int:
         if args.reward_cap == REWARD_CAP:
             args.reward_cap = 64 * args.max_tokens  # random text: never flat below this
     passed = ["--steps", str(args.steps), "--model", args.model, "--lora", str(args.lora), "--device", args.device,
-              "--k", str(args.k), "--max-tokens", str(args.max_tokens), "--reward-cap", str(args.reward_cap),
+              *(["--dtype", args.dtype] if args.dtype else []), "--k", str(args.k), "--max-tokens", str(args.max_tokens), "--reward-cap", str(args.reward_cap),
               *[a for o in args.overrides for a in ("--set", o)]]
     try:
         import psutil
@@ -265,7 +277,7 @@ def main() -> int:
     except ImportError:
         pass
     result = {}
-    for which in ("ours", "trl") + (("ours-vllm",) if args.vllm else ()):
+    for which in args.only or ("ours", "trl") + (("ours-vllm",) if args.vllm else ()):
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, __file__, "--which", which, *passed], capture_output=True, text=True)
         line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
@@ -286,20 +298,21 @@ def main() -> int:
     import trl
 
     result["trl_version"] = trl.__version__
-    result["ratio"] = result["ours"]["mean_step_s"] / result["trl"]["mean_step_s"]
-    if "ours-vllm" in result:
-        result["ratio_vllm"] = result["ours-vllm"]["mean_step_s"] / result["trl"]["mean_step_s"]
+    if "trl" in result:
+        for ours, key in (("ours", "ratio"), ("ours-vllm", "ratio_vllm")):
+            if ours in result:
+                result[key] = result[ours]["mean_step_s"] / result["trl"]["mean_step_s"]
     result["steps"] = args.steps
     load = os.getloadavg()[0]
     result["load"] = f"load average {load:.1f} at the end (the benchmark's own processes included)"
     result["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    print(f"ours {result['ours']['mean_step_s']:.1f} s/step, TRL {result['trl']['mean_step_s']:.1f} s/step, "
-          f"ratio {result['ratio']:.2f}" + (f", with vllm {result['ratio_vllm']:.2f}" if "ratio_vllm" in result else ""))
-    result["settings"] = {"source_model": source_model, **{k: getattr(args, k) for k in (
+    print(", ".join(f"{w} {result[w]['mean_step_s']:.1f} s/step" for w in ("ours", "trl", "ours-vllm") if w in result)
+          + "".join(f", {k} {result[k]:.2f}" for k in ("ratio", "ratio_vllm") if k in result))
+    result["settings"] = {"source_model": source_model, "dtype": compute_dtype(args), **{k: getattr(args, k) for k in (
         "model", "random_weights", "lora", "device", "k", "max_tokens", "reward_cap", "steps", "overrides")}}
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
-    if args.write_docs:
+    if args.write_docs and "ratio" in result:
         write_docs(result)
     return 0
 

@@ -137,3 +137,29 @@ def test_fp32_master_weights_keep_an_lr_1e6_update_that_bf16_weights_lose(tiny_m
     assert pure_dtype == torch.bfloat16 and mixed_dtype == torch.float32
     assert pure < 0.05  # bf16 weights: almost every step of 1e-6 rounds away
     assert mixed > 0.5  # fp32 master weights (bf16 compute under autocast): the step lands
+
+
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_the_first_steps_own_forward_gives_the_old_logprobs_a_pre_pass_gives(fresh, epochs):
+    """`train.old_logprobs=trainer` runs no pass of its own for the first mini-batch (its forward
+    comes before any step): the update equals one whose old log-probs were all computed before it."""
+    import copy
+
+    model, tok = fresh
+    recs = rollout_rows(model, tok, n_prompts=12)  # the records' log-probs: the model's, before any step
+    adv, _ = compute_advantages(group_records(recs, "at"), len(recs))
+    trained = {}
+    for source in ("trainer", "engine"):
+        m = copy.deepcopy(model)
+        tc = resolve_config(overrides=["train.mini_batch_size=16", "train.lr=0.002", f"train.ppo_epochs={epochs}",
+                                       "train.kl_coef=0", f"train.old_logprobs={source}"]).train
+        stats = update_policy(make_policy(m, tok), torch.optim.AdamW(m.parameters(), lr=tc.lr), recs, adv, tc)
+        assert stats.optimizer_steps == 3 * epochs
+        trained[source] = (m, stats)
+    (m_t, s_t), (m_e, s_e) = trained["trainer"], trained["engine"]
+    assert all(s["ratio_dev"] > 1e-4 for s in s_t.per_step[1:])  # the policy moved between steps
+    assert s_t.logprob_gap < 1e-4  # every row's old log-prob was fixed, the first mini-batch's too
+    for a, b in zip(s_t.per_step, s_e.per_step):
+        assert a["clip_frac"] == b["clip_frac"] and a["ratio_dev"] == pytest.approx(b["ratio_dev"], rel=1e-3, abs=1e-6)
+    for (name, p), q in zip(m_t.named_parameters(), m_e.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=name)
