@@ -121,7 +121,9 @@ def hf_engine_on(model: nn.Module, tokenizer: PreTrainedTokenizerBase, **kw: Any
     # autocast, as the update computes (64 x 256 tokens of the 0.5B + LoRA r16 on an H200: 16.2 s
     # plain, 10.5 s under bfloat16 autocast; docs/performance.md "### vs TRL on a GPU"). Full
     # float32 masters sample as they are: the 135M under autocast was no faster (`## step
-    # breakdown`). The CPU keeps float32 (no fast bfloat16 there).
+    # breakdown`). On a CPU an adapter samples in float32: autocast there was not measured (an
+    # AMX CPU runs bfloat16 matrix products about 5x faster, but its bfloat16 runs measured in
+    # docs/performance.md sample through vLLM or a merged copy).
     half = dtype in ("bfloat16", "float16") and device.startswith("cuda") and kw.get("adapter") is not None
     return HFEngine(model, tokenizer, autocast=dtype if half else None, **kw)
 
