@@ -222,7 +222,7 @@ def child(args: argparse.Namespace) -> int:
     update_s, old_logprobs_s = statistics.median(times), statistics.median(old_s)
     train_s = update_s - old_logprobs_s
     flops = needed_flops(model, recs, bool(args.lora))
-    # the peak in the compute dtype on either device: an AMX CPU's bfloat16 peak is about 5x its float32 one
+    # the peak in the compute dtype on either device: an AMX CPU's bfloat16 peak is 5-7x its float32 one
     tflops = mm_peak_tflops(args.device, args.dtype, 8192 if args.device == "cuda" else 2048)
     responses = sum(len(r.response_ids) for r in recs)
     print(json.dumps({

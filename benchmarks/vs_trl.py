@@ -171,7 +171,7 @@ def run_trl(steps: int, opts: argparse.Namespace) -> dict:
 
 def compute_dtype(opts: argparse.Namespace) -> str:
     """bfloat16 on a GPU, float32 on a CPU, unless `--dtype` says otherwise (a CPU with AMX computes
-    bfloat16 matrix products about 5x faster than float32, docs/performance.md)."""
+    bfloat16 matrix products 5-7x faster than float32, docs/performance.md)."""
     return getattr(opts, "dtype", None) or ("bfloat16" if opts.device.startswith("cuda") else "float32")
 
 

@@ -263,8 +263,8 @@ def merges_lora(rt: RuntimeConfig, kind: str) -> bool:
     """Whether a LoRA policy's engine of `kind` samples base + adapter merged (`runtime.lora_sync`).
     `auto` merges for the hf engine on a GPU, where peft's adapter path made sampling the 0.5B coder
     1.35x slower than merged weights (a probe: 10.5 against 7.8 s, docs/performance.md `### vs TRL
-    on a GPU`), and keeps the adapter
-    elsewhere: vLLM's push of a merged model costs a whole-model reload per update.
+    on a GPU`), and keeps the adapter elsewhere: vLLM's push of a merged model costs a whole-model
+    reload per update.
 
     >>> from masdsl.config import resolve_config
     >>> gpu = resolve_config(overrides=["runtime.device=cuda"]).runtime

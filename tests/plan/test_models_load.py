@@ -59,7 +59,6 @@ def test_load_model_pads_left_and_rejects_bad_dtype(tiny_model_dir):
         load_model(tiny_model_dir, dtype="float99")
 
 
-@pytest.mark.slow
 def test_the_lm_head_gets_a_contiguous_input_and_the_same_logits(tiny_model_dir):
     """A frozen head given `hidden[:, -1:, :]` took PyTorch's expand-and-copy matmul path (3.5 s
     instead of 18 ms for Qwen's head, masdsl.plan.models.contiguous_head_input)."""
@@ -80,6 +79,7 @@ def test_the_lm_head_gets_a_contiguous_input_and_the_same_logits(tiny_model_dir)
     assert seen == [True, True, True, True]
 
 
+@pytest.mark.slow
 def test_embedded_default_model_resolves_and_generates():
     # first run on a machine converts the GGUF (about 40 s), later runs load the cache
     path = resolve_model("smollm2-135m-instruct")

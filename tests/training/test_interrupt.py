@@ -36,7 +36,6 @@ def test_a_swallowed_ctrl_c_stops_the_run_at_the_next_step(tiny_model_dir, tmp_p
     assert signal.getsignal(signal.SIGINT) == before  # the handler is put back
 
 
-
 def _collect_with_a_failing_finalizer(error: BaseException | None) -> None:
     import gc
 
@@ -57,11 +56,15 @@ def test_a_ctrl_c_in_a_finalizer_is_not_reported_and_is_raised_at_the_check(monk
     from masdsl.training.interrupt import check, interruptible
 
     reported: list = []
-    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: reported.append(unraisable.exc_value))
+
+    def record(unraisable):
+        reported.append(unraisable.exc_value)
+
+    monkeypatch.setattr(sys, "unraisablehook", record)
     with interruptible():
         _collect_with_a_failing_finalizer(None)
         with pytest.raises(KeyboardInterrupt):
             check()
         _collect_with_a_failing_finalizer(RuntimeError("a real bug in a finalizer"))
     assert [type(e) for e in reported] == [RuntimeError]  # other errors still reach the hook
-    assert sys.unraisablehook is not None and sys.unraisablehook.__name__ == "<lambda>"  # put back
+    assert sys.unraisablehook is record  # put back

@@ -122,7 +122,7 @@ def hf_engine_on(model: nn.Module, tokenizer: PreTrainedTokenizerBase, **kw: Any
     # plain, 10.5 s under bfloat16 autocast; docs/performance.md "### vs TRL on a GPU"). Full
     # float32 masters sample as they are: the 135M under autocast was no faster (`## step
     # breakdown`). On a CPU an adapter samples in float32: autocast there was not measured (an
-    # AMX CPU runs bfloat16 matrix products about 5x faster, but its bfloat16 runs measured in
+    # AMX CPU runs bfloat16 matrix products 5-7x faster, but its bfloat16 runs measured in
     # docs/performance.md sample through vLLM or a merged copy).
     half = dtype in ("bfloat16", "float16") and device.startswith("cuda") and kw.get("adapter") is not None
     return HFEngine(model, tokenizer, autocast=dtype if half else None, **kw)
