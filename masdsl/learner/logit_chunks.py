@@ -164,15 +164,20 @@ def _chunked(head: nn.Linear, hidden: torch.Tensor, targets: torch.Tensor, chunk
     n, length = targets.shape
     vocab = getattr(head, "out_features", None) or head.weight.shape[0]
     rows, positions = chunks.sizes(vocab, n, length, logit_chunk_elements(hidden.device.type))
-    recompute = torch.is_grad_enabled()
+    grad = torch.is_grad_enabled()
+    last = (range(0, n, rows)[-1], range(0, length, positions)[-1])
     out = []
     for r in range(0, n, rows):
         cols = []
         for p in range(0, length, positions):
             h, tgt = hidden[r : r + rows, p : p + positions], targets[r : r + rows, p : p + positions]
-            # a chunk draws no random numbers: restoring the global RNG around its recompute would rewind
-            # the stream of a rollout sampling beside the update (train.async_rollout), so it is not saved
-            cols.append(checkpoint(piece, h, tgt, use_reentrant=False, preserve_rng_state=False) if recompute
-                        else piece(h, tgt))
+            # The last chunk keeps its logits for the backward instead of recomputing them: the
+            # backward runs it first (autograd takes the newest node first), so its logits are
+            # freed before any other chunk is recomputed, and no more than one chunk's logits
+            # ever live at once, as with recomputing it. A micro-batch of one chunk recomputes nothing.
+            # A chunk draws no random numbers: restoring the global RNG around its recompute would rewind
+            # the stream of a rollout sampling beside the update (train.async_rollout), so it is not saved.
+            cols.append(checkpoint(piece, h, tgt, use_reentrant=False, preserve_rng_state=False)
+                        if grad and (r, p) != last else piece(h, tgt))
         out.append(torch.cat(cols, dim=1))
     return torch.cat(out, dim=0)

@@ -92,8 +92,36 @@ def test_the_head_never_sees_a_whole_micro_batch(models):
     assert (rows, 0) in chunk_calls  # the model's own call of the head: no positions
     pieces = [s for s in chunk_calls if s[1] > 0]
     assert max(r for r, _ in pieces) == 3 and max(p for _, p in pieces) == 2
-    assert sum(r * p for r, p in pieces) == 2 * rows * positions  # the forward, then the backward's recomputation
+    last = (rows - (rows - 1) // 3 * 3) * (positions - (positions - 1) // 2 * 2)  # the last chunk's tokens
+    # the forward, then the backward's recomputation of every chunk but the last (which keeps its logits)
+    assert sum(r * p for r, p in pieces) == 2 * rows * positions - last
     assert seen == [(rows, positions + 1)]  # logits_to_keep: the whole micro-batch at once
+
+
+@pytest.mark.parametrize("chunks", [CHUNKS, Chunks(rows=64, positions=64)], ids=["many", "one"])
+def test_the_backward_keeps_at_most_one_chunk_of_logits(models, chunks):
+    """Of the tensors autograd saves for the backward outside the chunks' own checkpoints, those of
+    vocabulary width (logits) hold at most one chunk: the last, which is not recomputed. With a
+    micro-batch that is one chunk, that chunk is kept and nothing is recomputed."""
+    by_kind, pad = models
+    model = by_kind["untied"]
+    vocab = model.get_output_embeddings().out_features
+    kept: dict[int, tuple[int, ...]] = {}  # storage -> [rows, positions] of saved logits (not the head's weight)
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.dim() == 3 and t.shape[-1] == vocab:
+            kept[t.untyped_storage().data_ptr()] = tuple(t.shape[:-1])
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        lp, _, _ = scored(model, "plain", chunks, pad)
+    rows, positions = lp.shape
+    chunk_r, chunk_p = min(chunks.rows, rows), min(chunks.positions, positions)
+    assert len(kept) == 1, kept  # one chunk's logits, the last
+    (shape,) = kept.values()
+    assert torch.Size(shape).numel() <= chunk_r * chunk_p
+    if chunks.rows >= rows and chunks.positions >= positions:
+        assert shape == (rows, positions)
 
 
 def test_hooks_leave_other_threads_and_later_calls_alone(models):
