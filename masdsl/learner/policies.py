@@ -160,7 +160,8 @@ def sync(policy: Policy, engine: Engine) -> None:
 
     An hf engine holding the very model object trains in place (nothing to copy); any other
     engine (vllm, or a copy) receives the weights, or only the adapter, by `update_weights`; a LoRA
-    policy's engine without adapters (`runtime.lora_sync=merged`) receives base + adapter merged.
+    policy's engine without adapters (`runtime.lora_sync=merged`) receives base + adapter merged,
+    the modules the adapter changes only.
     Weights trained by learner workers go to engine actors straight from the object store
     (`remote_weights`); the driver's model loads them only for an engine in this process.
     """
@@ -171,7 +172,8 @@ def sync(policy: Policy, engine: Engine) -> None:
     if engine.model is policy.model:
         return
     if policy.adapter is not None and not engine.takes_adapter:  # runtime.lora_sync=merged: a plain engine
-        state = merged_state(policy.model, policy.adapter)
+        # the engine holds the frozen base already: only the modules the adapter changes move
+        state = merged_state(policy.model, policy.adapter, changed_only=True)
     else:
         state = policy.state_dict()
     if policy.adapter is None or not engine.takes_adapter:  # fp32 master weights: send what the engine holds

@@ -111,8 +111,9 @@ def test_sync_sends_only_the_adapter(lora):
 
 
 def test_an_engine_without_lora_gets_base_and_adapter_merged(lora, tiny_model_dir):
-    """`runtime.lora_sync=merged`: a LoRA policy's plain engine receives whole-model weights,
-    which in a plain copy of the base compute what the adapter computes."""
+    """`runtime.lora_sync=merged`: a LoRA policy's plain engine receives the modules the adapter
+    changes, merged, which in a plain copy of the base compute what the adapter computes; the
+    embedding, which the adapter leaves alone, does not travel."""
     from masdsl.runtime.backends.base import LocalEngine
     from masdsl.plan.models import load_model
 
@@ -132,8 +133,9 @@ def test_an_engine_without_lora_gets_base_and_adapter_merged(lora, tiny_model_di
     engine = Plain()
     sync(namer, engine)
     assert engine.sent and not any("lora_" in k for k in engine.sent)
+    assert "model.embed_tokens.weight" not in engine.sent
     plain, _ = load_model(str(tiny_model_dir))
-    plain.load_state_dict(engine.sent)
+    assert not plain.load_state_dict(engine.sent, strict=False).unexpected_keys
     ids = torch.tensor([[5, 17, 42, 9]])
     namer.activate()
     with torch.no_grad():

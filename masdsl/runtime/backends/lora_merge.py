@@ -27,8 +27,13 @@ if TYPE_CHECKING:
     from peft import PeftModel
 
 
-def merged_state(model: PeftModel, adapter: str) -> dict[str, torch.Tensor]:
-    """The weights of `model` (a peft `PeftModel`) with `adapter` merged in, named as the base model's."""
+def merged_state(model: PeftModel, adapter: str, changed_only: bool = False) -> dict[str, torch.Tensor]:
+    """The weights of `model` (a peft `PeftModel`) with `adapter` merged in, named as the base model's.
+
+    `changed_only`: only the modules the adapter changes, each with its siblings (`module_group`):
+    what a push into an engine that already holds the base needs. The rest never moves (the base
+    is frozen), and for the 0.5B coder it is mostly the embedding, the costly part of a whole push
+    (docs/performance.md `## step breakdown`)."""
     import torch  # heavy: engine_factory imports this module on light paths too
     from peft.tuners.lora import LoraLayer  # heavy: peft only for LoRA policies
 
@@ -40,12 +45,28 @@ def merged_state(model: PeftModel, adapter: str) -> dict[str, torch.Tensor]:
                 weight = module.get_base_layer().weight
                 merged[f"{name}.weight"] = weight + module.get_delta_weight(adapter).to(weight.dtype)
         out: dict[str, torch.Tensor] = {}
+        changed = {module_group(name) for name in merged}
         for key, value in inner.state_dict().items():
             if "lora_" in key:
                 continue
             plain = key.replace(".base_layer.", ".")
-            out[plain] = merged.get(plain, value)
+            if not changed_only or module_group(plain) in changed:
+                out[plain] = merged.get(plain, value)
     return out
+
+
+def module_group(name: str) -> str:
+    """The module that holds parameter `name`'s module: its siblings are pushed together, because
+    an engine may fuse them into one kernel it reloads whole (vLLM's `qkv_proj` packs q, k and v
+    with their biases; `gate_up_proj`, gate and up).
+
+    >>> module_group("model.layers.3.self_attn.q_proj.weight"), module_group("model.layers.3.self_attn.k_proj.bias")
+    ('model.layers.3.self_attn', 'model.layers.3.self_attn')
+    >>> module_group("model.layers.3.input_layernorm.weight"), module_group("lm_head.weight")
+    ('model.layers.3', 'lm_head')
+    """
+    parts = name.rsplit(".", 2)
+    return parts[0]
 
 
 def merged_model(model: PeftModel, adapter: str, dtype: str) -> torch.nn.Module:

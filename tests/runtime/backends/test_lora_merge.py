@@ -47,6 +47,24 @@ def test_a_plain_model_with_the_merged_weights_computes_what_the_adapter_does():
     assert all(torch.equal(before[k], v) for k, v in peft.state_dict().items())  # nothing merged in place
 
 
+@pytest.mark.parametrize("targets", ["all-linear", ["q_proj", "v_proj"]])
+def test_changed_only_holds_the_changed_modules_with_their_siblings(targets):
+    """`changed_only`: the merged weights of every adapted module and the rest of the module that
+    holds it (k beside q and v), nothing else (no embedding, no norm), each as in the whole state."""
+    peft = get_peft_model(tiny_llama(), LoraConfig(r=4, lora_alpha=8, target_modules=targets), adapter_name="a")
+    with torch.no_grad():
+        for name, w in peft.named_parameters():
+            if "lora_B" in name:
+                w.normal_(0, 0.5)
+    whole, part = merged_state(peft, "a"), merged_state(peft, "a", changed_only=True)
+    attn = {f"model.layers.{i}.self_attn.{m}_proj.weight" for i in range(2) for m in "qkvo"}
+    mlp = {f"model.layers.{i}.mlp.{m}_proj.weight" for i in range(2) for m in ("gate", "up", "down")}
+    assert set(part) == (attn | mlp if targets == "all-linear" else attn)
+    assert all(torch.equal(part[k], whole[k]) for k in part)
+    changed = {k for k in whole if not torch.equal(whole[k], tiny_llama().state_dict()[k])}
+    assert changed and changed <= set(part)  # nothing that moved is left out
+
+
 def test_merged_model_is_a_plain_model_computing_what_its_adapter_does():
     base = tiny_llama()
     peft = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"), adapter_name="tool_p")

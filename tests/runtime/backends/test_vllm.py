@@ -82,8 +82,11 @@ def test_on_policy_weight_update_in_running_engine(vllm_engine, ref):
     greedy = GenRequest(prompt_ids=p, max_tokens=10, temperature=0.0)
     before = vllm_engine.generate([greedy])[0][0].token_ids
     original = {k: v.clone() for k, v in model.state_dict().items()}
-    with pytest.raises(ValueError, match="needs every parameter"):  # a partial dict is refused
-        vllm_engine.update_weights({"model.norm.weight": original["model.norm.weight"]})
+    # part of a module group is refused: the norm without the embedding beside it, q without k and v
+    # (vLLM fuses q, k and v into one kernel, reloaded whole)
+    for name in ("model.norm.weight", "model.layers.0.self_attn.q_proj.weight"):
+        with pytest.raises(ValueError, match="takes whole modules"):
+            vllm_engine.update_weights({name: original[name]})
     trained = copy.deepcopy(model)
     make_token_certain(trained, 300)
     try:
@@ -130,15 +133,20 @@ def test_lora_adapter_versions_match_peft(vllm_engine, ref):
     assert vllm_engine.generate([greedy])[0][0].token_ids == base  # the base is untouched
 
 
-def test_merged_lora_weights_in_a_plain_engine_match_peft(vllm_engine, ref):
-    """`runtime.lora_sync=merged`: the engine samples base + adapter merged as the PeftModel does."""
+@pytest.mark.parametrize("targets, changed_only", [("all-linear", False), ("all-linear", True),
+                                                   (["q_proj", "v_proj"], True)],
+                         ids=["whole-model", "changed-modules", "q-and-v-only"])
+def test_merged_lora_weights_in_a_plain_engine_match_peft(vllm_engine, ref, targets, changed_only):
+    """`runtime.lora_sync=merged`: the engine samples base + adapter merged as the PeftModel does,
+    whether it gets the whole model or only the modules the adapter changes (with an adapter on q
+    and v only, k goes too: vLLM reloads q, k and v as one kernel)."""
     import torch
     from peft import LoraConfig, get_peft_model
 
     from masdsl.runtime.backends.lora_merge import merged_state
 
     model, tok = ref
-    cfg = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules="all-linear")
+    cfg = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=targets)
     peft_model = get_peft_model(copy.deepcopy(model), cfg).eval()
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():
@@ -150,7 +158,9 @@ def test_merged_lora_weights_in_a_plain_engine_match_peft(vllm_engine, ref):
     base = vllm_engine.generate([greedy])[0][0].token_ids
     original = {k: v.clone() for k, v in model.state_dict().items()}
     try:
-        vllm_engine.update_weights(merged_state(peft_model, "default"))
+        state = merged_state(peft_model, "default", changed_only=changed_only)
+        assert ("model.embed_tokens.weight" in state) != changed_only
+        vllm_engine.update_weights(state)
         out = vllm_engine.generate([greedy, GenRequest(prompt_ids=p, n=2, max_tokens=8)])
     finally:  # the engine is shared by the session: always restore
         vllm_engine.update_weights(original)

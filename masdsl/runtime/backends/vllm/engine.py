@@ -32,7 +32,13 @@ from masdsl.runtime.backends.vllm.supervision import (
     stop_reaper,
     unlink_segments,
 )
-from masdsl.runtime.backends.vllm.weights import TRANSPORTS, WeightSyncExtension, checkpoint_names, send_weights
+from masdsl.runtime.backends.vllm.weights import (
+    TRANSPORTS,
+    WeightSyncExtension,
+    checkpoint_names,
+    missing_from_groups,
+    send_weights,
+)
 
 if TYPE_CHECKING:
     from peft import PeftConfig
@@ -171,18 +177,22 @@ class VLLMEngine(LocalEngine):
         return [[_candidate(o) for o in sorted(ro.outputs, key=lambda o: o.index)] for ro in outs]
 
     def update_weights(self, state_dict: dict[str, Any]) -> None:
-        """Load full-model weights (Hugging Face names) into the running engine; reset the cache.
+        """Load weights (Hugging Face names) into the running engine; reset the cache.
 
+        Every parameter, or whole module groups (`weights.missing_from_groups`; a merged LoRA
+        adapter sends the modules it changes): the engine keeps the others as they are.
         Transport (`weight_transport` at construction): "shm" writes one safetensors file to
         /dev/shm that the (same-host) workers read, the fast path on one machine; "rpc" sends
         the bytes through `collective_rpc` (works across hosts; slower, see docs/performance.md).
         """
-        missing = sorted(set(self._checkpoint_names) - set(state_dict))
+        missing = missing_from_groups(state_dict, self._checkpoint_names)
         if missing:
             raise ValueError(
-                f"update_weights needs every parameter; {len(missing)} missing, e.g. {missing[:3]}"
+                f"update_weights takes whole modules: {len(missing)} parameters of the modules it "
+                f"changes are missing, e.g. {missing[:3]}"
             )
-        send_weights(self.llm, state_dict, self._checkpoint_names, self.weight_transport)
+        partial = not self._checkpoint_names <= set(state_dict)
+        send_weights(self.llm, state_dict, self._checkpoint_names, self.weight_transport, partial=partial)
         self.llm.reset_prefix_cache()
 
     def sleep(self, level: int = 1) -> None:

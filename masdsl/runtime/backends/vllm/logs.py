@@ -10,6 +10,12 @@ update they would mislead:
 - modules with buffers but no parameters (rotary embeddings' cos/sin cache, derived from the
   config and never trained; vLLM keeps the old copy).
 
+A push of only the modules that changed (a merged LoRA adapter: `lora_merge.merged_state(...,
+changed_only=True)`) leaves every other module unloaded by design: vLLM keeps their weights as
+they were, says "Failed to load weights" for each and lists their names in one more warning
+("Following weights were not loaded from checkpoint"); `expected_reload_warnings(partial=True)`
+hides those too.
+
 `expected_reload_warnings` installs the filter on vLLM's reload logger for the duration of one
 reload and removes it after: it runs inside vLLM's worker process (`WeightSyncExtension`), and no
 other logger or message is touched. vLLM's own log level is set through its environment
@@ -35,6 +41,8 @@ import warnings
 from typing import Any, Iterable, Iterator
 
 RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"  # vLLM's in-place reload
+INPLACE_LOGGER = "vllm.model_executor.model_loader.reload.inplace"  # its list of names not loaded
+_NOT_LOADED = "Following weights were not loaded from checkpoint: %s"
 # loggers that speak at `import vllm`, before vLLM configures its logging ("Triton is installed,
 # but doesn't include CPU backend")
 STARTUP_LOGGERS = ("vllm.triton_utils.importing",)
@@ -42,15 +50,19 @@ _FAILED = "%s: Failed to load weights"
 
 
 class ExpectedReloadWarnings(logging.Filter):
-    """Drops "<name>: Failed to load weights" for the module class names in `names`."""
+    """Drops "<name>: Failed to load weights" for the module class names in `names` (None: every
+    module class, and the list of names not loaded: a partial push)."""
 
-    def __init__(self, names: set[str]) -> None:
+    def __init__(self, names: set[str] | None) -> None:
         super().__init__()
         self.names = names
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if self.names is None and record.msg == _NOT_LOADED:
+            return False
         failed = record.msg == _FAILED
-        return not (failed and isinstance(record.args, tuple) and record.args and record.args[0] in self.names)
+        return not (failed and isinstance(record.args, tuple) and record.args
+                    and (self.names is None or record.args[0] in self.names))
 
 
 def quiet_module_names(heads: Iterable[Any], model: Any = None) -> set[str]:
@@ -64,18 +76,29 @@ def quiet_module_names(heads: Iterable[Any], model: Any = None) -> set[str]:
 
 
 @contextlib.contextmanager
-def expected_reload_warnings(names: set[str]) -> Iterator[None]:
-    """For the block, hide the reload's "Failed to load weights" of the module classes `names`."""
-    if not names:
+def expected_reload_warnings(names: set[str], partial: bool = False) -> Iterator[None]:
+    """For the block, hide the reload's "Failed to load weights" of the module classes `names`;
+    `partial` (a push of some modules only): of every module, and the list of names not loaded.
+
+    >>> record = logging.LogRecord(INPLACE_LOGGER, logging.WARNING, "", 0, _NOT_LOADED, ({"x.weight"},), None)
+    >>> with expected_reload_warnings(set(), partial=True):
+    ...     logging.getLogger(INPLACE_LOGGER).filter(record)
+    False
+    >>> bool(logging.getLogger(INPLACE_LOGGER).filter(record))
+    True
+    """
+    if not names and not partial:
         yield
         return
-    logger = logging.getLogger(RELOAD_LOGGER)
-    quiet = ExpectedReloadWarnings(names)
-    logger.addFilter(quiet)
+    quiet = ExpectedReloadWarnings(None if partial else names)
+    loggers = [logging.getLogger(RELOAD_LOGGER)] + ([logging.getLogger(INPLACE_LOGGER)] if partial else [])
+    for logger in loggers:
+        logger.addFilter(quiet)
     try:
         yield
     finally:
-        logger.removeFilter(quiet)
+        for logger in loggers:
+            logger.removeFilter(quiet)
 
 
 def quiet_engine_process() -> None:

@@ -9,7 +9,9 @@ machine), or as raw bytes, which survive vLLM's msgpack RPC, in chunks through
 then applies them with vLLM's in-place `reload_weights`, which understands Hugging Face
 parameter names, fuses q/k/v and gate/up itself, and redoes the backend's kernel-format
 processing; the caller finally resets the prefix cache, whose KV blocks were computed with the
-old weights. Pass the full state dict (every parameter).
+old weights. Pass the full state dict (every parameter), or whole module groups of it
+(`missing_from_groups`): a merged LoRA adapter pushes only the modules it changes, and vLLM
+keeps the rest as it holds them.
 
 Tied embeddings (SmolLM2: `lm_head` is `embed_tokens`): `reload_weights` writes the new
 embedding into the shared parameter, but the LM head module is never re-processed (no weight
@@ -28,8 +30,9 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
+from masdsl.runtime.backends.lora_merge import module_group
 from masdsl.runtime.backends.vllm.logs import expected_reload_warnings, quiet_module_names
 
 if TYPE_CHECKING:
@@ -106,13 +109,30 @@ def distinct_tensors(
     return out
 
 
-def send_weights(llm: LLM, state_dict: dict[str, Any], keep: set[str], transport: str) -> None:
-    """Stage `state_dict` in every worker of `llm` by `transport` ("shm" or "rpc"), then apply it."""
+def missing_from_groups(names: Iterable[str], checkpoint: Iterable[str]) -> list[str]:
+    """The checkpoint names that an update of `names` leaves out of the module groups it touches
+    (`lora_merge.module_group`): a push may skip whole groups, never part of one, since vLLM
+    reloads a fused kernel (q, k and v in one) from all of its parts.
+
+    >>> ck = ["m.0.attn.q.weight", "m.0.attn.k.weight", "m.0.norm.weight", "m.embed.weight"]
+    >>> missing_from_groups(["m.0.attn.q.weight"], ck)
+    ['m.0.attn.k.weight']
+    >>> missing_from_groups(["m.0.attn.q.weight", "m.0.attn.k.weight"], ck), missing_from_groups(ck, ck)
+    ([], [])
+    """
+    touched = {module_group(n) for n in names}
+    given = set(names)
+    return sorted(n for n in checkpoint if module_group(n) in touched and n not in given)
+
+
+def send_weights(llm: LLM, state_dict: dict[str, Any], keep: set[str], transport: str, partial: bool = False) -> None:
+    """Stage `state_dict` in every worker of `llm` by `transport` ("shm" or "rpc"), then apply it;
+    `partial`: it holds some module groups only (the workers expect the others not to load)."""
     if transport == "shm":
         _stage_via_file(llm, state_dict, keep)
     else:
         _stage_via_rpc(llm, state_dict, keep)
-    llm.collective_rpc("masdsl_commit_weights")
+    llm.collective_rpc("masdsl_commit_weights", args=(partial,))
 
 
 def _shm_dir() -> str | None:
@@ -228,7 +248,7 @@ class WeightSyncExtension:
         self.__dict__.setdefault("_masdsl_files", []).append(handle)
         return len(list(handle.keys()))
 
-    def masdsl_commit_weights(self) -> int:
+    def masdsl_commit_weights(self, partial: bool = False) -> int:
         staged, self._masdsl_staged = self.__dict__.get("_masdsl_staged", []), []
         files, self._masdsl_files = self.__dict__.get("_masdsl_files", []), []
         count = len(staged) + sum(len(list(f.keys())) for f in files)
@@ -242,7 +262,7 @@ class WeightSyncExtension:
         model = self.model_runner.model
         tied = tied_weight_pairs(model)  # before the reload, which unties them while it runs
         heads = [head for head, _ in tied if unquantized_embedding(head)]
-        with expected_reload_warnings(quiet_module_names(heads, model)):
+        with expected_reload_warnings(quiet_module_names(heads, model), partial=partial):
             if hasattr(self, "reload_weights"):
                 self.reload_weights(weights_iterator=weights(), is_checkpoint_format=True)
             else:  # older vLLM
