@@ -14,6 +14,7 @@ absolute so the printed `mlflow ui` command works from any folder.
 
 from __future__ import annotations
 
+import logging
 import os
 import ssl
 import urllib.error
@@ -124,3 +125,32 @@ def ui_command(uri: str, experiment_id: str | None = None, run_id: str | None = 
                 if experiment_id and run_id else uri)
         return f"python -m webbrowser {page}"
     return f"mlflow ui --backend-store-uri {uri}"
+
+
+STORE_ERROR_LOGGER = "mlflow.store.db.utils"  # MLflow's SQL store, which logs a traceback per failed write
+_STORE_ERROR = "SQLAlchemy database error"
+
+
+class _HandledStoreErrors(logging.Filter):
+    """Drops MLflow's own report of a failed database write (a whole traceback on stderr, e.g.
+    SQLite's "database is locked" under load): MLflow raises it on to masdsl's outbox, which
+    retries the call and, where it keeps failing, says so in one line and keeps it for `resend`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(_STORE_ERROR)
+
+
+def quiet_handled_store_errors() -> None:
+    """Install `_HandledStoreErrors` on MLflow's store logger (once per process).
+
+    >>> quiet_handled_store_errors(); quiet_handled_store_errors()
+    >>> logger = logging.getLogger(STORE_ERROR_LOGGER)
+    >>> sum(isinstance(f, _HandledStoreErrors) for f in logger.filters)
+    1
+    >>> make = lambda msg: logging.LogRecord(STORE_ERROR_LOGGER, logging.ERROR, "", 0, msg, (), None)
+    >>> bool(logger.filter(make(_STORE_ERROR + ". The following exception is caught.\\n%s"))), bool(logger.filter(make("other")))
+    (False, True)
+    """
+    logger = logging.getLogger(STORE_ERROR_LOGGER)
+    if not any(isinstance(f, _HandledStoreErrors) for f in logger.filters):
+        logger.addFilter(_HandledStoreErrors())

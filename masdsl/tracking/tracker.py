@@ -69,6 +69,7 @@ class Tracker:
             self._client = MlflowClient(tracking_uri=uri)
         except Exception as exc:  # e.g. postgresql:// without its driver installed
             raise store.TrackingError(f"cannot open the tracking store `{uri}`: {short(exc)}") from None
+        store.quiet_handled_store_errors()  # the outbox reports a failed call itself, in one line
         self.sender = Sender(self._client, role_policy={r.name: r.policy for r in workflow.roles.values()})
         self.outbox = Outbox(
             lambda: store.reachable(uri), say=say, retry_every_s=retry_every_s,

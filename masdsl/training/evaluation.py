@@ -35,6 +35,7 @@ from masdsl.runtime.rundir import RunDir
 from masdsl.tracking import Tracker, start_run
 from masdsl.training import checkpoint as ckpt
 from masdsl.training.export import checkpoint_plan, export_checkpoint
+from masdsl.training.interrupt import deferred
 from masdsl.training.metrics import eval_metrics, reply_counts
 from masdsl.training.skills import SkillCounts, skill_counts
 from masdsl.training.viewpage import log_view
@@ -131,8 +132,9 @@ def evaluate(env: Env, tasks: Sequence[dict], engines: Mapping[str, Engine], pla
     write_records(eval_dir(run_dir) / f"step_{step:06d}.jsonl", roll.records)
     result = {"step": step, **eval_metrics(roll.records, roll.episodes), "reward_errors/eval": float(roll.reward_errors),
               "env_lost/eval": float(roll.env_lost), **judge_metrics(roll, "/eval")}
-    tracker.log_metrics({k: v for k, v in result.items() if k != "step"}, step=step)
-    tracker.log_text(transcript(roll.records[:40]), f"traces/eval_step{step:06d}.md")
+    with deferred():  # an interrupt inside MLflow's store would leave it locked (training/interrupt.py)
+        tracker.log_metrics({k: v for k, v in result.items() if k != "step"}, step=step)
+        tracker.log_text(transcript(roll.records[:40]), f"traces/eval_step{step:06d}.md")
     return result
 
 

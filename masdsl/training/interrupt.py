@@ -36,9 +36,13 @@ from typing import Any, Iterator
 _PENDING = threading.Event()
 
 
+_DEFERRING = [0]  # how many `deferred()` blocks the main thread is in (the handler runs there)
+
+
 def _on_sigint(signum: int, frame: Any) -> None:
     _PENDING.set()
-    raise KeyboardInterrupt
+    if not _DEFERRING[0]:
+        raise KeyboardInterrupt
 
 
 @contextmanager
@@ -61,6 +65,33 @@ def interruptible() -> Iterator[None]:
     finally:
         sys.unraisablehook = previous_hook
         signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Hold a Ctrl-C that lands in the block until the block ends, then raise it: for calls that
+    must not be cut in the middle. An interrupt inside MLflow's SQLite store left a write
+    transaction open, so the run's last call, marking it KILLED, found the database locked.
+
+    >>> import os
+    >>> with interruptible():
+    ...     try:
+    ...         with deferred():
+    ...             os.kill(os.getpid(), signal.SIGINT)
+    ...             print("the block ran to its end")
+    ...     except KeyboardInterrupt:
+    ...         print("raised after it")
+    the block ran to its end
+    raised after it
+    >>> _PENDING.clear()
+    """
+    _DEFERRING[0] += 1
+    try:
+        yield
+    finally:
+        _DEFERRING[0] -= 1
+    if not _DEFERRING[0]:
+        check()
 
 
 def check() -> None:

@@ -40,7 +40,7 @@ from masdsl.training import checkpoint as ckpt
 from masdsl.training.display import Progress, print_summary
 from masdsl.training.evaluation import evaluate, greedy_repeats_warning
 from masdsl.training.export import export_final
-from masdsl.training.interrupt import check, interruptible
+from masdsl.training.interrupt import check, deferred, interruptible
 from masdsl.training.recovery import Recovery, take_unfinished
 from masdsl.training.session import TrainSession, open_session, start_state
 from masdsl.training.step import sample_batch, train_step
@@ -162,7 +162,8 @@ def _loop(session: TrainSession, state: ckpt.TrainState, tracker: Tracker,
                 metrics["time/update_s"] += metrics["time/sync_s"]  # the update's time includes its sync
                 state.history[-1].update({k: metrics[k] for k in ("time/update_s", "time/sync_s")})
                 t0 = time.perf_counter()
-                tracker.log_metrics(metrics, step=state.step)
+                with deferred():  # an interrupt inside MLflow's store would leave it locked
+                    tracker.log_metrics(metrics, step=state.step)
                 metrics["time/tracking_s"] = time.perf_counter() - t0
                 show.step(state.step, metrics)
             unfinished = False
@@ -199,7 +200,8 @@ def _log_phase_times(tracker: Tracker, state: ckpt.TrainState, metrics: dict[str
              "time/tracking_s": metrics["time/tracking_s"], "time/step_s": now - t_step}
     metrics.update(times)
     state.history[-1].update(times)
-    tracker.log_metrics(times, step=state.step)
+    with deferred():
+        tracker.log_metrics(times, step=state.step)
 
 
 def _draw_for(session: TrainSession) -> Callable[[int], tuple[list[dict], int]]:
