@@ -33,7 +33,7 @@ def merged_state(model: PeftModel, adapter: str, changed_only: bool = False) -> 
     `changed_only`: only the modules the adapter changes, each with its siblings (`module_group`):
     what a push into an engine that already holds the base needs. The rest never moves (the base
     is frozen), and for the 0.5B coder it is mostly the embedding, the costly part of a whole push
-    (docs/performance.md `## step breakdown`)."""
+    (docs/performance.md `### AMD EPYC CPU, bfloat16`)."""
     import torch  # heavy: engine_factory imports this module on light paths too
     from peft.tuners.lora import LoraLayer  # heavy: peft only for LoRA policies
 
@@ -56,17 +56,16 @@ def merged_state(model: PeftModel, adapter: str, changed_only: bool = False) -> 
 
 
 def module_group(name: str) -> str:
-    """The module that holds parameter `name`'s module: its siblings are pushed together, because
-    an engine may fuse them into one kernel it reloads whole (vLLM's `qkv_proj` packs q, k and v
-    with their biases; `gate_up_proj`, gate and up).
+    """The parent of the module that owns parameter `name`. The parameters under one parent are
+    pushed together, because an engine may fuse them into one kernel it reloads whole (vLLM's
+    `qkv_proj` packs q, k and v with their biases; `gate_up_proj`, gate and up).
 
     >>> module_group("model.layers.3.self_attn.q_proj.weight"), module_group("model.layers.3.self_attn.k_proj.bias")
     ('model.layers.3.self_attn', 'model.layers.3.self_attn')
     >>> module_group("model.layers.3.input_layernorm.weight"), module_group("lm_head.weight")
     ('model.layers.3', 'lm_head')
     """
-    parts = name.rsplit(".", 2)
-    return parts[0]
+    return name.rsplit(".", 2)[0]
 
 
 def merged_model(model: PeftModel, adapter: str, dtype: str) -> torch.nn.Module:
