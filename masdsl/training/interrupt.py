@@ -70,8 +70,9 @@ def interruptible() -> Iterator[None]:
 @contextmanager
 def deferred() -> Iterator[None]:
     """Hold a Ctrl-C that lands in the block until the block ends, then raise it: for calls that
-    must not be cut in the middle. An interrupt inside MLflow's SQLite store left a write
-    transaction open, so the run's last call, marking it KILLED, found the database locked.
+    must not be cut in the middle (inside `interruptible()`; elsewhere Python's own handler raises
+    at once). Made for the tracking calls: under load a run interrupted during one found MLflow's
+    SQLite store locked when it marked itself KILLED, most likely by the write the interrupt cut.
 
     >>> import os
     >>> with interruptible():
@@ -85,12 +86,13 @@ def deferred() -> Iterator[None]:
     raised after it
     >>> _PENDING.clear()
     """
+    before = _PENDING.is_set()  # an interrupt recorded before the block is not this block's to raise
     _DEFERRING[0] += 1
     try:
         yield
     finally:
         _DEFERRING[0] -= 1
-    if not _DEFERRING[0]:
+    if not _DEFERRING[0] and not before:
         check()
 
 

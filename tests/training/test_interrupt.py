@@ -68,3 +68,23 @@ def test_a_ctrl_c_in_a_finalizer_is_not_reported_and_is_raised_at_the_check(monk
         _collect_with_a_failing_finalizer(RuntimeError("a real bug in a finalizer"))
     assert [type(e) for e in reported] == [RuntimeError]  # other errors still reach the hook
     assert sys.unraisablehook is record  # put back
+
+
+def test_a_ctrl_c_in_a_deferred_block_is_raised_when_the_block_ends_and_only_then():
+    """`deferred()` (around the trainer's tracking calls): the block runs to its end, then the
+    interrupt is raised; an interrupt recorded before the block is left to the trainer's `check()`."""
+    from masdsl.training import interrupt
+
+    done = []
+    with interrupt.interruptible():
+        with pytest.raises(KeyboardInterrupt):
+            with interrupt.deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                done.append("after the signal")
+        assert done == ["after the signal"]
+        with interrupt.deferred():  # still pending from above: not this block's to raise
+            done.append("second block")
+        with pytest.raises(KeyboardInterrupt):
+            interrupt.check()
+    interrupt._PENDING.clear()
+    assert done == ["after the signal", "second block"]
