@@ -7,8 +7,8 @@ LoRA and pushes it `merged_state` after each update: every adapted linear layer'
 the rest of the base is passed as it is, or, with `changed_only` (what a sync sends: the engine
 holds the frozen base already), left out but for the other parameters of an adapted module's
 parent (`module_group`). Nothing in the `PeftModel` changes: the learner keeps training the
-adapter, and other adapters on the same base are not touched. `runtime.lora_sync=auto` merges
-for vllm on a CPU (the 0.5B coder's step: 19.6 s merged, 39.2 s through the adapter).
+adapter, and other adapters on the same base are not touched. Where `runtime.lora_sync=auto`
+merges, and why: `masdsl.plan.placement.merges_lora`.
 
 The hf engine does the same with `merged_model`: a plain copy of the base with the adapter merged
 in, in the run's compute dtype, which the engine samples from and `update_weights` refreshes with
