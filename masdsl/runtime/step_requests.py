@@ -9,6 +9,7 @@ Every `sample { }` option (`masdsl.lang.check_roles.SAMPLE_KEYS`) reaches the re
 from __future__ import annotations
 
 from masdsl.lang.workflow import RoleSpec, SampleSpec, Workflow
+from masdsl.plan.old_logprobs import asks_engine_logprobs
 from masdsl.runtime import prompts
 from masdsl.runtime.backends.base import GenRequest
 from masdsl.runtime.episodes import Episode, RoleStep, RunState
@@ -27,7 +28,8 @@ def request_for(ep: Episode, role: RoleSpec, turn: int, ids: list[int], run: Run
     """One role step's request; every `sample { }` option is used.
 
     In evaluation the temperature is `train.eval_temperature` (0: greedy). `seed` in a role's
-    `sample { }` is folded into that role's request seeds (other roles keep theirs).
+    `sample { }` is folded into that role's request seeds (other roles keep theirs). The engine
+    returns the sampled tokens' log-probs only where training reads them (`asks_engine_logprobs`).
     """
     sample = run.samples.get(role.name) or SampleSpec.of(role.sample or {})
     temperature = sample.temperature if run.mode == "train" else run.plan.train.eval_temperature
@@ -46,6 +48,7 @@ def request_for(ep: Episode, role: RoleSpec, turn: int, ids: list[int], run: Run
         top_k=sample.top_k,
         min_p=sample.min_p,
         repetition_penalty=sample.repetition_penalty,
+        logprobs=run.mode == "train" and asks_engine_logprobs(run.plan.train, run.plan.runtime),
     )
 
 

@@ -4,6 +4,10 @@ fixed before the first step, and fp32 master weights under a bfloat16 compute dt
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import math
+
 import pytest
 import torch
 
@@ -54,6 +58,29 @@ def test_old_logprobs_are_fixed_before_the_first_step_when_recomputed(fresh):
     assert stats.per_step[0]["ratio_dev"] < 1e-6  # recomputed by the trainer: exactly on-policy at step 1
     assert stats.per_step[1]["ratio_dev"] > 1e-3  # fixed, not recomputed after the first step
     assert stats.logprob_gap == pytest.approx(0.5, abs=1e-4)  # the measured sampler-trainer mismatch
+
+
+@pytest.mark.parametrize("source", ["trainer", "engine"])
+def test_rows_without_the_samplers_log_probs(fresh, source):
+    """A rollout that did not ask the engine for log-probs (`asks_engine_logprobs`): the trainer's
+    recomputed ones train as before and the gap is not measured (nan, not 0); with the engine's
+    as the source, the trainer fixes them instead (not the current forward's: ratio 1 throughout).
+    SGD: AdamW's per-element normalisation turns float noise in a near-zero gradient into steps of lr."""
+    model, tok = fresh
+    recs = rollout_rows(model, tok, n_prompts=8)
+    adv, _ = compute_advantages(group_records(recs, "at"), len(recs))
+    tc = resolve_config(overrides=["train.mini_batch_size=16", "train.lr=0.5", f"train.old_logprobs={source}"]).train
+    start = copy.deepcopy(model.state_dict())
+    runs = {}
+    for name, rows in (("with", recs), ("without", [dataclasses.replace(r, logprobs=[]) for r in recs])):
+        model.load_state_dict(start)
+        stats = update_policy(make_policy(model, tok), torch.optim.SGD(model.parameters(), lr=tc.lr), rows, adv, tc)
+        runs[name] = stats, {k: v.clone() for k, v in model.state_dict().items()}
+    (s_with, w_with), (s_without, w_without) = runs["with"], runs["without"]
+    assert s_with.logprob_gap < 1e-4 and math.isnan(s_without.logprob_gap)
+    assert s_without.per_step[0]["ratio_dev"] < 1e-6 and s_without.per_step[1]["ratio_dev"] > 1e-3
+    assert all(torch.allclose(w_with[k], w_without[k], atol=1e-6) for k in w_with)
+    assert any(not torch.equal(w_with[k], start[k]) for k in start)
 
 
 def test_dual_clip_bounds_the_loss_of_negative_advantage_tokens():

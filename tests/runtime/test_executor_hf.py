@@ -48,6 +48,21 @@ def test_stored_ids_reproduce_the_sampling_logprobs(hf_engine):
         assert torch.allclose(lp, torch.tensor(r.logprobs), atol=1e-3), (lp, r.logprobs)
 
 
+def test_the_engine_returns_log_probs_only_where_training_reads_them(hf_engine):
+    """float32: the update divides by the sampler's log-probs; bfloat16: the trainer recomputes
+    them, so the rollout does not ask (unless `train.logprob_gap` measures the gap); an
+    evaluation never asks. Asking or not samples the same tokens."""
+    wf = sampled_toy()
+    runs = {name: rollout_two_tasks(hf_engine, wf, samples=2, overrides=o).records for name, o in (
+        ("float32", []), ("bfloat16", ["runtime.dtype=bfloat16"]),
+        ("gap", ["runtime.dtype=bfloat16", "train.logprob_gap=true"]))}
+    assert all(len(r.logprobs) == len(r.response_ids) > 0 for name in ("float32", "gap") for r in runs[name])
+    assert all(r.logprobs == [] for r in runs["bfloat16"])
+    assert [r.response_ids for r in runs["bfloat16"]] == [r.response_ids for r in runs["float32"]]
+    assert [r.logprobs for r in runs["gap"]] == [r.logprobs for r in runs["float32"]]
+    assert all(r.logprobs == [] for r in rollout_two_tasks(hf_engine, wf, mode="eval").records)
+
+
 def test_same_seed_same_rollout(hf_engine):
     wf = sampled_toy()
     a, b = rollout_two_tasks(hf_engine, wf, samples=2), rollout_two_tasks(hf_engine, wf, samples=2)

@@ -22,9 +22,9 @@ def sampled_toy() -> masdsl.Workflow:
     return masdsl.loads(text, name=str(RUNTIME_TOY), base_dir=RUNTIME_DATA)
 
 
-def rollout_two_tasks(engine, wf, mode="train", samples=3):
+def rollout_two_tasks(engine, wf, mode="train", samples=3, overrides=()):
     """A rollout of the first 2 train tasks, K `samples`, step 2, seed 7, on `engine` as policy `shared`."""
-    cfg = resolve_config(wf.train)
+    cfg = resolve_config(wf.train, overrides=list(overrides))
     env, splits = prepare(wf, cfg.sandbox)
     return rollout(wf, env, splits["train"][:2], {"shared": engine}, mode=mode, samples=samples, step=2, seed=7,
                    plan=resolve_rollout(wf, cfg))

@@ -44,13 +44,14 @@ class GenRequest:
     min_p: float = SampleSpec.min_p  # 0: off
     repetition_penalty: float = SampleSpec.repetition_penalty  # 1: off; > 1 discourages tokens already in the prompt or output
     key: tuple[str, str, int] | None = None  # (task_id, role, turn): used by the replay engine
+    logprobs: bool = True  # return the sampled tokens' log-probs (False: `Candidate.logprobs` is [])
 
 
 @dataclass
 class Candidate:
     token_ids: list[int]
     text: str
-    logprobs: list[float]  # one per token id, under the sampling distribution's model
+    logprobs: list[float]  # one per token id, under the sampling distribution's model; [] if not asked for
     finish_reason: str  # "stop" | "length" | "replay"
 
 

@@ -56,7 +56,7 @@ def _group_key(r: GenRequest) -> tuple:
     # no seed in the key: requests with different seeds still share one batch (see _mix_seeds)
     return (float(r.temperature), float(r.top_p), int(r.max_tokens), tuple(r.stop),
             int(getattr(r, "top_k", 0) or 0), float(getattr(r, "min_p", 0.0) or 0.0),
-            float(getattr(r, "repetition_penalty", 1.0) or 1.0))
+            float(getattr(r, "repetition_penalty", 1.0) or 1.0), bool(getattr(r, "logprobs", True)))
 
 
 def generation_config(key: tuple, eos_ids: list[int], pad_id: int) -> Any:
@@ -71,7 +71,7 @@ def generation_config(key: tuple, eos_ids: list[int], pad_id: int) -> Any:
     """
     from transformers import GenerationConfig  # heavy: transformers is optional (the train extra)
 
-    temperature, top_p, max_tokens, _stops, top_k, min_p, _penalty = key
+    temperature, top_p, max_tokens, _stops, top_k, min_p = key[:6]
     greedy = temperature <= 0.0
     return GenerationConfig(
         do_sample=not greedy,
@@ -204,7 +204,7 @@ class HFEngine(LocalEngine):
             StoppingCriteriaList,
         )
 
-        stops, penalty = key[3], key[6]
+        stops, penalty, wants_logprobs = key[3], key[6], key[7]
         model = self.model
         device = next(model.parameters()).device
         width = max(len(r.prompt) for r in rows)
@@ -214,8 +214,8 @@ class HFEngine(LocalEngine):
             ids[i, width - len(r.prompt) :] = torch.tensor(r.prompt)
             mask[i, width - len(r.prompt) :] = 1
         cfg = generation_config(key, self.eos_ids, self.pad_id)
-        recorder = _LogprobRecorder()
-        processors = [recorder]  # first: it records the raw logits
+        recorder = _LogprobRecorder() if wants_logprobs else None
+        processors: list[Any] = [recorder] if recorder else []  # first: it records the raw logits
         if penalty != 1.0:
             processors.append(RepetitionPenaltyLogitsProcessor(penalty=penalty))
         criteria = StoppingCriteriaList([_StopStrings(self.tokenizer, stops, width)] if stops else [])
@@ -239,8 +239,8 @@ class HFEngine(LocalEngine):
         finally:
             model.train(was_training)
         gen = seqs[:, width:].cpu()
-        logps = recorder.finish(gen)
-        return [self._candidate(gen[i].tolist(), logps[i].tolist(), stops) for i in range(len(rows))]
+        logps = recorder.finish(gen).tolist() if recorder else [[] for _ in rows]
+        return [self._candidate(gen[i].tolist(), logps[i], stops) for i in range(len(rows))]
 
     def _candidate(self, ids: list[int], logps: list[float], stops: tuple[str, ...]) -> Candidate:
         eos = set(self.eos_ids)

@@ -8,6 +8,7 @@ forward pass of the transformers model on the same ids (the gap is printed).
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 
@@ -53,6 +54,14 @@ def test_generate_logprobs_and_greedy_match_hf(vllm_engine, ref):
     assert len({tuple(c.token_ids) for c in out[0]}) > 1
     hf = HFEngine(model, tok, seed=0).generate([reqs[2]])[0][0]
     assert out[2][0].token_ids == hf.token_ids  # same greedy path as transformers
+
+
+def test_a_request_without_log_probs_samples_the_same_tokens(vllm_engine, ref):
+    _, tok = ref
+    asked = GenRequest(prompt_ids=chat_ids(tok, "Name the hidden digit."), n=3, max_tokens=12, seed=5)
+    with_lp, without = (vllm_engine.generate([req])[0] for req in (asked, dataclasses.replace(asked, logprobs=False)))
+    assert [c.token_ids for c in without] == [c.token_ids for c in with_lp]
+    assert all(c.logprobs == [] for c in without) and all(len(c.logprobs) == len(c.token_ids) for c in with_lp)
 
 
 def test_stop_strings_and_seeds(vllm_engine, ref):
