@@ -35,7 +35,9 @@ def old_logprob_source(tc: TrainConfig, compute_dtype: str = "float32") -> str:
 def asks_engine_logprobs(tc: TrainConfig, rt: RuntimeConfig) -> bool:
     """Whether a training rollout's requests ask the engine for the sampled tokens' log-probs:
     where the update divides by them (`old_logprob_source` is `engine`), or where
-    `train.logprob_gap` compares them with the trainer's. An evaluation never asks.
+    `train.logprob_gap` compares them with the trainer's. An evaluation always asks (the request's
+    own choice, `masdsl.runtime.step_requests`): its records are read by people, e.g. to see how a
+    checkpoint moved the log-probs of the same greedy replies.
 
     >>> from masdsl.config import resolve_config
     >>> cfg = resolve_config(overrides=["runtime.dtype=bfloat16"])

@@ -29,7 +29,8 @@ def request_for(ep: Episode, role: RoleSpec, turn: int, ids: list[int], run: Run
 
     In evaluation the temperature is `train.eval_temperature` (0: greedy). `seed` in a role's
     `sample { }` is folded into that role's request seeds (other roles keep theirs). The engine
-    returns the sampled tokens' log-probs only where training reads them (`asks_engine_logprobs`).
+    returns the sampled tokens' log-probs in every evaluation, and in training where the update
+    reads them (`asks_engine_logprobs`).
     """
     sample = run.samples.get(role.name) or SampleSpec.of(role.sample or {})
     temperature = sample.temperature if run.mode == "train" else run.plan.train.eval_temperature
@@ -48,7 +49,7 @@ def request_for(ep: Episode, role: RoleSpec, turn: int, ids: list[int], run: Run
         top_k=sample.top_k,
         min_p=sample.min_p,
         repetition_penalty=sample.repetition_penalty,
-        logprobs=run.mode == "train" and asks_engine_logprobs(run.plan.train, run.plan.runtime),
+        logprobs=run.mode == "eval" or asks_engine_logprobs(run.plan.train, run.plan.runtime),
     )
 
 

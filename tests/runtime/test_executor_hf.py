@@ -51,7 +51,7 @@ def test_stored_ids_reproduce_the_sampling_logprobs(hf_engine):
 def test_the_engine_returns_log_probs_only_where_training_reads_them(hf_engine):
     """float32: the update divides by the sampler's log-probs; bfloat16: the trainer recomputes
     them, so the rollout does not ask (unless `train.logprob_gap` measures the gap); an
-    evaluation never asks. Asking or not samples the same tokens."""
+    evaluation always asks (`masdsl eval`'s records are read). Asking or not samples the same tokens."""
     wf = sampled_toy()
     runs = {name: rollout_two_tasks(hf_engine, wf, samples=2, overrides=o).records for name, o in (
         ("float32", []), ("bfloat16", ["runtime.dtype=bfloat16"]),
@@ -60,7 +60,8 @@ def test_the_engine_returns_log_probs_only_where_training_reads_them(hf_engine):
     assert all(r.logprobs == [] for r in runs["bfloat16"])
     assert [r.response_ids for r in runs["bfloat16"]] == [r.response_ids for r in runs["float32"]]
     assert [r.logprobs for r in runs["gap"]] == [r.logprobs for r in runs["float32"]]
-    assert all(r.logprobs == [] for r in rollout_two_tasks(hf_engine, wf, mode="eval").records)
+    evals = rollout_two_tasks(hf_engine, wf, mode="eval", overrides=["runtime.dtype=bfloat16"]).records
+    assert all(len(r.logprobs) == len(r.response_ids) > 0 for r in evals)
 
 
 def test_same_seed_same_rollout(hf_engine):
