@@ -79,6 +79,31 @@ def micro_batches(prompt_keys: Sequence[Hashable], prompt_lens: Sequence[int], r
     return out
 
 
+def split_groups(records: Sequence[StepRecord], rows: Sequence[int], budget: int) -> tuple[int, int, int]:
+    """(prompt groups of `rows` that `micro_batches` splits, groups, the largest group's padded
+    tokens). A split group's prompt runs once per micro-batch it spans instead of once: with
+    300-token prompts and K = 4 replies of 128 tokens, a budget of 512 made the update 1.6-1.9x
+    slower than 1,024 (docs/performance.md `## step memory`).
+
+    >>> from types import SimpleNamespace as R
+    >>> recs = [R(prompt_ids=[1] * 4, response_ids=[2] * 4) for _ in range(3)] + [R(prompt_ids=[3], response_ids=[4])]
+    >>> split_groups(recs, range(4), 12), split_groups(recs, range(4), 16)
+    ((1, 2, 16), (0, 2, 16))
+    """
+    keys = [tuple(records[i].prompt_ids) for i in rows]
+    plan = micro_batches(keys, [len(k) for k in keys], [len(records[i].response_ids) for i in rows], budget)
+    spans: dict[tuple[int, ...], int] = {}
+    for mb in plan:
+        for group in mb:
+            key = keys[group[0]]
+            spans[key] = spans.get(key, 0) + 1
+    members: dict[tuple[int, ...], list[int]] = {}
+    for key, i in zip(keys, rows):
+        members.setdefault(key, []).append(len(records[i].response_ids))
+    largest = max((len(k) + len(r) * max(r) for k, r in members.items()), default=0)
+    return sum(n > 1 for n in spans.values()), len(spans), largest
+
+
 @dataclass
 class UpdateStats:
     loss: float = 0.0  # mean over optimizer steps
@@ -94,6 +119,9 @@ class UpdateStats:
     rows: int = 0  # rows run through the model (nonzero advantage, or KL on)
     optimizer_steps: int = 0
     logprob_gap: float = 0.0  # max |engine - trainer| log-prob before the update (nan: not measured)
+    groups: int = 0  # prompt groups run, summed over optimizer steps (this process's rows)
+    split_groups: int = 0  # of those, split over micro-batches: their prompt ran more than once (`split_groups`)
+    largest_group_tokens: int = 0  # padded tokens of the largest group (a budget that keeps every group whole)
     per_step: list[dict[str, float]] = field(default_factory=list)  # loss, clip_frac, ratio_dev, ...
     seconds: float = 0.0
     old_logprobs_s: float = 0.0  # the trainer's pass fixing the old log-probs (0: the engine's kept)
@@ -175,6 +203,8 @@ def update_policy(
     # steps, the mini-batches with a row to run), and the mini-batch's token count (the mean's denominator)
     steps = [(shard.rows([i for i in mb if i in runnable]), sum(len(records[i].response_ids) for i in mb))
              for mb in mbs]
+    if not tc.gradient_checkpointing:  # which runs every row with its own prompt anyway
+        _count_split_groups(stats, records, [run for run, _ in steps], tc.micro_batch_tokens)
     with policy.lock:
         policy.activate()
         policy.model.train()
@@ -305,6 +335,14 @@ def _forward(policy: Policy, records: Sequence[StepRecord], rows: Sequence[int],
         return idx, at_least_float32(logp), mask
 
     return shard.forward(plan, run)
+
+
+def _count_split_groups(stats: UpdateStats, records: Sequence[StepRecord], steps: Sequence[Sequence[int]],
+                        budget: int) -> None:
+    for run in steps:
+        split, groups, largest = split_groups(records, run, budget)
+        stats.split_groups, stats.groups = stats.split_groups + split, stats.groups + groups
+        stats.largest_group_tokens = max(stats.largest_group_tokens, largest)
 
 
 def _lacks_engine_logprobs(records: Sequence[StepRecord], rows: Iterable[int]) -> bool:

@@ -101,6 +101,33 @@ def cut_warnings(metrics: Mapping[str, float], budgets: Mapping[str, int], warne
     return out
 
 
+def split_warnings(metrics: Mapping[str, float], budget: int, warned: set[str] | None = None, *, when: str = "") -> list[str]:
+    """A warning for each policy whose prompt groups (a prompt and its K replies) did not fit
+    `train.micro_batch_tokens` (`split_groups/<policy>` above 0): their prompt ran once per
+    micro-batch instead of once, and the budget that keeps the largest whole. Once per policy
+    per run (`warned`), like `cut_warnings`.
+
+    >>> split_warnings({"split_groups/p": 0.75, "largest_group_tokens/p": 812.0}, 512, when=" at step 1")[0][:95]
+    "warning: 75 % of policy `p`'s prompt groups at step 1 did not fit train.micro_batch_tokens=512 "
+    >>> split_warnings({"split_groups/p": 0.0, "largest_group_tokens/p": 812.0}, 1024)
+    []
+    """
+    out = []
+    for policy, share in role_shares(metrics, "split_groups").items():
+        if share <= 0 or (warned is not None and policy in warned):
+            continue
+        if warned is not None:
+            warned.add(policy)
+        largest = int(metrics.get(f"largest_group_tokens/{policy}", 0))
+        whole = 1 << max(0, largest - 1).bit_length()  # the next power of two
+        out.append(f"warning: {100 * share:.0f} % of policy `{policy}`'s prompt groups{when} did not fit "
+                   f"train.micro_batch_tokens={budget} (the largest, a prompt and its replies: {largest:,} tokens), "
+                   f"so their prompt ran once per micro-batch instead of once; `train.micro_batch_tokens={whole}` "
+                   f"keeps them whole (a faster update; its peak memory grows with the budget: "
+                   f"docs/performance.md `## step memory`)")
+    return out
+
+
 def on_terminal(console: Console) -> bool:
     """Whether `console` writes to a terminal (not a file or pipe, whatever colours it was told to use)."""
     try:
@@ -117,6 +144,8 @@ class Progress:
     def __init__(self, console: Console | None, steps: int, start: int = 0) -> None:
         self.console, self.steps = console, steps
         self.budgets: dict[str, int] = {}  # role -> max_tokens (`role_budgets`), for the cut warnings
+        self.micro_batch_tokens = 0  # `train.micro_batch_tokens`, for the split-group warnings (0: none)
+        self._split_warned: set[str] = set()  # policies warned about (once per run)
         self._warned: set[str] = set()  # roles warned about (once per run)
         self._bar = None
         self._lines = LogLines(console) if console is not None and not on_terminal(console) else None
@@ -165,6 +194,9 @@ class Progress:
             self._bar.update(self._task, completed=step, description=step_line(step, self.steps, metrics))
         for line in cut_warnings(metrics, self.budgets, self._warned, when=f" at step {step}"):
             self.log(line)
+        if self.micro_batch_tokens:
+            for line in split_warnings(metrics, self.micro_batch_tokens, self._split_warned, when=f" at step {step}"):
+                self.log(line)
 
     def evaluated(self, step: int, metrics: Mapping[str, float]) -> None:
         """An evaluation's result, in a log (`eval_line`); the terminal shows it in the final table."""

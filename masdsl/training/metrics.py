@@ -116,6 +116,9 @@ def step_metrics(
         if u.logprob_gap == u.logprob_gap:  # measured (not nan)
             m[f"logprob_gap/{name}"] = u.logprob_gap
         m[f"grad_norm/{name}"] = u.grad_norm
+        if u.groups:  # prompt groups kept whole by `train.micro_batch_tokens` (update.split_groups)
+            m[f"split_groups/{name}"] = u.split_groups / u.groups
+            m[f"largest_group_tokens/{name}"] = float(u.largest_group_tokens)
         if kl_on:
             m[f"kl/{name}"] = u.kl
         m.update(policy_probes(name, u))

@@ -92,6 +92,7 @@ def open_session(plan: RunPlan, run_dir: Path, show: Progress) -> TrainSession:
     """Data and env, models, engines, and a learner per trainable policy (`open_learners`)."""
     tc, workflow = plan.train, plan.workflow
     show.budgets = role_budgets(plan)  # named in the warning when a role's replies are cut
+    show.micro_batch_tokens = plan.train.micro_batch_tokens  # named when a prompt group does not fit it
     env, data = prepare(workflow, plan.sandbox)
     train_rows, eval_rows = data["train"], data["eval"][: tc.eval_tasks or None]
     if tc.batch > len(train_rows):  # fail before any model loads

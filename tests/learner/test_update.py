@@ -109,6 +109,16 @@ def test_update_raises_logprob_of_positive_advantage_and_budget_is_irrelevant(ti
     assert total(new, 0) > total(old, 0) and total(new, 1) < total(old, 1)
     assert torch.allclose(results[0][0], results[1][0], atol=1e-5)
     assert results[0][1].grad_norm == pytest.approx(results[1][1].grad_norm, rel=1e-4)
+    # but a budget below a prompt group splits it: its prompt runs once per micro-batch (reported)
+    small, large = results[0][1], results[1][1]
+    by_prompt = {}
+    for i, (_, p, r) in enumerate(rs):
+        if adv[i] != 0.0:
+            by_prompt.setdefault(tuple(p), []).append(len(r))
+    assert small.groups == large.groups == len(by_prompt) == 2
+    assert small.split_groups == 2 and large.split_groups == 0
+    assert small.largest_group_tokens == large.largest_group_tokens == max(
+        len(p) + len(r) * max(r) for p, r in by_prompt.items()) > 8
 
 
 def test_kl_references_are_the_starting_weights_or_the_base_with_adapters_off(tiny):

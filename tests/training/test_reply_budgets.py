@@ -86,6 +86,21 @@ def test_the_warning_fires_above_a_fifth_and_not_at_it():
         "warning: 100 % of role `coder`'s replies were cut at max_tokens=64"]
 
 
+def test_a_run_warns_once_per_policy_whose_prompt_groups_do_not_fit_the_micro_batch_budget():
+    buf = io.StringIO()
+    show = Progress(Console(file=buf, width=400), steps=3)
+    show.micro_batch_tokens = 512
+    show.step(1, {"split_groups/p": 0.0, "largest_group_tokens/p": 300.0})
+    show.step(2, {"split_groups/p": 0.5, "largest_group_tokens/p": 812.0})
+    show.step(3, {"split_groups/p": 1.0, "largest_group_tokens/p": 900.0})  # not repeated
+    lines = [line for line in buf.getvalue().splitlines() if line.startswith("warning")]
+    assert lines == [
+        "warning: 50 % of policy `p`'s prompt groups at step 2 did not fit train.micro_batch_tokens=512 (the largest, "
+        "a prompt and its replies: 812 tokens), so their prompt ran once per micro-batch instead of once; "
+        "`train.micro_batch_tokens=1024` keeps them whole (a faster update; its peak memory grows with the budget: "
+        "docs/performance.md `## step memory`)"]
+
+
 def test_a_run_warns_once_per_role():
     buf = io.StringIO()
     show = Progress(Console(file=buf, width=400), steps=3)
