@@ -82,7 +82,7 @@ def micro_batches(prompt_keys: Sequence[Hashable], prompt_lens: Sequence[int], r
 def split_groups(records: Sequence[StepRecord], rows: Sequence[int], budget: int) -> tuple[int, int, int]:
     """(prompt groups of `rows` that `micro_batches` splits, groups, the largest group's padded
     tokens). A split group's prompt runs once per micro-batch it spans instead of once: with
-    300-token prompts and K = 4 replies of 128 tokens, a budget of 512 made the update 1.6-1.9x
+    300-token prompts and K = 4 replies of 128 tokens, a budget of 512 made the update 1.6-2.0x
     slower than 1,024 (docs/performance.md `## step memory`).
 
     >>> from types import SimpleNamespace as R
