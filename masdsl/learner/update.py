@@ -43,10 +43,14 @@ def micro_batches(prompt_keys: Sequence[Hashable], prompt_lens: Sequence[int], r
     Rows with the same prompt (the K candidates of one decision) go through the model's
     prompt once (see `shared_prefix_logprobs`). A micro-batch's padded cost is
     `groups * longest_prompt + rows * longest_response` tokens and stays within `budget`
-    unless a single row is larger on its own; a group too big for the budget is split.
+    unless a single row is larger on its own. A group that does not fit beside the groups
+    already in a micro-batch starts the next one whole; only a group too big for the budget on
+    its own is split (its prompt then runs once per micro-batch it spans: `split_groups`).
 
     >>> micro_batches(["a", "a", "b", "b"], [4, 4, 4, 4], [2, 2, 2, 2], budget=12)
     [[[0, 1]], [[2, 3]]]
+    >>> micro_batches(["a", "b", "b"], [4, 4, 4], [2, 2, 2], budget=13)   # b fits alone: not split
+    [[[0]], [[1, 2]]]
     >>> micro_batches(["a", "a", "b", "b"], [4, 4, 4, 4], [2, 2, 2, 2], budget=16)
     [[[0, 1], [2, 3]]]
     >>> micro_batches(["a", "a", "a"], [4, 4, 4], [4, 4, 4], budget=12)
@@ -63,6 +67,12 @@ def micro_batches(prompt_keys: Sequence[Hashable], prompt_lens: Sequence[int], r
         return g * p + r * t
 
     for members in groups.values():
+        whole = cost(1, max(prompt_lens[i] for i in members), len(members), max(resp_lens[i] for i in members))
+        if cur and whole <= budget and cost(len(cur) + 1, max(longest_p, *(prompt_lens[i] for i in members)),
+                                            rows + len(members),
+                                            max(longest_r, *(resp_lens[i] for i in members))) > budget:
+            out.append(cur)  # the group fits a micro-batch of its own: start it there, not split
+            cur, longest_p, longest_r, rows = [], 0, 0, 0
         for i in members:
             p, t = prompt_lens[i], resp_lens[i]
             new_group = not cur or cur[-1][0] not in members
