@@ -67,10 +67,9 @@ def micro_batches(prompt_keys: Sequence[Hashable], prompt_lens: Sequence[int], r
         return g * p + r * t
 
     for members in groups.values():
-        whole = cost(1, max(prompt_lens[i] for i in members), len(members), max(resp_lens[i] for i in members))
-        if cur and whole <= budget and cost(len(cur) + 1, max(longest_p, *(prompt_lens[i] for i in members)),
-                                            rows + len(members),
-                                            max(longest_r, *(resp_lens[i] for i in members))) > budget:
+        group_p, group_r = max(prompt_lens[i] for i in members), max(resp_lens[i] for i in members)
+        beside = cost(len(cur) + 1, max(longest_p, group_p), rows + len(members), max(longest_r, group_r))
+        if cur and cost(1, group_p, len(members), group_r) <= budget < beside:
             out.append(cur)  # the group fits a micro-batch of its own: start it there, not split
             cur, longest_p, longest_r, rows = [], 0, 0, 0
         for i in members:
@@ -91,27 +90,21 @@ def micro_batches(prompt_keys: Sequence[Hashable], prompt_lens: Sequence[int], r
 
 def split_groups(records: Sequence[StepRecord], rows: Sequence[int], budget: int) -> tuple[int, int, int]:
     """(prompt groups of `rows` that `micro_batches` splits, groups, the largest group's padded
-    tokens). A split group's prompt runs once per micro-batch it spans instead of once: with
-    300-token prompts and K = 4 replies of 128 tokens, a budget of 512 made the update 1.6-2.0x
-    slower than 1,024 (docs/performance.md `## step memory`).
+    tokens). It splits exactly the groups of several rows whose own padded cost, prompt + rows x
+    longest reply, is over the budget. A split group's prompt runs once per micro-batch it spans
+    instead of once: with 300-token prompts and K = 4 replies of 128 tokens, a budget of 512 made
+    the update 1.6-2.0x slower than 1,024 (docs/performance.md `## step memory`).
 
     >>> from types import SimpleNamespace as R
     >>> recs = [R(prompt_ids=[1] * 4, response_ids=[2] * 4) for _ in range(3)] + [R(prompt_ids=[3], response_ids=[4])]
     >>> split_groups(recs, range(4), 12), split_groups(recs, range(4), 16)
     ((1, 2, 16), (0, 2, 16))
     """
-    keys = [tuple(records[i].prompt_ids) for i in rows]
-    plan = micro_batches(keys, [len(k) for k in keys], [len(records[i].response_ids) for i in rows], budget)
-    spans: dict[tuple[int, ...], int] = {}
-    for mb in plan:
-        for group in mb:
-            key = keys[group[0]]
-            spans[key] = spans.get(key, 0) + 1
     members: dict[tuple[int, ...], list[int]] = {}
-    for key, i in zip(keys, rows):
-        members.setdefault(key, []).append(len(records[i].response_ids))
-    largest = max((len(k) + len(r) * max(r) for k, r in members.items()), default=0)
-    return sum(n > 1 for n in spans.values()), len(spans), largest
+    for i in rows:
+        members.setdefault(tuple(records[i].prompt_ids), []).append(len(records[i].response_ids))
+    costs = [(len(r), len(k) + len(r) * max(r)) for k, r in members.items()]
+    return sum(n > 1 and c > budget for n, c in costs), len(costs), max((c for _, c in costs), default=0)
 
 
 @dataclass

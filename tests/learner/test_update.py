@@ -11,7 +11,7 @@ import torch
 
 from masdsl.config import resolve_config
 from masdsl.learner.logprobs import sequence_logprobs, shared_prefix_logprobs
-from masdsl.learner.update import micro_batches, update_policy
+from masdsl.learner.update import micro_batches, split_groups, update_policy
 from masdsl.runtime.records import StepRecord
 
 
@@ -81,6 +81,27 @@ def record(prompt, response, logprobs, policy="p"):
     return StepRecord(step=0, episode=0, task_id="t", role="r", turn=0, node="r", candidate=0, selected=True,
                       policy=policy, prompt_ids=prompt, response_ids=response, logprobs=logprobs, reward=0.0,
                       reward_team=0.0, reward_local=0.0, finish_reason="stop", parse_ok=True)
+
+
+def test_split_groups_counts_the_groups_micro_batches_splits():
+    """The count is derived from the groups' own cost; checked against the packing itself, which
+    splits only a group too big for the budget alone (not one that straddles a boundary)."""
+    rng = random.Random(3)
+    for _ in range(200):
+        recs = []
+        for g in range(rng.randrange(1, 6)):
+            prompt = [g + 1] * rng.randrange(1, 12)
+            recs += [SimpleNamespace(prompt_ids=prompt, response_ids=[0] * rng.randrange(1, 9))
+                     for _ in range(rng.randrange(1, 5))]
+        budget = rng.randrange(4, 60)
+        keys = [tuple(r.prompt_ids) for r in recs]
+        plan = micro_batches(keys, [len(k) for k in keys], [len(r.response_ids) for r in recs], budget)
+        spans = {}
+        for mb in plan:
+            for group in mb:
+                spans[keys[group[0]]] = spans.get(keys[group[0]], 0) + 1
+        split, groups, _ = split_groups(recs, range(len(recs)), budget)
+        assert (split, groups) == (sum(n > 1 for n in spans.values()), len(spans))
 
 
 def test_update_raises_logprob_of_positive_advantage_and_budget_is_irrelevant(tiny_model_dir):
