@@ -26,9 +26,9 @@ TEST_WORKERS ?= 2
 test: setup
 	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
-# mypy over masdsl/plan, runtime, learner, training and sweep, strict there ([tool.mypy] in pyproject.toml)
+# mypy over masdsl/models, plan, runtime, learner, training and sweep, strict there ([tool.mypy] in pyproject.toml)
 typecheck: setup
-	$(VENV)/bin/mypy masdsl/plan masdsl/runtime masdsl/learner masdsl/training masdsl/sweep
+	$(VENV)/bin/mypy masdsl/models masdsl/plan masdsl/runtime masdsl/learner masdsl/training masdsl/sweep
 
 check: setup
 	$(VENV)/bin/masdsl check workflows/*.mas

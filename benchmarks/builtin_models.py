@@ -39,7 +39,7 @@ def _prompts(tok, boards: int) -> list[list[int]]:
     import masdsl
     from masdsl.config import resolve_config
     from masdsl.runtime.prompts import encode, messages_for, prompt_variables
-    from masdsl.plan.inputs import prepare
+    from masdsl.runtime.inputs import prepare
 
     text = (ROOT / "workflows" / "plan_path.mas").read_text()
     text, found = re.subn(r'plan_path\("eval"[^)]*\)', f'plan_path("eval", n={boards}, size=5)', text)
@@ -118,7 +118,7 @@ def _compare(model, tok, prompts, max_tokens) -> dict:
 
 def _timed_conversion(reconvert: bool) -> tuple[Path, float | None]:
     """The cached folder, and the seconds a conversion took (None when it was already cached)."""
-    from masdsl.plan.models import QWEN, cache_dir, resolve_model
+    from masdsl.models.load import QWEN, cache_dir, resolve_model
 
     cached = (cache_dir() / "models" / QWEN / "masdsl_model.json").is_file()
     if reconvert:  # into a temporary cache: the user's stays as it is
@@ -158,7 +158,7 @@ def _section(res: dict, args, convert_s: float | None, load_s: float, size_gb: f
         f"head's top-1 token agrees on {100 * res['top1']:.1f} % of those tokens; identical outputs "
         f"{res['same']}/{len(res['prefix'])}; first differing token per prompt {res['prefix']}.\n"
         f"- Verdict: {verdict} (rule: all outputs identical and |difference| < 0.01 nats/token). "
-        f"`QWEN_TIE_LM_HEAD` in masdsl/plan/models.py is {tie}.\n"
+        f"`QWEN_TIE_LM_HEAD` in masdsl/models/load.py is {tie}.\n"
     )
 
 
@@ -172,7 +172,7 @@ def main() -> int:
 
     import torch
 
-    from masdsl.plan.models import QWEN_TIE_LM_HEAD, load_model
+    from masdsl.models.load import QWEN_TIE_LM_HEAD, load_model
 
     torch.manual_seed(0)
     folder, convert_s = _timed_conversion(args.reconvert)

@@ -27,7 +27,7 @@ from pathlib import Path
 import masdsl
 from masdsl.config import SandboxConfig
 from masdsl.envs.parsers import actions
-from masdsl.plan.inputs import load_split, make_env
+from masdsl.runtime.inputs import load_split, make_env
 from masdsl.runtime.records import read_records
 from masdsl.runtime.rundir import eval_files
 

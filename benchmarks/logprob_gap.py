@@ -40,7 +40,7 @@ def main() -> int:
     from masdsl.learner.logprobs import sequence_logprobs
     from masdsl.runtime.backends import build_engine, hf_engine_on
     from masdsl.runtime.backends.base import GenRequest
-    from masdsl.plan.models import load_model, resolve_model
+    from masdsl.models.load import load_model, resolve_model
 
     path = str(resolve_model("smollm2-135m-instruct"))
     model, tok = load_model(path)

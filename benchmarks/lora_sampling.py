@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 
 import masdsl
-from masdsl.plan.inputs import load_split
-from masdsl.plan.models import resolve_model
+from masdsl.runtime.inputs import load_split
+from masdsl.models.load import resolve_model
 from masdsl.runtime.backends.base import GenRequest
 from masdsl.runtime.backends.vllm.engine import VLLMEngine
 from masdsl.runtime.backends.vllm.lora import VLLMAdapterEngine

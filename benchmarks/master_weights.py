@@ -24,7 +24,7 @@ def main() -> int:
 
     import torch
 
-    from masdsl.plan.models import load_model, resolve_model
+    from masdsl.models.load import load_model, resolve_model
 
     path = str(resolve_model("smollm2-135m-instruct"))
     text = "Write a Python function that returns the sum of a list of numbers."

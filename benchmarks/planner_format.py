@@ -30,10 +30,10 @@ def main() -> int:
     from masdsl.envs.parsers import actions
     from masdsl.runtime.backends import hf_engine_on
     from masdsl.runtime.backends.base import GenRequest
-    from masdsl.plan.models import load_model, resolve_model
+    from masdsl.models.load import load_model, resolve_model
     from masdsl.config import resolve_config
     from masdsl.runtime.prompts import encode, messages_for, prompt_variables
-    from masdsl.plan.inputs import prepare
+    from masdsl.runtime.inputs import prepare
 
     text = (ROOT / "workflows" / "plan_path_single.mas").read_text()
     text = text.replace('plan_path("train", n=64)', f'plan_path("train", n={args.boards}, size={args.size})')

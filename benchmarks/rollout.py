@@ -183,7 +183,7 @@ def run_executor(engine, n: int, max_tokens: int, tasks: int) -> dict:
     from masdsl.plan.run_plan import resolve_rollout
     from masdsl.runtime.backends.base import GenRequest
     from masdsl.runtime.executor import rollout
-    from masdsl.plan.inputs import prepare
+    from masdsl.runtime.inputs import prepare
 
     path = ROOT / "workflows" / "coder_tester.mas"
     text = re.sub(r"max_tokens:\s*\d+", f"max_tokens: {max_tokens}", path.read_text())
@@ -273,7 +273,7 @@ def main() -> int:
     from masdsl.runtime.backends.base import GenRequest
     from masdsl.runtime.backends.hf import HFEngine
     from masdsl.runtime.backends.vllm import VLLMEngine
-    from masdsl.plan.models import load_model, resolve_model
+    from masdsl.models.load import load_model, resolve_model
 
     path = resolve_model(args.model)
     model, tok = load_model(path)

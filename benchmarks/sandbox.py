@@ -7,6 +7,9 @@ Measures, with the cache off (every program differs):
    vs the worker pool (`run_tests_many`), in tests per second.
 Sandboxed runs are measured both forked by the zygote (the default) and with a new bubblewrap
 sandbox and interpreter per run (MASDSL_SANDBOX_ZYGOTE=0).
+Then what a program can see (the bound paths) and the answer-key probes of
+tests/sandbox/test_answer_key.py (tests/support/answer_key.py), run through `run_python` as root:
+what each found.
 Results go to docs/performance.md under `## sandbox` (that section is replaced, others kept).
 """
 
@@ -57,6 +60,31 @@ def interleaved(runs: int, *measures) -> list[list[float]]:
         for out, measure in zip(results, measures):
             out.append(measure(i))
     return results
+
+
+def seen_and_probed() -> list[str]:
+    """The paths a program can see, and what each answer-key probe found (nothing, we hope)."""
+    from masdsl.sandbox.isolation import visible_paths
+    from tests.support import answer_key
+
+    canaries = answer_key.plant()
+    os.environ[answer_key.SECRET_VAR] = canaries.secret
+    try:
+        outcomes = {name: answer_key.found(o) for name, o in answer_key.run_probes(canaries).items()}
+    finally:
+        answer_key.remove(canaries)
+    clean = sum(1 for f in outcomes.values() if not f)
+    return [
+        "What a program can see (`masdsl env`, `sandbox visible`):", "",
+        *[f"- `{path}`{' (' if sep else ''}{note}" if path.startswith("/") else f"- {line}"
+          for line in visible_paths(LIMITS) for path, sep, note in [line.partition(" (")]],
+        "",
+        f"Answer-key probes (tests/support/answer_key.py, as root, forked by the zygote): "
+        f"{len(outcomes) - clean} of {len(outcomes)} found anything.", "",
+        "| probe | found |", "|---|---|",
+        *[f"| {name} | {'; '.join(f)[:300] if f else 'nothing'} |" for name, f in outcomes.items()],
+        "",
+    ]
 
 
 def main() -> int:
@@ -125,6 +153,7 @@ def main() -> int:
         "",
         "Goal: at most 1.5x a bare subprocess per program.",
         "",
+        *seen_and_probed(),
     ]
     text = "\n".join(lines)
     print(text)

@@ -32,7 +32,7 @@ from stats import mcnemar, wilson
 import masdsl
 from masdsl.config import SandboxConfig
 from masdsl.lang.workflow import EvalContext
-from masdsl.plan.inputs import load_split, make_env
+from masdsl.runtime.inputs import load_split, make_env
 from masdsl.runtime.rundir import eval_files
 
 

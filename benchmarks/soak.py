@@ -114,7 +114,7 @@ def soak(steps: int, batch: int, samples: int, use_ray: bool, folder: Path, log_
     from masdsl.learner.grouping import group_records
     from masdsl.plan.run_plan import resolve_run
     from masdsl.runtime.engine_factory import build_engines
-    from masdsl.plan.inputs import prepare
+    from masdsl.runtime.inputs import prepare
     from masdsl.runtime.records import write_records
     from masdsl.tracking import start_run
     from masdsl.training.metrics import step_metrics

@@ -75,7 +75,7 @@ def raw_hf(opts: argparse.Namespace) -> dict:
     """transformers `generate` on the plain model in the compute dtype, every row in one batch."""
     import torch
 
-    from masdsl.plan.models import load_model
+    from masdsl.models.load import load_model
 
     dtype = compute_dtype(opts)
     model, tok = load_model(opts.model, dtype=dtype, device=opts.device)
@@ -226,7 +226,7 @@ def main() -> int:
         opts.reward_cap = 64 * opts.max_tokens  # random text: never flat below this
     from transformers import AutoTokenizer
 
-    from masdsl.plan.models import resolve_model
+    from masdsl.models.load import resolve_model
 
     tok = AutoTokenizer.from_pretrained(opts.model if Path(opts.model).is_dir() else resolve_model(opts.model))
     opts.prompt_tokens = round(statistics.mean(len(p) for p in chat_prompts(tok)))

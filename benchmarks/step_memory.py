@@ -100,7 +100,7 @@ def child(args: argparse.Namespace) -> int:
     from masdsl.learner.update import update_policy
     from masdsl.learner.workers import build_optimizer
     from masdsl.lang.workflow import LoraSettings
-    from masdsl.plan.models import load_model, resolve_model
+    from masdsl.models.load import load_model, resolve_model
 
     torch.set_num_threads(args.threads)
     if args.path == "whole":
@@ -146,7 +146,7 @@ def main() -> int:
     if args.child:
         args.path, args.budget = args.child[0], int(args.child[1])
         return child(args)
-    from masdsl.plan.models import resolve_model
+    from masdsl.models.load import resolve_model
 
     resolve_model(args.model)  # the one-time conversion, before any run is timed
     runs = []

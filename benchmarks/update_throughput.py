@@ -84,7 +84,7 @@ def load(args: argparse.Namespace):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from masdsl.lang.workflow import LoraSettings
-    from masdsl.plan.models import contiguous_head_input, load_model, resolve_model
+    from masdsl.models.load import contiguous_head_input, load_model, resolve_model
 
     weights = args.dtype if args.lora else "float32"  # a LoRA base is frozen in the compute dtype (load_policies)
     torch.manual_seed(0)

@@ -117,7 +117,7 @@ def run_trl(steps: int, opts: argparse.Namespace) -> dict:
     sys.path.insert(0, str(HERE))
     from vs_trl_env import PROMPTS, length_score
 
-    from masdsl.plan.models import resolve_model
+    from masdsl.models.load import resolve_model
 
     gpu = opts.device.startswith("cuda")
     half = compute_dtype(opts) == "bfloat16"
@@ -184,7 +184,7 @@ def random_weights_folder(model: str) -> str:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from masdsl.plan.models import resolve_model
+    from masdsl.models.load import resolve_model
 
     src = Path(resolve_model(model)) if not Path(model).is_dir() else Path(model)
     out = Path(tempfile.mkdtemp(prefix="vs-trl-model-"))

@@ -23,11 +23,11 @@ from masdsl.config import Config, check_names, resolve_config, to_yaml
 from masdsl.errors import UserError
 from masdsl.lang import load, loads
 from masdsl.lang.workflow import Workflow
-from masdsl.plan.inputs import load_split, make_env
 from masdsl.plan.run_plan import resolve_rollout, resolve_run
 from masdsl.runtime.engine_factory import build_engines, close_engines
 from masdsl.runtime.executor import Rollout
 from masdsl.runtime.executor import rollout as _rollout
+from masdsl.runtime.inputs import load_split, make_env
 from masdsl.runtime.rundir import RunDir
 from masdsl.training import checkpoint as ckpt
 from masdsl.training.evaluation import EvalResult, eval_tasks, run_evaluation

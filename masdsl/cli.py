@@ -38,7 +38,8 @@ COMMANDS = {
     "eval": "roll out a workflow on its eval split and report metrics by role and turn",
     "trace": "print readable transcripts of a run's episodes",
     "view": "the AT-GRPO groups of a run as an HTML page: K candidates side by side, filters (--serve: on 127.0.0.1)",
-    "serve-env": "serve an environment over HTTP, for workflows that name it with `env http(\"http://HOST:PORT\")`",
+    "serve-env": "serve an environment over HTTP, for workflows that name it with `env http(\"http://HOST:PORT\")` "
+                 "(--openenv: as an OpenEnv server)",
     "warm-start": "a short supervised warm start on the env's demonstrations, before `run` (a model folder)",
     "export": "write a run's trained policies as Hugging Face folders (or PEFT adapters)",
     "fmt": "rewrite .mas files in the canonical layout (--check: list files that would change)",

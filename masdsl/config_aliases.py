@@ -46,6 +46,8 @@ _KL_IN_REWARD = ("verl puts this KL into the reward; masdsl's `train.kl_coef` we
 _ACCUMULATE = ("masdsl accumulates gradients by itself: `train.mini_batch_size` sets the rows per optimizer step, "
                "`train.micro_batch_tokens` the tokens per forward/backward")
 _LORA = "a mapping, e.g. `policy.shared.lora={r: 16, alpha: 32}`"
+_LOGGED = "masdsl logs every step's metrics (MLflow and the terminal); `train.eval_every` sets the steps between evaluations"
+_CONSTANT_LR = "masdsl's learning rate is constant: `train.lr`, or a policy's own `lr`"
 
 # (names, libraries, target, note): names and libraries separated by spaces and commas; a name is
 # bare (`learning_rate`) or a full dotted path (verl's). Names masdsl uses too (`temperature`,
@@ -61,6 +63,7 @@ _ROWS: tuple[tuple[str, str, str, str], ...] = (
     ("num_return_sequences", "transformers", "train.samples", ""),
     ("group_size", "", "train.samples", ""),
     ("beta", "TRL", "train.kl_coef", ""),
+    ("kl kl_beta kl_coeff", "", "train.kl_coef", ""),
     ("init_kl_coef", "OpenRLHF", "train.kl_coef", ""),
     ("use_kl_loss", "OpenRLHF", "train.kl_coef", "the KL term is on when `train.kl_coef` > 0"),
     ("actor_rollout_ref.actor.kl_loss_coef", "verl", "train.kl_coef", ""),
@@ -111,6 +114,13 @@ _ROWS: tuple[tuple[str, str, str, str], ...] = (
     ("actor_rollout_ref.actor.optim.weight_decay", "verl", "train.weight_decay", ""),
     ("actor_rollout_ref.model.enable_gradient_checkpointing", "verl", "train.gradient_checkpointing", ""),
     ("eval_steps", "TRL,OpenRLHF", "train.eval_every", ""),
+    ("logging_steps", "TRL,OpenRLHF", "", _LOGGED),
+    ("warmup_steps warmup_ratio lr_scheduler_type", "TRL", "", _CONSTANT_LR),
+    ("lr_warmup_ratio", "OpenRLHF", "", _CONSTANT_LR),
+    ("actor_rollout_ref.actor.optim.lr_warmup_steps actor_rollout_ref.actor.optim.lr_warmup_steps_ratio", "verl", "",
+     _CONSTANT_LR),
+    ("scale_rewards", "TRL", "", "`scale_rewards=false` is `advantage drgrpo` in a role of the `.mas` file (no division "
+     "by the group's std); " + _ESTIMATOR),
     ("trainer.test_freq", "verl", "train.eval_every", ""),
     ("trainer.val_check_interval", "PyTorch Lightning", "train.eval_every", ""),
     ("save_steps", "TRL,OpenRLHF", "train.checkpoint_every", ""),
@@ -196,12 +206,24 @@ def _shown(target: str, section: str) -> str:
     return f'`{head}."*".{rest}` for every {what}, `{head}.<{name}>.{rest}` for one, `{rest}` in {block} of the `.mas` file'
 
 
+def _in_section(target: str, section: str) -> str:
+    """`target` moved into the per-role or per-policy section the key was written under, when that
+    section has a key of the same name (`policy.shared.learning_rate` -> `policy.*.lr`, the
+    policy's own rate, rather than `train.lr`); else `target`."""
+    head, leaf = section.split(".")[0], target.rsplit(".", 1)[-1]
+    if "." in section and head in NAMED_SECTIONS and leaf in {f.name for f in dataclasses.fields(NAMED_SECTIONS[head])}:
+        return f"{head}.*.{leaf}"
+    return target
+
+
 def ecosystem_hint(key: str) -> str | None:
     """Why an unknown dotted `key` is probably another library's name (or a masdsl name in the
     wrong section), and the masdsl key to use; None when it is neither (ask the spelling).
 
     >>> ecosystem_hint("sample.coder.max_completion_length")
     "TRL's name; masdsl calls it `sample.coder.max_tokens`"
+    >>> ecosystem_hint("policy.shared.learning_rate"), ecosystem_hint("train.kl")
+    ("TRL's name; masdsl calls it `policy.shared.lr`", 'a common name; masdsl calls it `train.kl_coef`')
     >>> print(ecosystem_hint("train.temperature"))
     masdsl's `temperature` is `sample."*".temperature` for every role, `sample.<role>.temperature` for one, `temperature` in a role's `sample { }` block of the `.mas` file
     """
@@ -211,7 +233,7 @@ def ecosystem_hint(key: str) -> str | None:
         return f"{_whose(alias.libraries)}; no masdsl config key: {alias.note}"
     if alias is not None:
         note = f": {alias.note}" if alias.note else ""
-        return f"{_whose(alias.libraries)}; masdsl calls it {_shown(alias.target, section)}{note}"
+        return f"{_whose(alias.libraries)}; masdsl calls it {_shown(_in_section(alias.target, section), section)}{note}"
     target = schema_keys().get(rest)
     if target is not None and "." not in rest:  # a masdsl name in another section than its own
         return f"masdsl's `{rest}` is {_shown(target, section)}"

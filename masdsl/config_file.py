@@ -202,6 +202,11 @@ def _not_yaml(path: Path, text: str, exc: Exception) -> ConfigError:
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     lines = text.splitlines()
     line = lines[mark.line] if mark is not None and mark.line < len(lines) else ""
+    indent = line[:len(line) - len(line.lstrip())]
+    tab = mark.column if mark is not None and line[mark.column:mark.column + 1] == "\t" else indent.find("\t")
+    if tab >= 0:  # PyYAML calls a tab "a character that cannot start any token" (or '\t'): name it
+        return _mistake(path, "not valid YAML: a tab character; YAML indents and separates with spaces only "
+                        "(replace the tab with spaces)", mark.line + 1, tab + 1)
     hint = ' (quote the every-role key: `"*":`)' if line.strip().startswith("*") else ""
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     return _mistake(path, f"not valid YAML: {problem}{hint}", *((mark.line + 1, mark.column + 1) if mark else ()))

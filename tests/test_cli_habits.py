@@ -20,6 +20,7 @@ import pytest
 
 from masdsl import cli
 from masdsl.runtime.backends.vllm import environment
+from tests.support.overrides import NO_TRACKING
 from tests.support.paths import COUNTER_DIR
 
 ROOT = Path(__file__).parents[1]
@@ -104,7 +105,7 @@ def test_run_json_summary(tmp_path, tiny_model_dir):
     for f in ("counter.mas", "counterenv.py", "tasks.jsonl"):
         shutil.copy(RELIABILITY / f, tmp_path / f)
     p = masdsl("run", "counter.mas", f"policy.shared.model={tiny_model_dir}", "train.steps=1", "train.batch=1",
-               "train.eval_tasks=1", "tracking.enabled=false", "runtime.engine=hf", "--json", cwd=tmp_path, timeout=600)
+               "train.eval_tasks=1", NO_TRACKING, "runtime.engine=hf", "--json", cwd=tmp_path, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     summary = json.loads(p.stdout)
     run_dir = Path(summary.pop("run_dir"))

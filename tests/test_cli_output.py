@@ -20,7 +20,8 @@ import pytest
 
 from masdsl import cli
 from masdsl.commands import output
-from masdsl.plan import model_names
+from masdsl.models import names as model_names
+from tests.support.overrides import NO_TRACKING
 from tests.support.paths import ADDER_DIR, COUNTER_DIR
 
 ROOT = Path(__file__).parents[1]
@@ -102,7 +103,7 @@ def test_color_always_reaches_a_pipe_in_a_real_process():
 def _toy_eval(tmp_path, *flags):
     return cli.main([*flags, "eval", str(TOY / "toy.mas"), "runtime.engine=replay",
                      f"runtime.replay_file={TOY / 'toy_replay.jsonl'}", f"runtime.runs_dir={tmp_path}",
-                     "tracking.enabled=false"])
+                     NO_TRACKING])
 
 
 def test_quiet_leaves_out_progress_but_not_results(tmp_path, capsys):
@@ -188,7 +189,7 @@ def test_quiet_run_prints_only_the_final_table(tmp_path, tiny_model_dir):
     for f in ("counter.mas", "counterenv.py", "tasks.jsonl"):
         shutil.copy(data / f, tmp_path / f)
     p = subprocess.run([sys.executable, "-m", "masdsl", "run", "counter.mas", f"policy.shared.model={tiny_model_dir}",
-                        "train.steps=1", "train.batch=1", "train.eval_tasks=1", "tracking.enabled=false",
+                        "train.steps=1", "train.batch=1", "train.eval_tasks=1", NO_TRACKING,
                         "runtime.engine=hf", "-q", "--json"], cwd=tmp_path, capture_output=True, text=True,
                        timeout=600, env={**os.environ, "MASDSL_NO_VLLM": "1"})
     assert p.returncode == 0, p.stderr[-3000:]

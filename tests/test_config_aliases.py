@@ -67,6 +67,27 @@ def test_following_the_hint_gives_a_configuration_that_resolves():
     assert (cfg.sample["*"].max_tokens, cfg.train.lr, cfg.train.kl_coef, cfg.train.samples) == (64, 1e-5, 0.1, 8)
 
 
+@pytest.mark.parametrize("override, says", [  # issue 43: hints that went by spelling now go by meaning
+    ("train.kl=0.1", "unknown config key `train.kl` (a common name; masdsl calls it `train.kl_coef`)"),  # was `train.lr`
+    ("train.logging_steps=5", "unknown config key `train.logging_steps` (TRL's and OpenRLHF's name; no masdsl config "
+                              "key: masdsl logs every step's metrics (MLflow and the terminal); `train.eval_every` sets "
+                              "the steps between evaluations)"),  # was `train.steps`
+    ("policy.shared.learning_rate=1e-5",
+     "unknown config key `policy.shared.learning_rate` (TRL's name; masdsl calls it `policy.shared.lr`)"),  # was train.lr
+    ("sample.coder.num_generations=8",
+     "unknown config key `sample.coder.num_generations` (TRL's name; masdsl calls it `sample.coder.samples`)"),
+    ("train.warmup_steps=10", "(TRL's name; no masdsl config key: masdsl's learning rate is constant: `train.lr`, "
+                              "or a policy's own `lr`)"),  # was `train.steps`
+    ("train.scale_rewards=false", "(TRL's name; no masdsl config key: `scale_rewards=false` is `advantage drgrpo`"),
+])
+def test_a_researchers_name_is_hinted_by_meaning_not_spelling(override, says):
+    assert says in refused(override)
+
+
+def test_the_per_policy_hint_names_a_key_the_policy_section_takes():
+    assert resolve_config(overrides=["policy.shared.lr=1e-5"]).policy["shared"].lr == 1e-5
+
+
 @pytest.mark.parametrize("override, says", [  # a typo of a masdsl name: the spelling hint, as before
     ("train.sampels=3", "unknown config key `train.sampels` (did you mean `train.samples`?)"),
     ("runtime.engin=hf", "unknown config key `runtime.engin` (did you mean `runtime.engine`?)"),

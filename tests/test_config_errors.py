@@ -19,7 +19,10 @@ SUDOKU = str(ROOT / "workflows" / "sudoku.mas")
 MISTAKES = [  # (name, file text, what stderr says after `config file <path>`)
     ("syntax", "train:\n  steps: [1\n", r":3:1: not valid YAML: did not find expected ',' or ']'"),
     ("duplicate key", "train:\n  steps: 3\ntrain:\n  steps: 4\n", r":3:1: not valid YAML: found duplicate key train"),
-    ("tab", "train:\n  steps: 3\n\t lr: 1\n", r":3:1: not valid YAML: found a tab character"),
+    ("tab", "train:\n  steps: 3\n\t lr: 1\n", r":3:1: not valid YAML: a tab character; YAML indents and separates "
+                                           r"with spaces only \(replace the tab with spaces\)"),
+    ("tab indent", "train:\n\tsteps: 3\n", r":2:1: not valid YAML: a tab character;"),  # PyYAML: "cannot start any token"
+    ("tab after colon", "train:\n  steps:\t3\n", r":2:9: not valid YAML: a tab character;"),  # PyYAML: "character '\t'"
     ("unquoted star", "sample:\n  *: { max_tokens: 4096 }\n", r':2:4: not valid YAML: .*\(quote the every-role key: `"\*":`\)'),
     ("top-level list", "- train\n- runtime\n", r":1:1: the top level must be a mapping of sections .*; got a list"),
     ("top-level value", "3\n", r":1:1: the top level must be a mapping of sections .*; got the value `3`"),

@@ -20,6 +20,7 @@ import pytest
 
 from masdsl.testing.layout import (MAX_FUNCTION_LINES, MAX_MODULE_LINES, unexplained_long_functions,
                                    unmirrored_test_folders)
+from tests.support.overrides import NO_TRACKING
 
 ROOT = Path(__file__).resolve().parents[1]
 FILE_LOADERS = {"spec_from_file_location", "run_path", "SourceFileLoader"}
@@ -154,3 +155,12 @@ def test_long_test_functions_say_why():
     unexplained = [f"{f.relative_to(ROOT)}::{name} ({n} lines)" for f in _python_files()
                    for name, n in unexplained_long_functions(ast.parse(f.read_text()), f.read_text().splitlines())]
     assert not unexplained, f"test functions over {MAX_FUNCTION_LINES} lines with no `# long:` reason: {unexplained}"
+
+
+def test_the_no_tracking_override_is_written_once():
+    """Tests turn tracking off with `tests.support.overrides.NO_TRACKING` (a child process's script,
+    one string, may spell it out: it cannot import the tests)."""
+    spelled = [f"{f.relative_to(ROOT)}:{node.lineno}" for f in _python_files() if f.name != "overrides.py"
+               for node in ast.walk(ast.parse(f.read_text())) if isinstance(node, ast.Constant)
+               and node.value == NO_TRACKING]
+    assert not spelled, f"write `NO_TRACKING` (tests/support/overrides.py) instead of the override: {spelled}"

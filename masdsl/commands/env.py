@@ -4,9 +4,10 @@ The versions of masdsl, Python and the heavy packages (torch, transformers, vllm
 read from the installed metadata, never imported), the devices (usable CPU cores; NVIDIA GPUs
 from the driver's `/proc/driver/nvidia/gpus` or `nvidia-smi -L`, or with `--torch` the ones
 torch sees, which imports it: a few seconds), the isolation the sandbox picks for generated
-code on this machine (`masdsl.sandbox.isolation.choose_mode`), the cache folder
-(`masdsl.plan.models.cache_dir`) and which built-in models are already unpacked there
-(`masdsl.plan.model_names.BUILTINS`). `--json` prints the same as one JSON object.
+code on this machine (`masdsl.sandbox.isolation.choose_mode`) and what that code can read (the
+paths bound into a sealed sandbox, or that a fallback does not confine reads), the cache folder
+(`masdsl.models.load.cache_dir`) and which built-in models are already unpacked there
+(`masdsl.models.names.BUILTINS`). `--json` prints the same as one JSON object.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from masdsl.errors import UserError
-from masdsl.plan import models as registry
-from masdsl.plan.model_names import BUILTINS, is_model_dir
-from masdsl.sandbox.isolation import choose_mode, zygote_enabled
+from masdsl.models import load as registry
+from masdsl.models.names import BUILTINS, is_model_dir
+from masdsl.sandbox.isolation import choose_mode, visible_paths, zygote_enabled
 from masdsl.sandbox.limits import Limits
 from masdsl.version import __version__
 
@@ -109,12 +110,21 @@ def sandbox_mode() -> str:
         mode = choose_mode(limits.isolation)
     except UserError as exc:
         return f"unavailable: {exc}"
-    notes = {"bwrap": "bubblewrap: namespaces, read-only /", "unshare": "unshare: pid/net namespaces",
-             "none": "no isolation: the network is reachable"}
+    notes = {"bwrap": "bubblewrap: namespaces; reads sealed: only the paths below are visible",
+             "unshare": "unshare: pid/net namespaces; reads NOT confined: every file this user can read",
+             "none": "no isolation: the network is reachable; reads NOT confined: every file this user can read"}
     extra = [notes.get(mode.name, mode.name)]
     if mode.switch_uid:
         extra.append("each run as its own uid" + (", forked by a zygote" if zygote_enabled() else ""))
     return f"{mode.name} ({'; '.join(extra)})"
+
+
+def sandbox_visible() -> list[str]:
+    """What a generated program can read under the default isolation (`visible_paths`)."""
+    try:
+        return visible_paths(Limits())
+    except UserError as exc:
+        return [f"unavailable: {exc}"]
 
 
 def models() -> tuple[str, dict[str, str | None]]:
@@ -140,6 +150,7 @@ def report(use_torch: bool = False) -> dict[str, Any]:
         "gpus": gpus,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "sandbox": sandbox_mode(),
+        "sandbox_visible": sandbox_visible(),
         "cache": cache,
         "builtin_models": builtins,
     }
@@ -157,6 +168,8 @@ def lines(doc: dict[str, Any]) -> list[str]:
             continue
         if key == "gpus" and isinstance(value, list):
             value = ", ".join(f"{i}: {name}" for i, name in enumerate(value)) or "none found"
+        if key == "sandbox_visible" and isinstance(value, list):
+            value = "; ".join(value)
         if key == "builtin_models":
             value = ", ".join(f"{name}: {folder or 'not in the cache'}" for name, folder in value.items()) or "none"
         rows.append((key.replace("_", " "), value))

@@ -126,6 +126,8 @@ def table(workflow: Any, m: dict[str, float], run_dir: Any) -> Any:
         for key, value in m.items():
             if key.startswith(f"{what}/"):
                 t.add_row(f"{label} · {key.split('/', 1)[1]}", f"{100 * value:.1f} %")
+    for label, value in judge_table_rows(m):
+        t.add_row(label, value)
     t.add_row("episodes", f"{int(m['episodes'])}")
     t.add_row("  truncated by max_turns", f"{int(m['truncated_episodes'])}")
     t.add_row("tokens generated", f"{int(m['tokens_generated'])}")
@@ -136,6 +138,24 @@ def table(workflow: Any, m: dict[str, float], run_dir: Any) -> Any:
     if m["expression_errors"]:
         t.add_row("expression errors (scored 0)", f"{int(m['expression_errors'])}")
     return t
+
+
+def judge_table_rows(m: dict[str, float]) -> list[tuple[str, str]]:
+    """The judges' rows of the table: replies, their mean parsed score, those without a score
+    (each scored the judge's default) and those that restated an equation; none without a judge.
+
+    >>> judge_table_rows({"judge/calls": 8.0, "judge/score": 6.5, "judge/unparsed": 2.0, "judge/restated": 1.0})
+    [('judge replies', '8'), ('  mean parsed score', '6.500'), ('  without a score (scored the default)', '2'), ('  restated an equation (see masdsl trace)', '1')]
+    """
+    if not m.get("judge/calls"):
+        return []
+    rows = [("judge replies", f"{int(m['judge/calls'])}")]
+    if "judge/score" in m:
+        rows.append(("  mean parsed score", f"{m['judge/score']:.3f}"))
+    rows.append(("  without a score (scored the default)", f"{int(m.get('judge/unparsed', 0))}"))
+    if m.get("judge/restated"):
+        rows.append(("  restated an equation (see masdsl trace)", f"{int(m['judge/restated'])}"))
+    return rows
 
 
 def _workflow(args: argparse.Namespace) -> Workflow:

@@ -16,7 +16,7 @@ from masdsl.commands import output
 from masdsl.commands.eval import table
 from masdsl.plan.run_plan import RunPlan
 from masdsl.sandbox import isolation_summary, limits_from_config
-from masdsl.training.display import cut_warnings, role_budgets
+from masdsl.training.display import cut_warnings, judge_warning, role_budgets
 from masdsl.training.evaluation import EvalResult, eval_tasks, greedy_repeats_warning, run_evaluation
 from masdsl.training.loglines import LogLines
 
@@ -33,7 +33,7 @@ def main(args: argparse.Namespace, plan: RunPlan) -> int:
     result = _evaluate(plan, tasks, args.checkpoint, err)
     for message, count in result.errors.items():
         err.print(f"warning: {message} ({count}x, scored 0)", highlight=False, markup=False)
-    for line in cut_warnings(result.metrics, role_budgets(plan), what="eval_cut"):
+    for line in cut_warnings(result.metrics, role_budgets(plan), what="eval_cut") + judge_warning(result.metrics):
         err.print(line, highlight=False, markup=False, soft_wrap=True)
     if args.json:
         print(json.dumps({"workflow": plan.workflow.name, "run_dir": str(result.run_dir), "tasks": result.tasks,

@@ -1,5 +1,8 @@
 """`masdsl serve-env ENV [--host H] [--port P]`: serve an environment over HTTP, for workflows
 that name it with `env http("http://H:P")` (protocol: docs/data.md, "Environments over HTTP").
+With `--openenv`, serve it as an OpenEnv server instead (the body, `serve_env_body.py`), for any
+OpenEnv client and for `env openenv("http://H:P")`; `--reward` and `--data` say what its steps
+score and which rows a `seed` picks.
 
 ENV is a registered env with literal arguments, as a `.mas` file writes it (`plan_path`,
 `plan_path(gamma=1.0)`), or `MODULE:ENV`, where MODULE is a Python file (`envs/my_env.py`) or an
@@ -25,6 +28,8 @@ from masdsl.lang.imports import import_file
 from masdsl.sandbox import limits_from_config
 
 DEFAULT_PORT = 8766  # `masdsl view --serve` takes 8765
+BODY = "masdsl.commands.serve_env_body"  # the OpenEnv server (openenv-core): imported by the CLI for --openenv only
+OPENENV_SESSIONS = 256  # with --openenv: open sessions (one WebSocket, one episode and one thread each)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,8 +38,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "or MODULE:ENV (a .py file or a module, and an env it registers or a class it defines)")
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"the port (default: {DEFAULT_PORT}; 0: any free port)")
-    p.add_argument("--max-sessions", type=int, default=MAX_SESSIONS,
-                   help=f"episodes kept at once; older ones are forgotten (default: {MAX_SESSIONS})")
+    p.add_argument("--max-sessions", type=int, default=None,
+                   help=f"episodes kept at once; older ones are forgotten (default: {MAX_SESSIONS}; "
+                        f"with --openenv: open sessions, default {OPENENV_SESSIONS})")
+    p.add_argument("--openenv", action="store_true",
+                   help="serve it as an OpenEnv server (openenv-core: /ws, /reset, /step, /state, /schema) "
+                        "instead of masdsl's own /v1 protocol")
+    p.add_argument("--reward", metavar="EXPR", default=None,
+                   help="with --openenv: the reward of a step, a .mas reward expression (default: the env's own, "
+                        "e.g. `step_reward()` for the games)")
+    p.add_argument("--data", metavar="SOURCE", default=None,
+                   help="with --openenv: the rows a reset's `seed` picks from, a data source with literal "
+                        "arguments (`plan_path(\"eval\", n=32)`; default: the env's own source, split train)")
 
 
 def parse_target(text: str) -> tuple[str | None, str, list, dict]:
@@ -101,10 +116,35 @@ def _instance(factory: Any, name: str, args: list, kwargs: dict) -> Any:
     return env
 
 
-def main(args: argparse.Namespace) -> int:
-    env, name, fields = resolve(args.env)
+def rows_of(text: str | None, env_name: str) -> list:
+    """The rows a `seed` picks from: `--data SOURCE(ARGS)`, else the env's own data source
+    (`plan_path("train")`), else none (a reset must then send its `task`)."""
+    registry = load_builtins()
+    if text is None:
+        spec = registry.data_sources.get(env_name)
+        return list(spec.fn("train")) if spec is not None else []
+    _, name, args, kwargs = parse_target(text)
+    spec = registry.data_sources.get(name)
+    if spec is None:
+        hint = did_you_mean(name, registry.data_sources)
+        raise UserError(f"serve-env: --data: unknown data source `{name}`" + (f" ({hint})" if hint else ""))
     try:
-        server = make_server(env, name, fields, args.host, args.port, max_sessions=args.max_sessions)
+        return list(spec.fn(*args, **kwargs))
+    except TypeError as exc:
+        raise UserError(f"serve-env: --data `{text}`: bad arguments: {exc}") from None
+
+
+def prepare(args: argparse.Namespace) -> int | tuple[Any, str, tuple[str, ...]]:
+    """The env to serve; without `--openenv`, served here over /v1 until Ctrl-C (the exit status).
+    With it, the env for the body (`serve_env_body.main`: openenv-core loads only then)."""
+    env, name, fields = resolve(args.env)
+    if args.openenv:
+        return env, name, fields
+    if args.reward is not None or args.data is not None:
+        raise UserError("serve-env: --reward and --data are for --openenv (the /v1 protocol's client "
+                        "computes rewards from the workflow's own lines)")
+    try:
+        server = make_server(env, name, fields, args.host, args.port, max_sessions=args.max_sessions or MAX_SESSIONS)
     except OSError as exc:
         raise UserError(f"serve-env: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}; "
                         "pick another with --port (0: any free port)") from None

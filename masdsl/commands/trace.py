@@ -1,7 +1,9 @@
 """`masdsl trace RUN_DIR [--task ID] [--role R] [--step S]`: readable transcripts of a run's episodes.
 
-For each episode (task): every step in order with role, turn, node, the prompt, each
-candidate's output, parsed fields and reward parts; the selected candidate is marked `*`.
+For each episode (task): its success, final reward and the task's reference answer, then every
+step in order with role, turn, node, the prompt, each candidate's output, parsed fields and
+reward parts, and what each judge of its reward replied and scored (a reply with no score, or a
+score read from a restated equation, is marked); the selected candidate is marked `*`.
 RUN_DIR is a run folder (`runs/<workflow>/<timestamp>`) or `runs/<workflow>` (its newest run).
 
 Without `--step`: the episodes of `records.jsonl` (a training run's rollouts, or the episodes
@@ -61,6 +63,28 @@ def render_step(group: list[StepRecord], *, prompt: bool = True, selected_only: 
                f"{'' if r.parse_ok else ' · PARSE FAILED'}")
         yield _indent(r.response_text, "      ")
         yield f"      fields: {_fields(r.fields)}"
+        for j in r.judge:
+            yield from judge_lines(j)
+
+
+def judge_lines(j: dict) -> Iterator[str]:
+    """A judge's reply to one candidate: its score, whether the reply held one, and whether the
+    score came from (or passed over) a restated equation."""
+    line = f" (line {j['line']})" if j.get("line") else ""
+    how = "parsed" if j.get("parsed") else "NO SCORE in the reply: the judge's default"
+    yield f"      judge {j.get('policy', '?')}{line}: score {float(j.get('score', 0.0)):g} ({how})"
+    if j.get("restated"):
+        yield f"        RESTATED `{j['restated']}`: {restated_note(j)}"
+    yield _indent(str(j.get("reply", "")), "        > ")
+
+
+def restated_note(j: dict) -> str:
+    """What a restated equation did to a judge's score (`masdsl.lang.judge.restated`)."""
+    if not j.get("parsed"):
+        return "its numbers are not read as a score, and the reply holds no other"
+    if j.get("parse") == "auto":
+        return f"its numbers were passed over; the score {float(j.get('score', 0.0)):g} is the first number outside it"
+    return f"the score {float(j.get('score', 0.0)):g} is one of its numbers, maybe not the judge's verdict"
 
 
 def render(records: Iterable[StepRecord], *, task: str | None = None, role: str | None = None,
@@ -94,7 +118,8 @@ def render_labelled(pairs: Iterable[tuple[StepRecord, str | None]], *, task: str
         first = next(iter(steps.values()))[0]
         success = "?" if first.episode_success is None else f"{first.episode_success:g}"
         final = "?" if first.episode_reward is None else f"{first.episode_reward:.4f}"
-        yield f"══ task {task_id} · episode {index} · {label} · success {success} · final reward {final}"
+        reference = f" · reference {_fields(first.reference)}" if first.reference else ""
+        yield f"══ task {task_id} · episode {index} · {label} · success {success} · final reward {final}{reference}"
         for (r_role, _), group in steps.items():
             if role is None or r_role == role:
                 yield from render_step(sorted(group, key=lambda r: r.candidate), prompt=prompt, selected_only=selected_only)

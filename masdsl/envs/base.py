@@ -8,6 +8,7 @@ never mutates its input, so tree sampling can give each of K candidates its own 
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Mapping, Protocol, runtime_checkable
 
 from masdsl.sandbox import Limits
@@ -63,6 +64,45 @@ def contract_problem(env: object) -> str | None:
         return None
     return (f"env `{type(env).__name__}` lacks {', '.join(missing)} of the Env contract "
             "(masdsl.envs.base.Env; `limits = None`: the sandbox defaults)")
+
+
+# what the runtime passes each method of the contract (after `self`), for `class_problems`
+CONTRACT_CALLS = {"reset": ("task",), "apply": ("state", "role", "fields"), "view": ("state",), "success": ("state",)}
+
+
+def class_problems(cls: object) -> list[str]:
+    """What an env class lacks of the contract's methods, or which of them cannot take what the
+    runtime passes, one sentence each (empty: none; a factory that is not a class: not judged).
+    `masdsl check` asks it, before any episode; `limits` may be set in `__init__`, so the run
+    (`contract_problem`) checks it on the instance.
+
+    >>> class Slip:
+    ...     def reset(self, task): return 0
+    ...     def apply(self, state, fields): return state
+    >>> class_problems(Slip)  # doctest: +NORMALIZE_WHITESPACE
+    ['class `Slip` lacks view, success',
+     'class `Slip`: `apply(self, state, fields)` cannot be called as apply(state, role, fields):
+      too many positional arguments']
+    """
+    if not inspect.isclass(cls):
+        return []
+    out = []
+    missing = [m for m in CONTRACT_CALLS if not callable(getattr(cls, m, None))]
+    if missing:
+        out.append(f"class `{cls.__name__}` lacks {', '.join(missing)}")
+    for name, passed in CONTRACT_CALLS.items():
+        if name in missing:
+            continue
+        bound = isinstance(inspect.getattr_static(cls, name, None), (staticmethod, classmethod))
+        try:
+            signature = inspect.signature(getattr(cls, name))
+        except (TypeError, ValueError):  # no signature to read (a builtin): the run will tell
+            continue
+        try:
+            signature.bind(*(passed if bound else (None, *passed)))  # None: `self`
+        except TypeError as exc:
+            out.append(f"class `{cls.__name__}`: `{name}{signature}` cannot be called as {name}({', '.join(passed)}): {exc}")
+    return out
 
 
 LOST_PENALTY = -1.0  # the reward of a step whose env was lost, unless the env sets `lost_penalty`

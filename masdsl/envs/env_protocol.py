@@ -9,9 +9,12 @@ Every body is one JSON object. `GET /v1/info` is the handshake; the others are P
     /v1/apply    {"session", "state", "role", "fields", "request"} -> {"session", "state", "view"}
     /v1/observe  {"session", "state"}                           -> {"view"}
     /v1/success  {"session", "state"}                           -> {"success"}
+    /v1/call     {"session", "state", "function", "args", "kwargs"} -> {"value"}
     /v1/close    {"session"}                                    -> {"closed"}
 
-A failed request answers a 4xx/5xx status with {"error": MESSAGE}.
+`call` computes a function bound to the served env (`step_reward()`, `solved()`) on a state, so a
+workflow's reward and flow lines that read the env's state work over HTTP as in process.
+A failed request answers a 4xx/5xx status with {"error": MESSAGE} (422: the function raised).
 
 >>> need({"state": "s1"}, "state", str, "/v1/apply")
 's1'
@@ -28,7 +31,7 @@ from typing import Any, Mapping
 
 PROTOCOL = 1
 PREFIX = f"/v{PROTOCOL}"
-ENDPOINTS = ("info", "reset", "apply", "observe", "success", "close")
+ENDPOINTS = ("info", "reset", "apply", "observe", "success", "call", "close")
 
 _KIND = {str: "a string", dict: "an object", list: "a list", bool: "a boolean", int: "a number", float: "a number",
          type(None): "null"}

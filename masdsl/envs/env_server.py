@@ -14,6 +14,7 @@ about one then gets 404 and loses that episode).
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import json
 import threading
@@ -23,7 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Sequence
 
 from masdsl.envs.base import Env
-from masdsl.envs.env_protocol import PREFIX, PROTOCOL, ProtocolError, encode, jsonable, kind
+from masdsl.envs.env_protocol import ENDPOINTS, PREFIX, PROTOCOL, ProtocolError, encode, jsonable, kind
+from masdsl.envs.registry import REGISTRY
 
 MAX_SESSIONS = 4096
 MAX_REPLIES = 16384  # remembered replies of reset/apply by request id (retries)
@@ -31,6 +33,10 @@ MAX_REPLIES = 16384  # remembered replies of reset/apply by request id (retries)
 
 class NotFound(Exception):
     """A session or state the server does not hold (never made, closed, or forgotten)."""
+
+
+class CallFailed(Exception):
+    """An env-bound function raised on the server (answered 422: retrying would fail again)."""
 
 
 class EnvHost:
@@ -114,6 +120,22 @@ class EnvHost:
         value = self.env.success(self._state(body)[1])
         return {"success": value if isinstance(value, bool) else float(value)}
 
+    def call(self, body: dict) -> dict:
+        """An env-bound function of a state (`step_reward()`, `solved()`), computed here, where the
+        state lives: a served env keeps the reward functions of its `.mas` lines."""
+        name, args, kwargs = field(body, "function", str), field(body, "args", list), field(body, "kwargs", dict)
+        spec = REGISTRY.functions.get(name)
+        if spec is None or spec.env is None or not spec.allowed_in(self.name):
+            raise ProtocolError(f"env `{self.name}` has no function `{name}` bound to it")
+        state = self._state(body)[1]
+        if self.env.limits is not None and "limits" in inspect.signature(spec.fn).parameters:
+            kwargs = {**kwargs, "limits": self.env.limits}  # code runs under the served env's sandbox limits
+        try:
+            value = spec.fn(state, *args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - the function's failure goes to the client as its message
+            raise CallFailed(f"`{name}(...)` raised {type(exc).__name__}: {exc}") from None
+        return {"value": jsonable(value)}
+
     def close(self, body: dict) -> dict:
         with self._lock:
             return {"closed": self._sessions.pop(field(body, "session", str), None) is not None}
@@ -149,7 +171,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, body: dict) -> None:
         name = self.path[len(PREFIX) + 1:] if self.path.startswith(PREFIX + "/") else ""
-        method = getattr(self.host, name, None) if name in ("info", "reset", "apply", "observe", "success", "close") else None
+        method = getattr(self.host, name, None) if name in ENDPOINTS else None
         if method is None or (name == "info") != (self.command == "GET"):
             return self._send(404, {"error": f"no endpoint {self.command} {self.path} (protocol {PROTOCOL}: {PREFIX}/...)"})
         try:
@@ -158,6 +180,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send(400, {"error": str(exc)})
         except NotFound as exc:
             self._send(404, {"error": str(exc)})
+        except CallFailed as exc:
+            self._send(422, {"error": str(exc)})
         except Exception as exc:  # noqa: BLE001 - the env's own failure goes to the client, the server stays up
             self._send(500, {"error": f"env `{self.host.name}` {name} raised {type(exc).__name__}: {exc}"})
 

@@ -29,7 +29,7 @@ import urllib.error
 import urllib.request
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from masdsl.envs.env_protocol import PREFIX, PROTOCOL, ProtocolError, encode, jsonable, need
 from masdsl.envs.registry import env
@@ -38,19 +38,13 @@ from masdsl.errors import UserError
 CHECK_TIMEOUT_S = 5.0  # `masdsl check` asks the server once, and never waits longer than this
 # The editor's checker runs on every keystroke: a server's answer (or silence) is kept this long
 ASK_AGAIN_S = 10.0
-_ASKED: dict[str, tuple[float, tuple[str, ...] | UserError]] = {}
+_ASKED: dict[str, tuple[float, Any]] = {}
 
 
 class Unreachable(Exception):
     """The server did not answer (refused, timed out, a 5xx) after every retry."""
 
 
-@dataclass(frozen=True)
-class RemoteState:
-    session: str
-    state: str  # the state's id on the server
-    view: Mapping[str, Any] = field(default_factory=dict)  # sent with the state: `view` costs no request
-    lost: str | None = None  # why this episode cannot go on (None: it can)
 
 
 @dataclass(frozen=True)
@@ -93,6 +87,30 @@ class Client:
             raise ProtocolError(f"the reply to {PREFIX}/{endpoint} is not JSON: {raw[:60]!r}") from None
 
 
+@dataclass(frozen=True)
+class RemoteState:
+    session: str
+    state: str  # the state's id on the server
+    view: Mapping[str, Any] = field(default_factory=dict)  # sent with the state: `view` costs no request
+    lost: str | None = None  # why this episode cannot go on (None: it can)
+    client: Client | None = field(default=None, compare=False, repr=False)  # the server holding it
+
+    def call_bound(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        """The value of env-bound function `name` (`step_reward()`, `solved()`) on this state,
+        computed by the server that holds it (`masdsl.envs.base.call_bound`)."""
+        if self.lost or self.client is None:
+            raise RuntimeError(f"`{name}()` has no state to read: {self.lost or 'the state has no server'}")
+        body = {"session": self.session, "state": self.state, "function": name, "args": jsonable(list(args)),
+                "kwargs": jsonable(dict(kwargs))}
+        try:
+            return need(self.client.call("call", body), "value", _JSON, f"{PREFIX}/call")
+        except (Unreachable, ProtocolError) as exc:
+            raise RuntimeError(f"env http(\"{self.client.url}\"): {exc}") from None
+
+
+_JSON = (str, int, float, bool, list, dict, type(None))
+
+
 def _error_text(exc: urllib.error.HTTPError) -> str:
     try:
         return str(json.loads(exc.read()).get("error", exc.reason))
@@ -121,23 +139,40 @@ def handshake(client: Client) -> dict[str, Any]:
     return info
 
 
+def asked_once(key: str, ask: Callable[[], Any]) -> Any:
+    """`ask()`'s answer (or its `UserError`, raised again), kept `ASK_AGAIN_S` under `key`: the
+    editor's checker runs on every keystroke and must not ask a server (or wait for it) each time."""
+    asked = _ASKED.get(key)
+    if asked is None or time.monotonic() - asked[0] > ASK_AGAIN_S:
+        try:
+            asked = (time.monotonic(), ask())
+        except UserError as exc:
+            asked = (time.monotonic(), exc)
+        _ASKED[key] = asked
+    if isinstance(asked[1], UserError):
+        raise asked[1]
+    return asked[1]
+
+
+def _asked_info(url: str, timeout_s: float) -> dict[str, Any]:
+    base = _base(url)
+    return asked_once(base, lambda: handshake(Client(base, min(float(timeout_s), CHECK_TIMEOUT_S), retries=0)))
+
+
 def declared_fields(url: str, timeout_s: float = 10.0, retries: int = 2, penalty: float = -1.0,
                     fields: Sequence[str] | None = None) -> tuple[str, ...]:
     """The fields `masdsl check` allows as `env.NAME`: those declared, else the server's (asked once,
     within `CHECK_TIMEOUT_S`); same parameters as `HttpEnv`."""
     if fields is not None:
         return tuple(fields)
-    base = _base(url)
-    asked = _ASKED.get(base)
-    if asked is None or time.monotonic() - asked[0] > ASK_AGAIN_S:
-        try:
-            asked = (time.monotonic(), tuple(handshake(Client(base, min(float(timeout_s), CHECK_TIMEOUT_S), retries=0))["fields"]))
-        except UserError as exc:
-            asked = (time.monotonic(), exc)
-        _ASKED[base] = asked
-    if isinstance(asked[1], UserError):
-        raise asked[1]
-    return asked[1]
+    return tuple(_asked_info(url, timeout_s)["fields"])
+
+
+def served_env(url: str, timeout_s: float = 10.0, retries: int = 2, penalty: float = -1.0,
+               fields: Sequence[str] | None = None) -> str | None:
+    """The name of the env the server serves (`plan_path`), whose bound functions (`step_reward()`)
+    a workflow may call; None when the fields are declared (the server is not asked: any may be)."""
+    return None if fields is not None else str(_asked_info(url, timeout_s)["env"])
 
 
 def _base(url: str) -> str:
@@ -146,7 +181,7 @@ def _base(url: str) -> str:
     return url.rstrip("/")
 
 
-@env("http", fields_from=declared_fields)
+@env("http", fields_from=declared_fields, serves_from=served_env)
 class HttpEnv:
     """An environment served over HTTP (`masdsl serve-env`; protocol in docs/data.md): `url`, the
     seconds to wait for a reply (`timeout_s`), the retries after a failed try (`retries`), the
@@ -174,7 +209,7 @@ class HttpEnv:
     def _next(self, reply: Any, endpoint: str) -> RemoteState:
         where = f"{PREFIX}/{endpoint}"
         return RemoteState(need(reply, "session", str, where), need(reply, "state", str, where),
-                           need(reply, "view", dict, where))
+                           need(reply, "view", dict, where), client=self.client)
 
     def reset(self, task: Mapping[str, Any]) -> RemoteState:
         try:

@@ -20,25 +20,12 @@ import re
 import warnings
 from typing import Any, Callable
 
+from masdsl.envs.fences import closing_braces as _closing_braces
+from masdsl.envs.fences import fences as _fences
+from masdsl.envs.fences import without_fences as _without_fences
 from masdsl.envs.registry import parser
 
-_FENCE_OPEN = re.compile(r"```[ \t]*([A-Za-z0-9_+#.-]*)[^\n]*+\n")
-_FENCE_CLOSE = re.compile(r"\n[ \t]*```")
 _LANG_ALIASES = {"python": {"python", "py", "python3", "py3"}, "json": {"json"}}
-
-
-def _fences(text: str) -> list[tuple[str, str]]:
-    """(language tag, body) of each fenced block, in order; the last may lack its closing fence.
-
-    An opening fence is searched for only up to the last newline (one after it could never
-    end its line, and trying each backtick of a long last line would take quadratic time).
-    """
-    out, pos, stop = [], 0, text.rfind("\n") + 1
-    while (m := _FENCE_OPEN.search(text, pos, stop)) is not None:
-        close = _FENCE_CLOSE.search(text, m.end())
-        out.append((m.group(1).lower(), text[m.end():close.start() if close else len(text)]))
-        pos = close.end() if close else len(text)
-    return out
 
 
 def _safe(fn):
@@ -254,48 +241,44 @@ def asserts(output: str) -> list[str] | None:
 
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_ANSWER_LINE = re.compile(r"(?i)(?:final answer|answer)\W{0,3}\s*(?:is\s*:?|:|=)\s*(.+)")
-
-
-def _closing_braces(text: str) -> dict[int, int]:
-    """The offset of each `{` of `text` that is closed -> the offset of its `}` (one pass: looking
-    for the end of each of many `\\boxed{` separately would take quadratic time)."""
-    close, open_ = {}, []
-    for m in re.finditer(r"[{}]", text):
-        if m.group() == "{":
-            open_.append(m.start())
-        elif open_:
-            close[open_.pop()] = m.start()
-    return close
+# "Answer: X" / "the answer is X": never `answer = X` (a line of code assigns; it does not answer)
+_ANSWER_LINE = re.compile(r"(?i)(?:final answer|answer)\W{0,3}\s*(?:is\s*:?|:)\s*(.+)")
+# what such a line may hold: one number (sign, thousands commas, decimals, or a fraction `3/4`,
+# `\frac{3}{4}`), words after it read as its unit; an expression (`27 * 74 + 18 * 58`) is not one
+_BARE_NUMBER = re.compile(r"(-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?|-?\\[dt]?frac\{\d+\}\{\d+\})"
+                          r"\s*\\?%?(?:\s+[^\W\d_]+)*")
 
 
 @parser("boxed", returns="str", empty="")
 @_safe
 def boxed(output: str) -> str | None:
-    """The final answer: the last `\\boxed{...}` (nested braces kept), else the last
-    "answer: X" / "the answer is X" line, without `$` and a trailing period.
+    """The final answer: the last `\\boxed{...}` (nested braces kept), else the number of the last
+    "answer: X" / "the answer is X" line outside code blocks, without `$` and a trailing period.
+    That fallback takes one number (its unit dropped), never a line of code: an assignment
+    (`answer = 27 * 74`) or an expression (`Answer: 27 * 74 + 18 * 58`) is no answer.
 
     >>> boxed("first \\\\boxed{1}, finally \\\\boxed{\\\\sqrt{x^{2}}}")
     '\\\\sqrt{x^{2}}'
     >>> boxed("Work...\\nAnswer: $42$.")
     '42'
-    >>> boxed("The final answer is 7")
+    >>> boxed("The final answer is 7 apples")
     '7'
-    >>> boxed("I am not sure.") is None
-    True
+    >>> boxed("I am not sure.") is None, boxed("answer = 27 * 74 + 18 * 58") is None
+    (True, True)
     """
     close = _closing_braces(output) if "\\" in output else {}
     for m in reversed(list(_BOXED.finditer(output))):
         end = close.get(m.end() - 1)
         if end is not None and output[m.end():end].strip():
             return output[m.end():end].strip()
-    lines = [ln for ln in output.splitlines() if _ANSWER_LINE.search(ln)]
+    lines = [ln for ln in _without_fences(output).splitlines() if _ANSWER_LINE.search(ln)]
     if not lines:
         return None
     answer = _ANSWER_LINE.search(lines[-1]).group(1).strip()
     answer = answer.strip("*").strip()
     answer = answer.rstrip(".").strip().strip("$").strip()
-    return answer or None
+    number = _BARE_NUMBER.fullmatch(answer)
+    return number.group(1) if number else None
 
 
 _MOVE_WORDS = {"U": "U", "UP": "U", "D": "D", "DOWN": "D", "L": "L", "LEFT": "L", "R": "R", "RIGHT": "R"}

@@ -72,6 +72,9 @@ class EnvSpec:
     # fields known only from the env's arguments (`env http(url)` asks its server): called by the
     # checker with the `.mas` arguments; raises `UserError` when it cannot tell
     fields_from: Callable[..., tuple[str, ...]] | None = None
+    # the env another process serves (`env http(url)`: its server's env), whose bound functions a
+    # workflow may call: called by the checker with the `.mas` arguments; None: unknown, any may be
+    serves_from: Callable[..., str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,9 @@ class DataSourceSpec:
     doc: str = ""
     paths: tuple[str, ...] = ()  # parameters that are file or folder paths (relative: to the .mas file)
     names: tuple[str, ...] = ()  # parameters that are a folder (next to the .mas file) or else a name
+    # what is wrong with a call's literal arguments, as (parameter, message, hint) triples, for
+    # `masdsl check` (`reasoning_gym("gms_symbolic")`); None: the arguments are the run's to judge
+    check: Callable[..., list[tuple[str, str, str | None]]] | None = None
 
 
 @dataclass
@@ -124,6 +130,7 @@ BUILTIN_MODULES = (
     "masdsl.envs.plan_path",
     "masdsl.envs.datasets",
     "masdsl.envs.http_env",
+    "masdsl.envs.openenv_client",
 )
 
 
@@ -146,6 +153,14 @@ def _arity(fn: Callable[..., Any], skip: int) -> tuple[int, int | None]:
     return sum(p.default is p.empty for p in positional), len(positional)
 
 
+def _named(name: object, decorator: str) -> None:
+    """A decorator written bare (`@parser` over a function) receives the function as its name and
+    would register nothing: say how to write it (the checker shows it as the import's error)."""
+    if not isinstance(name, str) or not name:
+        given = getattr(name, "__name__", "NAME")
+        raise TypeError(f"@{decorator} needs the name the `.mas` file calls it by: @{decorator}(\"{given}\", ...)")
+
+
 def function(name: str, *, returns: ValueType = "any", env: str | tuple[str, ...] | None = None):
     """Register a function for expressions. With `env=...` it receives the state first.
 
@@ -153,6 +168,7 @@ def function(name: str, *, returns: ValueType = "any", env: str | tuple[str, ...
     dispatches on the state it receives); `FunctionSpec.envs` lists them all.
     """
     envs = (env,) if isinstance(env, str) else tuple(env or ())
+    _named(name, "function")
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         lo, hi = _arity(fn, skip=1 if envs else 0)
@@ -167,6 +183,7 @@ def function(name: str, *, returns: ValueType = "any", env: str | tuple[str, ...
 
 def parser(name: str, *, returns: ValueType = "any", empty: Any = None):
     """Register a parser for `parse FIELD = name(output, ...)`; it returns None on failure."""
+    _named(name, "parser")
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         lo, hi = _arity(fn, skip=0)
@@ -178,25 +195,31 @@ def parser(name: str, *, returns: ValueType = "any", empty: Any = None):
     return register
 
 
-def env(name: str, *, fields: tuple[str, ...] = (), fields_from: Callable[..., tuple[str, ...]] | None = None):
+def env(name: str, *, fields: tuple[str, ...] = (), fields_from: Callable[..., tuple[str, ...]] | None = None,
+        serves_from: Callable[..., str | None] | None = None):
     """Register an environment class (see `masdsl.envs.base.Env`); `fields_from(*args, **kwargs)`:
-    its fields from its arguments, for an env whose fields depend on them."""
+    its fields from its arguments, for an env whose fields depend on them; `serves_from(*args,
+    **kwargs)`: the env it reaches in another process, for one that serves another's state."""
+    _named(name, "env")
 
     def register(cls: Callable[..., Any]) -> Callable[..., Any]:
-        REGISTRY.envs[name] = EnvSpec(name, cls, tuple(fields), inspect.getdoc(cls) or "", fields_from)
+        REGISTRY.envs[name] = EnvSpec(name, cls, tuple(fields), inspect.getdoc(cls) or "", fields_from, serves_from)
         return cls
 
     return register
 
 
-def data_source(name: str, *, fields: tuple[str, ...] = (), paths: tuple[str, ...] = (), names: tuple[str, ...] = ()):
+def data_source(name: str, *, fields: tuple[str, ...] = (), paths: tuple[str, ...] = (), names: tuple[str, ...] = (),
+                check: Callable[..., list[tuple[str, str, str | None]]] | None = None):
     """Register a data source `fn(split, *args, **kwargs) -> list[dict]` (rows need an `id`).
     `paths`: its parameters that are paths, read relative to the `.mas` file; `names`: those that
-    are a folder there or else a name (`masdsl.envs.data_paths`)."""
+    are a folder there or else a name (`masdsl.envs.data_paths`); `check`: called by `masdsl
+    check` with the call's literal arguments, the mistakes in them (`DataSourceSpec.check`)."""
+    _named(name, "data_source")
 
     def register(fn: Callable[..., list[dict]]) -> Callable[..., list[dict]]:
         REGISTRY.data_sources[name] = DataSourceSpec(name, fn, tuple(fields), inspect.getdoc(fn) or "",
-                                                     tuple(paths), tuple(names))
+                                                     tuple(paths), tuple(names), check)
         return fn
 
     return register

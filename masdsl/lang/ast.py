@@ -276,6 +276,14 @@ class TrainDecl:
 
 
 @dataclass(frozen=True)
+class SandboxDecl:
+    """`sandbox { packages: ["numpy"] }`: what generated programs may use (masdsl.sandbox)."""
+
+    block: Block
+    span: Span
+
+
+@dataclass(frozen=True)
 class ImportDecl:
     path: StrLit
     span: Span
@@ -295,4 +303,5 @@ class Module:
     successes: tuple[ExprStmt, ...] = ()
     trains: tuple[TrainDecl, ...] = ()
     imports: tuple[ImportDecl, ...] = ()
+    sandboxes: tuple[SandboxDecl, ...] = ()
     span: Span | None = None

@@ -4,14 +4,14 @@ Each rule is a small function over the AST that appends diagnostics; `check()` r
 order. A rule that depends on names skips what an earlier rule already reported (one cause,
 one diagnostic). Policies and roles are checked in `masdsl.lang.check_roles`, the flow in
 `masdsl.lang.check_flow`, expressions in `masdsl.lang.check_exprs`, imports in
-`masdsl.lang.check_imports`. Names of environments, data sources, parsers and functions come from `masdsl.envs.registry.REGISTRY` after
+`masdsl.lang.check_imports`, the `train { }` block in `masdsl.lang.check_train`. Names of environments, data sources, parsers and functions come from `masdsl.envs.registry.REGISTRY` after
 `load_builtins()` and the workflow's `import` files.
 
 >>> from masdsl.lang.parse import parse_text
 >>> text = 'env e\\npolicy shared { model: "m" }\\nrole a { policy shard prompt "hi" }\\nflow { start -> a -> end }'
 >>> module, _ = parse_text(text, "w.mas")
 >>> from masdsl.envs.registry import Registry, EnvSpec
->>> reg = Registry(envs={"e": EnvSpec("e", object)})
+>>> reg = Registry(envs={"e": EnvSpec("e", lambda: None)})
 >>> [(d.code, str(d.span)) for d in check(module, text, registry=reg) if d.is_error]
 [('missing-statement', 'w.mas:1:1'), ('unknown-policy', 'w.mas:3:17')]
 """
@@ -22,10 +22,10 @@ import inspect
 from pathlib import Path
 from typing import Any
 
-from masdsl.config import ConfigError, plainly_valid, resolve_config
 from masdsl.envs.hf_data import hf, parquet, saved_fields, saved_splits
 from masdsl.envs.data_paths import SPLIT_WORDS, resolve_args
 from masdsl.envs.loading import TABLE_SUFFIXES, keyed_rows, read_rows, scan_jsonl, table_fields
+from masdsl.envs.base import class_problems
 from masdsl.envs.registry import load_builtins
 from masdsl.errors import DataError, UserError, did_you_mean
 from masdsl.lang import ast as A
@@ -34,7 +34,9 @@ from masdsl.lang.check_exprs import check_exprs, check_parses
 from masdsl.lang.check_flow import check_flow, flow_edges, max_turns_of
 from masdsl.lang.check_imports import check_imports, note_unchecked
 from masdsl.lang.check_roles import check_policies, check_roles
-from masdsl.lang.context import Ctx
+from masdsl.lang.check_sandbox import check_sandbox
+from masdsl.lang.check_train import check_train
+from masdsl.lang.context import Ctx, file_beside
 from masdsl.lang.context import bind as _bind
 from masdsl.lang.context import ticks as _ticks
 from masdsl.lang.errors import Diagnostic
@@ -99,6 +101,10 @@ def check_env(c: Ctx) -> None:
         return
     c.env_name = spec.name
     c.env_fields = set(spec.fields) if spec.fields else None
+    for problem in class_problems(spec.factory):  # what the run would meet at its first episode
+        c.error("env-contract", f"environment `{spec.name}`: {problem}", decl.name.span, label="registered by `@env`",
+                help="an env class has reset(task), apply(state, role, fields), view(state), success(state) and "
+                     "`limits` (docs/extending.md, \"An environment\")")
     args = _literal_args(c, decl.call) if decl.call is not None else None
     if args is not None:
         why = _bind(spec.factory, len(decl.call.args), [k.name.name for k in decl.call.kwargs])
@@ -109,10 +115,14 @@ def check_env(c: Ctx) -> None:
 
 
 def _fields_from(c: Ctx, spec, call: A.Call, args: tuple[list, dict]) -> None:
-    """The fields of an env that learns them from its arguments (`env http(url)` asks its server)."""
+    """The fields of an env that learns them from its arguments (`env http(url)` asks its server),
+    and the env it serves, whose bound functions (`step_reward()`) the workflow may then call."""
     try:
         c.env_fields = set(spec.fields_from(*args[0], **args[1])) or None
+        if spec.serves_from is not None:
+            c.served_env = spec.serves_from(*args[0], **args[1]) or "*"
     except UserError as exc:
+        c.served_env = "*"  # one cause, one diagnostic: no `wrong-env` for each bound function as well
         c.error("env-unreachable", f"cannot learn the fields of environment `{spec.name}`: {exc}", call.span,
                 label="its fields are asked here",
                 help="or declare the fields, `fields=[\"total\", ...]`, to check without the server")
@@ -123,7 +133,7 @@ def _jsonl_fields(c: Ctx, lit: A.StrLit) -> set[str] | None:
     path = c.resolve(lit.value)
     if not path.is_file():
         c.error("missing-file", f"data file `{lit.value}` does not exist", lit.span, label="no such file",
-                notes=(f"looked for {path}",))
+                notes=(f"looked for {path}",), help=file_beside(lit.value, path))
         return None
     if path.suffix in TABLE_SUFFIXES:
         try:
@@ -209,6 +219,22 @@ def _check_data_files(c: Ctx, call: A.Call, spec, args: list, kwargs: dict) -> N
             _scan_rows(c, str(given[name]), path, node.span if node is not None else call.span, unique_ids=False)
 
 
+def _check_arguments(c: Ctx, call: A.Call, spec, args: list, kwargs: dict) -> None:
+    """A data source's own judgement of a call's literal arguments (`DataSourceSpec.check`:
+    `reasoning_gym("gms_symbolic")`), each mistake reported at its argument."""
+    if spec.check is None:
+        return
+    try:
+        found = spec.check(*args, **kwargs)
+    except DataError as exc:  # it cannot judge on this machine (its package is missing): say so
+        c.error("invalid-value", str(exc), call.func.span)
+        return
+    names = list(inspect.signature(spec.fn).parameters)
+    for param, message, hint in found:
+        node = _arg(call, names.index(param) if param in names else len(call.args), param)
+        c.error("invalid-value", f"{spec.name}(...): {message}", node.span if node is not None else call.span, help=hint)
+
+
 def check_data(c: Ctx) -> None:
     """`data SPLIT source(args)` or `data SPLIT "file.jsonl"` (or .parquet/.arrow): known split, registered source or
     existing file; the task fields are what every split's rows hold."""
@@ -246,6 +272,7 @@ def check_data(c: Ctx) -> None:
                 continue
             else:
                 _check_data_files(c, d.call, spec, *lits)
+                _check_arguments(c, d.call, spec, *lits)
         fields.append(set(spec.fields) if spec.fields else None)
     if fields and all(f is not None for f in fields):
         c.task_fields = set.intersection(*fields) | {"id"}
@@ -271,7 +298,7 @@ def check_templates(c: Ctx) -> None:
                 path = c.resolve(lit.value)
                 if not path.is_file():
                     c.error("missing-file", f"prompt file `{lit.value}` does not exist", lit.span, label="no such file",
-                            notes=(f"looked for {path}",))
+                            notes=(f"looked for {path}",), help=file_beside(lit.value, path))
                     continue
                 try:
                     body = path.read_text(encoding="utf-8", errors="replace")
@@ -290,35 +317,6 @@ def template_of(lit: A.StrLit, text: str):
     if lit.long:
         return T.prompt_text(text[lit.span.start : lit.span.end], lit.span.start)
     return T.TemplateText(lit.value, (lit.span.start + 1,) * (lit.value.count("\n") + 1))
-
-
-def _entry_at(block: A.Block, path: list[str]) -> A.Entry | None:
-    entry = None
-    for part in path:
-        entry = block.get(part)
-        if entry is None:
-            return None
-        if isinstance(entry.value, A.Block):
-            block = entry.value
-    return entry
-
-
-def check_train(c: Ctx) -> None:
-    """The `train { }` block passes the run configuration's schema (`masdsl.config`)."""
-    if not c.module.trains:
-        return
-    block = c.module.trains[0].block
-    values = A.to_python(block)
-    if plainly_valid(values):  # most blocks: no need to start OmegaConf
-        return
-    try:
-        resolve_config(train_block=values)
-    except ConfigError as exc:
-        msg = str(exc)
-        path = exc.key.split(".") if exc.key else []
-        entry = _entry_at(block, path[1:] if path and path[0] == "train" else path) or _entry_at(block, path)
-        first = msg.strip().splitlines()[0]
-        c.error("invalid-train", first, entry.key.span if entry else block.span)
 
 
 def check_warnings(c: Ctx) -> None:
@@ -345,7 +343,8 @@ def check_warnings(c: Ctx) -> None:
 
 
 RULES = (check_singletons, check_imports, check_env, check_data, check_policies, check_roles, check_parses,
-         check_exprs, check_flow, check_templates, check_judges, check_train, check_warnings, note_unchecked)
+         check_exprs, check_flow, check_templates, check_judges, check_train, check_sandbox,
+         check_warnings, note_unchecked)
 
 
 def run_checks(module: A.Module, text: str, base_dir: Path | None = None, registry=None) -> Ctx:

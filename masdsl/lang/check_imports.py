@@ -16,7 +16,7 @@ from pathlib import Path
 
 from masdsl.envs.registry import load_builtins
 from masdsl.lang import ast as A
-from masdsl.lang.context import Ctx
+from masdsl.lang.context import Ctx, file_beside
 from masdsl.lang.imports import ImportFileError, Registration, import_file, registrations, restore_builtins, shadowed_builtin
 from masdsl.lang.source import SourceFile, Span
 
@@ -34,7 +34,7 @@ def check_imports(c: Ctx) -> None:
         path = c.resolve(imp.path.value)
         if not path.is_file():
             c.error("missing-file", f"import file `{imp.path.value}` does not exist", imp.path.span,
-                    label="no such file", notes=(f"looked for {path}",))
+                    label="no such file", notes=(f"looked for {path}",), help=file_beside(imp.path.value, path))
             c.failed_imports.append(c.diags[-1])
             continue
         try:

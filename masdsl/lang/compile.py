@@ -93,6 +93,15 @@ def _data(c: Ctx, d: A.DataDecl) -> DataSpec:
     return DataSpec(d.split.name, d.call.func.name, args, kwargs, None, d.span, c.base_dir)
 
 
+def _train_defaults(m: A.Module) -> dict[str, Any]:
+    """The run configuration's defaults from the file: the `train { }` block, with the
+    `sandbox { }` statement as its `sandbox` section (the checker refuses a key set in both)."""
+    train = A.to_python(m.trains[0].block) if m.trains else {}
+    if m.sandboxes:
+        train["sandbox"] = {**train.get("sandbox", {}), **A.to_python(m.sandboxes[0].block)}
+    return train
+
+
 def build_workflow(c: Ctx, name: str, path: Path | None = None) -> Workflow:
     """Build the `Workflow` of a checked module (`c` is the checker's context)."""
     if any(d.is_error for d in c.diags):
@@ -135,7 +144,7 @@ def build_workflow(c: Ctx, name: str, path: Path | None = None) -> Workflow:
         team=team,
         alpha=float(literal(m.alphas[0].expr)) if m.alphas else 1.0,
         success=success,
-        train=A.to_python(m.trains[0].block) if m.trains else {},
+        train=_train_defaults(m),
         imports=tuple(Path(i) for i in imports),
         path=path,
         source=c.text,

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from masdsl.errors import suggest
 from masdsl.lang import ast as A
 from masdsl.lang.errors import Diagnostic
 from masdsl.lang.source import Span
@@ -32,6 +34,8 @@ class Ctx:
     task_fields: set[str] | None = None  # None: unknown, anything goes
     env_name: str | None = None
     env_fields: set[str] | None = None
+    # the env an `env http(...)` server serves, whose bound functions may be called: "*" unknown
+    served_env: str | None = None
     flow_ok: bool = True
     failed_imports: list[Diagnostic] = field(default_factory=list)  # the error of each import that failed
     unchecked: dict[str, str] = field(default_factory=dict)  # name -> kind, not reported because of them
@@ -52,6 +56,30 @@ class Ctx:
     def resolve(self, rel: str) -> Path:
         p = Path(rel)
         return p if p.is_absolute() or self.base_dir is None else self.base_dir / p
+
+
+def file_beside(written: str, path: Path) -> str | None:
+    """`did you mean ...?` for a missing file `path` (written `written` in the `.mas` file): a file
+    in its folder whose name differs only in case, else one with the same name before the first
+    dot (`x.json` for `x.jsonl`), else the closest spelling; None when the folder has none.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "X.jsonl").write_text("{}"), (folder / "y.json").write_text("{}")
+    >>> file_beside("data/x.jsonl", folder / "x.jsonl"), file_beside("y.jsonl", folder / "y.jsonl")
+    ('did you mean `data/X.jsonl`?', 'did you mean `y.json`?')
+    >>> file_beside("zzz.txt", folder / "zzz.txt") is None
+    True
+    """
+    try:
+        names = sorted(p.name for p in itertools.islice(path.parent.iterdir(), 5000) if p.is_file())  # `check` stays fast
+    except OSError:  # no such folder: nothing beside it
+        return None
+    stem = path.name.split(".")[0].lower()
+    near = (next((n for n in names if n.lower() == path.name.lower()), None)
+            or next((n for n in names if stem and n.split(".")[0].lower() == stem), None)
+            or suggest(path.name, names))
+    return f"did you mean `{Path(written).with_name(near).as_posix()}`?" if near else None
 
 
 def ticks(names: Iterable[str]) -> str:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import inspect
 import operator
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from masdsl.envs import registry
 from masdsl.envs.registry import FunctionSpec
@@ -102,12 +102,15 @@ def called_names(node: A.Expr) -> list[str]:
     >>> called_names(parse_text("team f(g(1), 2 * h(task.x)) > 0", "w")[0].teams[0].expr)
     ['f', 'g', 'h']
     """
-    out: list[str] = []
+    return [n.func.name for n in subexpressions(node) if isinstance(n, A.Call)]
+
+
+def subexpressions(node: object) -> Iterator[A.Expr]:
+    """`node` and every expression inside it, outermost first (pre-order, arguments in order)."""
     stack = [node]
     while stack:
         n = stack.pop()
         if isinstance(n, A.Call):
-            out.append(n.func.name)
             stack.extend(reversed([*n.args, *(k.value for k in n.kwargs)]))
         elif isinstance(n, A.BinOp):
             stack.extend((n.right, n.left))
@@ -115,7 +118,9 @@ def called_names(node: A.Expr) -> list[str]:
             stack.append(n.operand)
         elif isinstance(n, A.ListExpr):
             stack.extend(reversed(n.items))
-    return out
+        elif not isinstance(n, (A.Const, A.Name, A.Attr)):
+            continue  # None (no expression) or not an expression
+        yield n
 
 
 class CompiledExpr:
@@ -212,12 +217,17 @@ class CompiledExpr:
             self._fns[name] = fn = _callable(spec)
         args = [self._eval(a, ctx) for a in node.args]
         kwargs = {k.name.name: self._eval(k.value, ctx) for k in node.kwargs}
+        call = fn[0]
         if fn[1]:
-            args.insert(0, ctx.state)
+            remote = getattr(ctx.state, "call_bound", None)
+            if callable(remote):  # a state held by an env server (`env http(...)`): computed there
+                call = lambda *a, **k: remote(name, a, k)  # noqa: E731
+            else:
+                args.insert(0, ctx.state)
         if fn[2] and ctx.limits is not None and "limits" not in kwargs:
             kwargs["limits"] = ctx.limits  # code runs under the env's sandbox limits, as the env's own runs do
         try:
-            return fn[0](*args, **kwargs)
+            return call(*args, **kwargs)
         except UserError:
             raise
         except Exception as exc:  # noqa: BLE001 - a user or env function failed: point at the call

@@ -30,7 +30,8 @@ from masdsl.lang.workflow import Span
 _TOP = STATEMENTS
 _ROLE_ITEMS = ROLE_ITEMS
 _GROUPS = {A.WorkflowDecl: "workflows", A.EnvDecl: "envs", A.DataDecl: "data", A.PolicyDecl: "policies",
-           A.RoleDecl: "roles", A.FlowDecl: "flows", A.TrainDecl: "trains", A.ImportDecl: "imports"}
+           A.RoleDecl: "roles", A.FlowDecl: "flows", A.TrainDecl: "trains", A.ImportDecl: "imports",
+           A.SandboxDecl: "sandboxes"}
 _EXPR_GROUPS = {"team": "teams", "alpha": "alphas", "success": "successes"}
 
 
@@ -43,7 +44,7 @@ def parse_fast(text: str, path: str = "<string>") -> A.Module | None:
 def module_of(path: str, stmts: list, text: str) -> A.Module:
     """The `Module` of top-level statements (in file order) of `text`, grouped by kind."""
     groups: dict[str, list] = {k: [] for k in ("workflows", "envs", "data", "policies", "roles", "flows",
-                                             "teams", "alphas", "successes", "trains", "imports")}
+                                             "teams", "alphas", "successes", "trains", "imports", "sandboxes")}
     for st in stmts:
         groups[_GROUPS.get(type(st)) or _EXPR_GROUPS[st.kind]].append(st)
     span = Span(path, 1, 1, text.count("\n") + 1, len(text) - (text.rfind("\n") + 1) + 1, 0, len(text))
@@ -124,6 +125,9 @@ class _Parser(Reader):
 
     def s_train(self, a: int) -> A.TrainDecl:
         return A.TrainDecl(self.block(), self.span(a, self.i - 1))
+
+    def s_sandbox(self, a: int) -> A.SandboxDecl:
+        return A.SandboxDecl(self.block(), self.span(a, self.i - 1))
 
     def s_import(self, a: int) -> A.ImportDecl:
         return A.ImportDecl(self.string(), self.span(a, self.i - 1))

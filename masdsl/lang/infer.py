@@ -14,6 +14,7 @@ that is wrong appends a diagnostic and gives "any", so one mistake is reported o
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 from masdsl.lang import ast as A
@@ -119,7 +120,7 @@ def _call(c, node: A.Call, scope: Scope) -> str:
                 help=did_you_mean(name, c.registry.functions))
         return ANY
     envs = tuple(getattr(spec, "envs", ()) or ()) or ((spec.env,) if spec.env else ())
-    if envs and c.env_name is not None and c.env_name not in envs:
+    if envs and c.env_name is not None and c.env_name not in envs and c.served_env not in (*envs, "*"):
         which = " or ".join(f"`{e}`" for e in envs)
         c.error("wrong-env", f"`{name}` reads the state of environment {which}, but this workflow uses `{c.env_name}`",
                 node.func.span, label=f"needs `env {envs[0]}`" + (" (or another listed env)" if len(envs) > 1 else ""))
@@ -128,8 +129,23 @@ def _call(c, node: A.Call, scope: Scope) -> str:
         lo, hi = spec.min_args, spec.max_args
         want = f"{lo}" if lo == hi else f"{lo} to {hi}" if hi is not None else f"at least {lo}"
         c.error("wrong-arity", f"`{name}` takes {want} argument{'s' if hi != 1 else ''}, got {len(node.args) + len(node.kwargs)}",
-                node.span, label=why)
+                node.span, label=why, help=_state_help(spec, c.env_name))
     return spec.returns
+
+
+def _state_help(spec, env_name: str | None) -> str | None:
+    """For a function whose first parameter is `state` but that was registered without `env=`:
+    how to register it so that the runtime passes the env's state (else None)."""
+    if spec.env or env_name is None:
+        return None
+    try:
+        first = next(iter(inspect.signature(spec.fn).parameters), None)
+    except (TypeError, ValueError):  # a builtin without a signature
+        return None
+    if first != "state":
+        return None
+    return (f"a function that reads the env's state is registered with `@function(\"{spec.name}\", "
+            f"env=\"{env_name}\")`: the runtime then passes the state first, and the `.mas` file leaves it out")
 
 
 def _binop(c, node: A.BinOp, scope: Scope) -> str:

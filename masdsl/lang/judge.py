@@ -19,6 +19,15 @@ call into a `JudgeSpec` (`judge_specs`), which `masdsl.runtime.judge` samples an
 ['judge']
 >>> score_of("The score is \\\\boxed{7}.", "auto"), score_of("7 of 10", "auto"), score_of("no idea", "number")
 (7.0, 7.0, None)
+
+A reply that restates an equation (`1 + 6 = 7`) is not read as its score under `auto`: a labelled
+score (`Score: 9`) wins, else the first number outside the equation; `number` takes the first
+number whatever it is, and `restated` names the equation it came from (the run warns):
+
+>>> score_of("1 + 6 = 7. Score: 9", "auto"), score_of("1 + 6 = 7, so 8", "auto"), score_of("1 + 6 = 7", "auto")
+(9.0, 8.0, None)
+>>> score_of("1 + 6 = 7", "number"), restated("1 + 6 = 7", 1.0, "number"), restated("1 + 6 = 7", None, "auto")
+(1.0, '1 + 6 = 7', '1 + 6 = 7')
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ from masdsl.errors import did_you_mean
 from masdsl.lang import ast as A
 from masdsl.lang import templates as T
 from masdsl.lang.context import Ctx, ticks
-from masdsl.lang.exprs import NotLiteral, literal
+from masdsl.lang.exprs import NotLiteral, literal, subexpressions
 from masdsl.lang.workflow import Span
 
 JUDGE = "judge"
@@ -46,12 +55,20 @@ SCORE_PARSES = ("auto", "number")  # built in; any registered parser (`boxed`, .
 SIGNATURE = 'judge(policy, "template", parse="auto", default=0, max_tokens=32, temperature=0) -> number'
 DOC = ("A frozen policy of the workflow scores this role's reply: the template (a Jinja2 prompt: `output`, the "
        "role's fields, `task`, `env`, `turn`, `history`, role names) is sent to the policy, and its reply is read "
-       "as a number by `parse` (`auto`: the first `\\boxed{}` that holds a number, else the first number; "
+       "as a number by `parse` (`auto`: the first `\\boxed{}` that holds a number, else the last labelled "
+       "score such as `Score: 7`, else the first number outside a restated equation such as `1 + 6 = 7`; "
        "`number`: the first number; or a registered parser such as `boxed`). A reply that does not parse scores "
-       "`default` and is counted in `judge/unparsed`. All judge prompts of a tick go to the policy's engine in "
+       "`default` and is counted in `judge/unparsed`; a score read from a restated equation is counted in "
+       "`judge/restated` and warned about. All judge prompts of a tick go to the policy's engine in "
        "one batch; their tokens and time are `judge/tokens` and `time/judge_s`.")
 _NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 _BOXED = re.compile(r"\\boxed\{\s*([^{}]*?)\s*\}")
+# `Score: 7`, `score = 7`, `rating is 8/10`, `Grade 3`, `**Score**: 7`: a number the judge labelled as its answer
+_LABELLED = re.compile(r"\b(?:score|rating|grade)\b\**\s*(?::|=|is|of)?\s*\**\s*([-+]?(?:\d+\.\d*|\.\d+|\d+))", re.I)
+# a restated equation, `1 + 6 = 7` or `2*3=6`: operands, at least one operator, then `=` and a result.
+# An operator is needed: `8/10 = 0.8` counts, a bare `8/10` (a score out of 10) or `7-8` (a range) does not
+_UNSIGNED = r"(?:\d+(?:\.\d+)?|\.\d+)"
+_EQUATION = re.compile(rf"{_UNSIGNED}(?:\s*[-+*/×÷^x]\s*{_UNSIGNED})+\s*=\s*[-+]?{_UNSIGNED}")
 
 
 @dataclass(frozen=True)
@@ -70,19 +87,7 @@ class JudgeSpec:
 
 def judge_calls(node: Any) -> Iterator[A.Call]:
     """Every `judge(...)` call in an expression, outermost first."""
-    if isinstance(node, A.Call):
-        if node.func.name == JUDGE:
-            yield node
-        for a in (*node.args, *(k.value for k in node.kwargs)):
-            yield from judge_calls(a)
-    elif isinstance(node, A.BinOp):
-        yield from judge_calls(node.left)
-        yield from judge_calls(node.right)
-    elif isinstance(node, A.Unary):
-        yield from judge_calls(node.operand)
-    elif isinstance(node, A.ListExpr):
-        for item in node.items:
-            yield from judge_calls(item)
+    return (n for n in subexpressions(node) if isinstance(n, A.Call) and n.func.name == JUDGE)
 
 
 def _number(text: str) -> float | None:
@@ -90,15 +95,55 @@ def _number(text: str) -> float | None:
     return float(m.group()) if m else None
 
 
+def _equations(reply: str) -> list[re.Match[str]]:
+    return list(_EQUATION.finditer(reply))
+
+
+def _auto(reply: str) -> float | None:
+    """`parse="auto"`: a `\\boxed{}` number, else the last labelled score, else the first number
+    outside every restated equation."""
+    for inner in _BOXED.findall(reply):
+        value = _number(inner)
+        if value is not None:
+            return value
+    labelled = _LABELLED.findall(reply)
+    if labelled:
+        return float(labelled[-1])
+    spans = [m.span() for m in _equations(reply)]
+    for m in _NUMBER.finditer(reply):
+        if not any(a <= m.start() < b for a, b in spans):
+            return float(m.group())
+    return None
+
+
+def restated(reply: str, value: float | None, parse: str) -> str | None:
+    """The restated equation of `reply` that its score came from, or (under `auto`, when no boxed
+    or labelled score decided) whose numbers were passed over; None when the reply restates none
+    or its score did not come from one (`number` reads an operand of `1 + 6 = 7`: 1; a parser's
+    value counts as read from the equation when the reply holds it nowhere else)."""
+    equations = _equations(reply)
+    if not equations:
+        return None
+    if parse == "auto":
+        if any(_number(inner) is not None for inner in _BOXED.findall(reply)) or _LABELLED.search(reply):
+            return None  # a boxed or labelled score: the equation played no part
+        hit = equations[:1]
+    elif parse == "number":
+        first = _NUMBER.search(reply)
+        hit = [m for m in equations if first is not None and m.start() <= first.start() < m.end()]
+    else:
+        outside = {float(n.group()) for n in _NUMBER.finditer(reply)
+                   if not any(m.start() <= n.start() < m.end() for m in equations)}
+        hit = [] if value is None or value in outside else \
+            [m for m in equations if value in {float(n) for n in re.findall(_UNSIGNED, m.group())}]
+    return " ".join(hit[0].group().split()) if hit else None
+
+
 def score_of(reply: str, parse: str, parser: Any = None) -> float | None:
     """The judge's score in `reply`, or None when it does not parse. `parser`: the registered
     parser's function when `parse` names one (its value read as a number: a bool counts 1/0)."""
     if parse == "auto":
-        for inner in _BOXED.findall(reply):
-            value = _number(inner)
-            if value is not None:
-                return value
-        return _number(reply)
+        return _auto(reply)
     if parse == "number":
         return _number(reply)
     try:

@@ -46,9 +46,10 @@ class ToAst(Transformer):
     # statements
     def start(self, items):
         groups: dict[str, list] = {k: [] for k in ("workflows", "envs", "data", "policies", "roles", "flows",
-                                                 "teams", "alphas", "successes", "trains", "imports")}
+                                                 "teams", "alphas", "successes", "trains", "imports", "sandboxes")}
         kinds = {A.WorkflowDecl: "workflows", A.EnvDecl: "envs", A.DataDecl: "data", A.PolicyDecl: "policies",
-                 A.RoleDecl: "roles", A.FlowDecl: "flows", A.TrainDecl: "trains", A.ImportDecl: "imports"}
+                 A.RoleDecl: "roles", A.FlowDecl: "flows", A.TrainDecl: "trains", A.ImportDecl: "imports",
+                 A.SandboxDecl: "sandboxes"}
         for it in items:
             key = kinds.get(type(it)) or {"team": "teams", "alpha": "alphas", "success": "successes"}[it.kind]
             groups[key].append(it)
@@ -91,6 +92,10 @@ class ToAst(Transformer):
     @v_args(meta=True)
     def train_decl(self, meta, c):
         return A.TrainDecl(c[0], self._s(meta))
+
+    @v_args(meta=True)
+    def sandbox_decl(self, meta, c):
+        return A.SandboxDecl(c[0], self._s(meta))
 
     @v_args(meta=True)
     def import_decl(self, meta, c):

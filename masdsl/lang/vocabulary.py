@@ -11,7 +11,8 @@ The fast lexer and parser (`lexer.py`, `fastparse.py`), lark's syntax-error nami
 from __future__ import annotations
 
 # The statements that may start a top-level line, in the order the docs list them.
-STATEMENTS = ("workflow", "env", "data", "policy", "role", "flow", "team", "alpha", "success", "train", "import")
+STATEMENTS = ("workflow", "env", "data", "policy", "role", "flow", "team", "alpha", "success", "train", "sandbox",
+              "import")
 # The lines a `role { }` may hold, in the order the docs list them.
 ROLE_ITEMS = ("policy", "system", "prompt", "sample", "parse", "reward", "advantage", "metric")
 # Every word the grammar spells out. All are soft: a name wherever no keyword is expected.

@@ -197,7 +197,7 @@ class Workflow:
     team: Expr | None = None
     alpha: float = 1.0
     success: Expr | None = None  # None: the env's own Env.success(state)
-    train: dict[str, Any] = field(default_factory=dict)  # the file's `train { }` block, raw
+    train: dict[str, Any] = field(default_factory=dict)  # the file's `train { }` block, raw, and `sandbox { }` as its `sandbox`
     imports: tuple[Path, ...] = ()
     path: Path | None = None
     source: str = ""

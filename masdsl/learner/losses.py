@@ -9,8 +9,9 @@ gives exactly the token mean over the batch, whatever the micro-batching.
 `old_logp` are the log-probs of the policy that sampled the rollout, fixed before the first
 optimizer step of the update (see `update.py`): the first mini-batch sees ratios of 1, the
 later mini-batches and epochs see the policy drift away, and that is where PPO's clip and the
-dual clip act. torch is imported inside the functions so that importing this module (for
-`LOSS_FNS`' names, by the config check) stays cheap.
+dual clip act. torch is imported at the top: the config check reads the allowed names from
+`masdsl.config.LOSSES` (torch-free) and never imports this module, which checks at import that
+`LOSS_FNS` implements exactly those names.
 
 >>> import torch
 >>> logp = torch.tensor([[-1.0, -2.0], [-0.5, 0.0]], requires_grad=True)

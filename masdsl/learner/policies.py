@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Mapping
 import torch
 
 from masdsl.lang.workflow import LoraSettings, PolicySpec
-from masdsl.plan.models import load_model, resolve_model
+from masdsl.models.load import load_model, resolve_model
 from masdsl.plan.placement import is_trainable
 from masdsl.plan.run_plan import RunPlan
 from masdsl.runtime.backends.base import Engine

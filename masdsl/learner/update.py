@@ -200,7 +200,7 @@ def update_policy(
         return stats
     batch = _Batch(policy, records, advantages, tc, reference if use_kl else None,
                    policy.tokenizer.pad_token_id if policy.tokenizer.pad_token_id is not None else 0,
-                   getattr(policy, "compute_dtype", "float32"), shard=shard, roles=roles)
+                   policy.compute_dtype, shard=shard, roles=roles)
     mbs = [mb for mb in mini_batch_rows(mine, tc.mini_batch_size) if any(i in runnable for i in mb)]
     # each optimizer step: this rank's rows that run through the model (every rank takes the same
     # steps, the mini-batches with a row to run), and the mini-batch's token count (the mean's denominator)
@@ -230,10 +230,10 @@ def update_policy(
 class _Batch:
     """One policy's rollout rows as the update reads them, and the old log-probs fixed for them."""
 
-    policy: Any
+    policy: Policy
     records: Sequence[StepRecord]
     advantages: Sequence[float]
-    tc: Any
+    tc: TrainConfig
     reference: KLReference | None  # None: no KL term
     pad_id: int
     compute_dtype: str

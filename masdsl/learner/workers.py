@@ -53,7 +53,7 @@ from masdsl.learner.logprobs import AdapterOff, FrozenModel, KLReference
 from masdsl.learner.parallel import FsdpShard, Shard
 from masdsl.learner.policies import Policy, compute_state, iter_trainable, master_dtype
 from masdsl.learner.update import UpdateBatch, UpdateStats, update_policy
-from masdsl.plan.models import load_model
+from masdsl.models.load import load_model
 from masdsl.plan.run_plan import RunPlan
 from masdsl.runtime.actors import ACTOR_CPUS, LEARN_SLOT, slot_resources
 from masdsl.runtime.records import StepRecord

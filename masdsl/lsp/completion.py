@@ -140,8 +140,8 @@ def complete(state: DocState, offset: int) -> list[T.CompletionItem]:
         return _items(STATEMENTS, CK.Keyword)
     if inner == "sample":
         return _items(SAMPLE_KEYS, CK.Property, lambda k: SAMPLE_KEYS[k])
-    if c.blocks[0] == "train":
-        section = c.blocks[1] if len(c.blocks) > 1 else "train"
+    if c.blocks[0] in ("train", "sandbox"):  # the top-level `sandbox { }` is the config's `sandbox` section
+        section = c.blocks[1] if len(c.blocks) > 1 else c.blocks[0]
         keys = _section_keys(section) + (["runtime", "tracking", "sandbox", "policy"] if section == "train" else [])
         return _items(keys, CK.Property, f"{section} option")
     if inner.startswith("policy "):

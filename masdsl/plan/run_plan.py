@@ -13,8 +13,9 @@ refuses exactly what a run refuses, with the same message, and hands the plan do
 takes it; the plan carries its workflow). `resolve_rollout` plans a rollout or
 an evaluation (`masdsl eval`, `masdsl.rollout`): the same names, ranges and engine options, none
 of the training checks. Neither reads data, loads a model or starts an engine, Ray or MLflow:
-model names are only looked up (`masdsl.plan.model_names.model_problem`). What needs the data
-(`train.batch` larger than the train split) is checked once the data loads.
+model names are only looked up (`masdsl.models.names.model_problem`). What needs the data
+(`train.batch` larger than the train split) the plan checks when the session hands it the
+split's size (`RunPlan.check_train_split`).
 
 >>> import masdsl
 >>> from masdsl.config import resolve_config
@@ -45,7 +46,7 @@ from masdsl.config_schema import ADVANTAGE_MIN_K
 from masdsl.errors import UserError, did_you_mean
 from masdsl.lang.judge import judge_problems
 from masdsl.lang.workflow import PolicySpec, SampleSpec, Workflow
-from masdsl.plan.model_names import model_problem
+from masdsl.models.names import model_problem
 from masdsl.plan.old_logprobs import old_logprobs_line
 from masdsl.plan.placement import REPLAY_CANNOT_TRAIN, Placement, engine_problems, is_trainable, plan_placement, resolve_auto
 from masdsl.plan.probes import probe_problem
@@ -112,6 +113,12 @@ class RunPlan:
     def max_tokens(self, role: str) -> int:
         """The reply budget of `role`."""
         return self.samples[role].max_tokens
+
+    def check_train_split(self, n_tasks: int) -> None:
+        """The one check that needs the data, asked once it loads (before any model does): the
+        batch fits in the train split, so every batch holds distinct tasks (`trainer.next_batch`)."""
+        if self.train.batch > n_tasks:
+            raise ConfigError(f"`train.batch` ({self.train.batch}) is larger than the train split ({n_tasks} tasks)")
 
     def with_engines_resolved(self, vllm_usable: bool) -> "RunPlan":
         """This plan with `runtime.engine=auto` decided (`placement.resolve_auto`): what the

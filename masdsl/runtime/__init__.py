@@ -7,5 +7,5 @@
   `replay`, and `build_engine` to pick one; `actors`: worker pools and `RemoteEngine` in Ray;
 - `prompts`, `parsing`, `sampling`: templates, parsers, and the scoring of candidates;
 - `records`, `rundir`: the step records and the run folder they are written to;
-- `models`: a `model:` value to a local folder, and loading it.
+- `inputs`: a workflow's env (under the plan's sandbox limits) and its task splits.
 """

@@ -14,7 +14,7 @@ counted. The scores reach the reward through `EvalContext.judged` (call offset -
 
 The tallies (`RunState.judge_*`) become `Rollout.judge_tokens`, `judge_s`, `judge_calls`,
 `judge_unparsed`, and the step metrics `judge/tokens`, `judge/calls`, `judge/unparsed`,
-`time/judge_s` (`judge_metrics`). Judge tokens are not in `tokens/generated` (the policies').
+`time/judge_s`, with `judge/score` and `judge/restated` read from the records (`judge_metrics`). Judge tokens are not in `tokens/generated` (the policies').
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 from masdsl.errors import UserError
 from masdsl.lang.exprs import resolve_function
-from masdsl.lang.judge import SCORE_PARSES, JudgeSpec, score_of
+from masdsl.lang.judge import SCORE_PARSES, JudgeSpec, restated, score_of
 from masdsl.runtime import prompts
 from masdsl.lang.workflow import Workflow
 from masdsl.runtime.backends.base import Candidate, GenRequest
@@ -70,9 +70,12 @@ def _score(a: _Ask, reply: Candidate, steps: Sequence[RoleStep], scores: list[li
     run.judge_unparsed += value is None
     score = a.spec.default if value is None else value
     scores[a.step][a.cand][a.spec.key] = score
-    steps[a.step].judge_replies[a.cand].append({"policy": a.spec.policy, "line": getattr(a.spec.span, "line", None),
-                                                "prompt": a.prompt, "reply": reply.text, "parsed": value is not None,
-                                                "score": score, "tokens": len(reply.token_ids)})
+    entry = {"policy": a.spec.policy, "line": getattr(a.spec.span, "line", None), "prompt": a.prompt,
+             "reply": reply.text, "parsed": value is not None, "score": score, "tokens": len(reply.token_ids)}
+    equation = restated(reply.text, value, a.spec.parse)
+    if equation is not None:  # the score came from (or, under `auto`, passed over) a restated equation
+        entry["restated"], entry["parse"] = equation, a.spec.parse
+    steps[a.step].judge_replies[a.cand].append(entry)
 
 
 def _asks(index: int, s: RoleStep, run: RunState) -> list[_Ask]:
@@ -108,16 +111,26 @@ def _request(spec: JudgeSpec, ids: list[int], s: RoleStep, cand: int, run: RunSt
 
 def judge_metrics(rollout: Rollout, suffix: str = "") -> dict[str, float]:
     """The judges' share of a rollout, for the step metrics (`suffix` "/eval" for an evaluation);
-    empty when the workflow has no judge.
+    empty when the workflow has no judge. From its records' judge replies: `judge/score`, the mean
+    score of those that parsed, and `judge/restated`, those whose score came from (or passed
+    over) a restated equation (`masdsl.lang.judge.restated`).
 
     >>> from types import SimpleNamespace
-    >>> judge_metrics(SimpleNamespace(judge_calls=4, judge_tokens=40, judge_unparsed=1, judge_s=0.5))
-    {'judge/calls': 4.0, 'judge/tokens': 40.0, 'judge/unparsed': 1.0, 'time/judge_s': 0.5}
+    >>> records = [SimpleNamespace(judge=[{"parsed": True, "score": 7.0, "restated": "1 + 6 = 7"}]),
+    ...            SimpleNamespace(judge=[{"parsed": False, "score": 0.0}])]
+    >>> judge_metrics(SimpleNamespace(judge_calls=2, judge_tokens=40, judge_unparsed=1, judge_s=0.5, records=records))
+    {'judge/calls': 2.0, 'judge/tokens': 40.0, 'judge/unparsed': 1.0, 'time/judge_s': 0.5, 'judge/score': 7.0, 'judge/restated': 1.0}
     """
     if not getattr(rollout, "judge_calls", 0):
         return {}
-    return {f"judge/calls{suffix}": float(rollout.judge_calls), f"judge/tokens{suffix}": float(rollout.judge_tokens),
-            f"judge/unparsed{suffix}": float(rollout.judge_unparsed), f"time/judge_s{suffix}": float(rollout.judge_s)}
+    replies = [j for r in getattr(rollout, "records", ()) for j in r.judge]
+    parsed = [float(j["score"]) for j in replies if j.get("parsed")]
+    out = {f"judge/calls{suffix}": float(rollout.judge_calls), f"judge/tokens{suffix}": float(rollout.judge_tokens),
+           f"judge/unparsed{suffix}": float(rollout.judge_unparsed), f"time/judge_s{suffix}": float(rollout.judge_s)}
+    if parsed:
+        out[f"judge/score{suffix}"] = sum(parsed) / len(parsed)
+    out[f"judge/restated{suffix}"] = float(sum(1 for j in replies if j.get("restated")))
+    return out
 
 
 def judge_policies(workflow: Workflow) -> set[str]:

@@ -41,11 +41,12 @@ class StepRecord:
     gen_s: float = 0.0
     env_s: float = 0.0
     metrics: dict[str, float] = field(default_factory=dict)  # the role's `metric NAME = expr` values
-    judge: list[dict[str, Any]] = field(default_factory=list)  # its reward's judges: prompt, reply, parsed, score
+    judge: list[dict[str, Any]] = field(default_factory=list)  # its reward's judges: prompt, reply, parsed, score[, restated]
     # the weights that sampled it, as the number of updates they had: a training record's is `step - 1`,
     # or `step - 2` from step 2 on under `train.async_rollout=1` (staleness `step - 1 - weights_step`);
     # an evaluation's is its step; None: `masdsl eval`
     weights_step: int | None = None
+    reference: dict[str, Any] = field(default_factory=dict)  # the task's reference answer (masdsl.runtime.reference)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), default=str)

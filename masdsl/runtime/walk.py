@@ -23,6 +23,7 @@ from masdsl.runtime.episodes import MAX_STEPS, Episode, EpisodeResult, RoleStep,
 from masdsl.runtime.judge import judge_steps
 from masdsl.runtime.parsing import initial_fields, json_safe, parse_output
 from masdsl.runtime.records import StepRecord
+from masdsl.runtime.reference import reference_fields, reference_of
 from masdsl.runtime.sampling import (
     EnvJob,
     apply_chain_job,
@@ -220,8 +221,9 @@ def finish(ep: Episode, run: RunState) -> EpisodeResult:
     final = team if team is not None else (sum(ep.locals) / len(ep.locals) if ep.locals else 0.0)
     for e in errors:
         run.error(e)
+    reference = reference_of(reference_fields(wf), ep.task)  # for the reader: `masdsl view`, `masdsl trace`
     for r in ep.records:
-        r.episode_success, r.episode_reward = success, final
+        r.episode_success, r.episode_reward, r.reference = success, final, reference
     end_episode(run.env, ep.state)
     return EpisodeResult(ep.task_id, success, team, dict(ep.turns), ep.truncated, dict(ep.rewards), ep.repeat)
 
@@ -230,7 +232,8 @@ def _lost_result(ep: Episode, run: RunState) -> EpisodeResult:
     """A lost episode failed: success 0, and its final reward the mean of its steps' (the last one
     the env's penalty), with no team reward (the env's view it would read is gone)."""
     final = sum(ep.locals) / len(ep.locals) if ep.locals else 0.0
+    reference = reference_of(reference_fields(run.workflow), ep.task)
     for r in ep.records:
-        r.episode_success, r.episode_reward = 0.0, final
+        r.episode_success, r.episode_reward, r.reference = 0.0, final, reference
     end_episode(run.env, ep.state)
     return EpisodeResult(ep.task_id, 0.0, None, dict(ep.turns), ep.truncated, dict(ep.rewards), ep.repeat, ep.lost)

@@ -5,8 +5,10 @@ Every run gets a fresh empty working directory (removed afterwards), a scrubbed 
 (CPU time, address space, processes, file size, open files), a wall-clock watchdog that kills
 the whole process group, and an output cap (at most `max_output_kb` is read, then the run is
 killed). On top of that, the best isolation the machine allows is chosen once per process
-(bubblewrap, unshare or none: `isolation.py`); `isolation_summary()` says which is active, and
-the runtime prints it once per run.
+(bubblewrap, unshare or none: `isolation.py`); `isolation_summary()` says which is active. Under
+bubblewrap a program sees only the interpreter, its standard library and the packages the
+workflow declares (`visible.py`): no dataset, project source, run folder or home; a fallback that
+cannot seal reads says so on stderr the first time a run uses it.
 
 Starting bubblewrap and an interpreter per run costs more than the run itself, so where runs get
 uids of their own (masdsl as root), one long-lived *zygote* (`zygote.py`, `child_zygote.py`) is
@@ -29,9 +31,10 @@ Every call that runs code takes its `Limits` (`limits_from_config` makes them fr
 
 The modules: `limits.py` (Limits, limits_from_config), `results.py` (SandboxResult,
 TestReport), `run.py` (run_python, run_tests, the cache and pool), `isolation.py` (the mode and
-the zygotes), `process.py` (one run's process, watchdog and output cap), `zygote.py` (the
-zygote's masdsl side), `child*.py` (the program that runs inside, never imported), and
-`math_equal.py` / `math_worker.py` (math answers compared in a worker process).
+the zygotes), `visible.py` (what a program can see), `process.py` (one run's process, watchdog
+and output cap), `zygote.py` (the zygote's masdsl side), `child*.py` (the program that runs
+inside, never imported), and `math_equal.py` / `math_worker.py` (math answers compared in a
+worker process).
 
 >>> r = run_python("print(sum(range(10)))")
 >>> (r.ok, r.stdout)

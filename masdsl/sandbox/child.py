@@ -1,4 +1,4 @@
-"""The program the sandbox starts inside its isolation (run as `python -I -c <source>`).
+"""The program the sandbox starts inside its isolation (run as `python -I -S -c <source>`).
 
 It is never imported by masdsl itself; `masdsl.sandbox.process` joins the text of its parts
 (`CHILD_PARTS`: `child_server.py`, `child_judge.py`, `child_zygote.py`, then this file, whose
@@ -55,6 +55,7 @@ def _main():
         job = json.load(fh)
     os.unlink(".job.json")
     nonce = job.pop("nonce")
+    _site_stand_ins(job.get("path") or ())
     uid = job.get("uid")
     if uid is not None and os.getuid() == 0:
         os.setgroups([])
@@ -76,6 +77,23 @@ def _main():
         _run_asserts(code, job, report)
     else:
         _run_io(code, job, report)
+
+
+def _quit(code=None):
+    raise SystemExit(code)
+
+
+def _site_stand_ins(path):
+    """What `site` would have given the program (it runs with `-S`): `exit()` and `quit()`, and the
+    folder of its declared packages on `sys.path` (the only third-party code it can import)."""
+    import builtins  # here: the parts of the child program keep their imports where they are used
+
+    for name in ("exit", "quit"):
+        if not hasattr(builtins, name):
+            setattr(builtins, name, _quit)
+    for folder in path:
+        if folder not in sys.path:
+            sys.path.append(folder)
 
 
 def _install_modules(modules):

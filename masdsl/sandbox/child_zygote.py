@@ -8,7 +8,7 @@ import resource
 import signal
 import sys
 
-# Started once per isolation mode as `python -I -c <this source> zygote FD` inside the isolation,
+# Started once per isolation mode as `python -I -S -c <this source> zygote FD` inside the isolation,
 # with FD a SOCK_SEQPACKET socket to masdsl. Each "run" request carries a working directory, a
 # uid, rlimits and four file descriptors (stdin, stdout, stderr, results); the zygote forks, and the child
 # takes those fds, starts a session, enters the directory, sets the limits and runs `_main()`,

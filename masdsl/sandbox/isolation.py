@@ -1,17 +1,19 @@
 """The isolation a run gets: the best mode this machine allows, chosen once per process, and the
 zygote that forks runs where each run has its own uid.
 
-- `bwrap`: bubblewrap with new pid, network, ipc and uts namespaces, a read-only `/`, a private
-  `/tmp`, and only the working directory writable. When masdsl runs as root, the code runs under
-  a uid of its own (so the process limit counts only its processes: root ignores RLIMIT_NPROC),
-  and directories it could not enter as that uid (e.g. `/root` holding the interpreter) are
-  replaced by empty tmpfs with just the interpreter bound back in, which also hides their files.
-- `unshare`: util-linux `unshare` with new pid and network namespaces.
-- `none`: limits and the uid switch only (reported loudly: the network is reachable).
+- `bwrap`: bubblewrap with new pid, network, ipc and uts namespaces on an empty root that holds
+  only what a program needs (`visible.py`: the interpreter, its standard library, the shared
+  libraries they load, the packages the workflow declares), a private `/tmp`, and only the
+  working directory writable. Reads are *sealed*: no dataset, project source, run folder or home
+  exists in there. When masdsl runs as root, the code runs under a uid of its own (so the process
+  limit counts only its processes: root ignores RLIMIT_NPROC).
+- `unshare`: util-linux `unshare` with new pid and network namespaces. Reads are NOT confined.
+- `none`: limits and the uid switch only (the network is reachable, reads are NOT confined).
 
-`runner(limits)` is what a run uses: the mode for `limits.isolation` and, where runs get uids
-of their own and `MASDSL_SANDBOX_ZYGOTE` is not 0, this process's zygote (started, probed and
-restarted here). `isolation_summary(limits)` says in one line what is active.
+A fallback that cannot seal reads says so on stderr once per process and mode (`runner`).
+`runner(limits)` is what a run uses: the mode for `limits.isolation` and `limits.packages` and,
+where runs get uids of their own and `MASDSL_SANDBOX_ZYGOTE` is not 0, this process's zygote
+(started, probed and restarted here). `isolation_summary(limits)` says in one line what is active.
 
 >>> "limits: wall" in isolation_summary(Limits(timeout_s=2))
 True
@@ -25,6 +27,7 @@ import shutil
 import stat
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,19 +35,22 @@ from masdsl.errors import UserError
 from masdsl.sandbox import zygote as zygotes
 from masdsl.sandbox.limits import Isolation, Limits
 from masdsl.sandbox.process import CHILD_SOURCE, Mode, command, run_job, scrubbed_env
+from masdsl.sandbox.visible import PACKAGES_DIR, View, interpreter_view, linked_packages
 
 _PROBE = {"mode": "run", "code": "print('ok')"}
 
 # Per-process caches of what this machine allows; they hold no configuration.
-_MODES: dict[str, Mode] = {}
+_MODES: dict[tuple[str, tuple[str, ...]], Mode] = {}  # (isolation, packages) -> the mode
 _MODE_LOCK = threading.Lock()
-ZYGOTES: dict[tuple[int, str], Any] = {}  # (pid, mode) -> Zygote, or None where it cannot start
+ZYGOTES: dict[tuple[int, str, tuple[str, ...]], Any] = {}  # (pid, mode, packages) -> Zygote, or None
+_WARNED: set[tuple[int, str]] = set()  # (pid, mode) that said reads are not confined
 _ZYGOTE_LOCK = threading.RLock()
 _ZYGOTES_CLOSER: list[Any] = []
 
 
 def _needed_paths() -> list[str]:
-    """Directories the interpreter needs: its prefix, its base prefix, and the binary's folder."""
+    """Directories the interpreter needs outside bubblewrap: its prefix, its base prefix, and the
+    binary's folder."""
     paths = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix)}
     paths.add(os.path.dirname(os.path.realpath(sys.executable)))
     return sorted(p for p in paths if not any(p != q and Path(p).is_relative_to(q) for q in paths))
@@ -64,49 +70,34 @@ def _blocked_by(path: str) -> str | None:
     return None
 
 
-def _hidden_dirs() -> tuple[tuple[str, tuple[str, ...]], ...]:
-    hidden: dict[str, list[str]] = {}
-    for path in _needed_paths():
-        blocker = _blocked_by(path)
-        if blocker is not None:
-            hidden.setdefault(blocker, []).append(path)
-    return tuple((k, tuple(v)) for k, v in sorted(hidden.items()))
+def _reachable() -> bool:
+    """Whether a uid of its own could start this interpreter without bubblewrap (unshare, none):
+    no folder on the way is closed to other users (a pyenv under a 0700 `/root` is)."""
+    return all(_blocked_by(path) is None for path in _needed_paths())
 
 
-def _bwrap_mode(as_root: bool, own_uid: bool) -> Mode:
-    """bubblewrap. As root with `own_uid`: root sets up the namespaces itself (CAP_SYS_ADMIN) and
-    the code runs as a uid of its own. Otherwise in a user namespace: as the caller's uid, or, for
-    a root without CAP_SYS_ADMIN (a default container), as a root whose capabilities are dropped
-    (then the process limit is not enforced: the kernel exempts root from it)."""
-    prefix = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    # A virtualenv under /tmp (a CI checkout there) would vanish under the private /tmp.
-    for path in _needed_paths():
-        if Path(path).is_relative_to("/tmp"):
-            for parent in reversed(Path(path).relative_to("/tmp").parents[:-1]):
-                prefix += ["--perms", "0755", "--dir", str(Path("/tmp", parent))]
-            prefix += ["--ro-bind", path, path]
-    hidden = _hidden_dirs() if as_root else ()
-    if as_root and not own_uid:  # the code reads files as root here: hide the usual secrets
-        prefix += [arg for f in ("/etc/shadow", "/etc/gshadow") if os.path.exists(f) for arg in ("--ro-bind", "/dev/null", f)]
-    for blocker, paths in hidden:
-        prefix += ["--perms", "0755", "--tmpfs", blocker]
-        for path in paths:  # parents bwrap would create as 0700, so the uid could not enter
-            parents = Path(path).relative_to(blocker).parents
-            for parent in sorted(str(Path(blocker, p)) for p in parents if str(p) != "."):
-                prefix += ["--perms", "0755", "--dir", parent]
-            prefix += ["--ro-bind", path, path]
+def _bwrap_mode(as_root: bool, own_uid: bool, view: View | None = None) -> Mode:
+    """bubblewrap on an empty root that holds only `view` (the interpreter and its standard
+    library: `visible.py`). As root with `own_uid`: root sets up the namespaces itself
+    (CAP_SYS_ADMIN) and the code runs as a uid of its own. Otherwise in a user namespace: as the
+    caller's uid, or, for a root without CAP_SYS_ADMIN (a default container), as a root whose
+    capabilities are dropped (then the process limit is not enforced: the kernel exempts root)."""
+    view = view if view is not None else interpreter_view()
+    # the private /tmp first: an interpreter that lives under /tmp is bound back into it
+    prefix = ["bwrap", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", *view.args()]
     if as_root and own_uid:
         prefix += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     else:
         prefix += ["--unshare-all"] + (["--cap-drop", "ALL"] if as_root else [])
     prefix += ["--die-with-parent", "--new-session"]
-    return Mode("bwrap", as_root and own_uid, tuple(prefix), hidden)
+    sys_path = (PACKAGES_DIR,) if view.packages else ()
+    return Mode("bwrap", as_root and own_uid, tuple(prefix), view.interpreter, sys_path, view.packages, sealed=True)
 
 
 def _candidate_modes(isolation: Isolation) -> list[Mode]:
     """The modes to try for `isolation`, best first (the first that runs a probe is used)."""
     as_root = os.geteuid() == 0
-    reachable = as_root and not _hidden_dirs()
+    reachable = as_root and _reachable()
     unshare = ("unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--ipc", "--uts")
     userns = unshare[:1] + ("--map-root-user",) + unshare[1:]
     has_bwrap, has_unshare = shutil.which("bwrap"), shutil.which("unshare")
@@ -122,17 +113,32 @@ def _candidate_modes(isolation: Isolation) -> list[Mode]:
     return modes[isolation]
 
 
-def choose_mode(isolation: Isolation) -> Mode:
-    """The isolation in use for `isolation`, probed once (a tiny program must run and see no net)."""
+def choose_mode(isolation: Isolation, packages: tuple[str, ...] = ()) -> Mode:
+    """The isolation in use for `isolation`, probed once (a tiny program must run and see no
+    net), with the declared `packages` importable (a `UserError` names one not installed)."""
     with _MODE_LOCK:
-        if isolation in _MODES:
-            return _MODES[isolation]
-        for candidate in _candidate_modes(isolation):
-            probe = run_job(_PROBE, "", Limits(), candidate)
-            if probe["rc"] == 0 and probe["stdout"] == b"ok\n":
-                _MODES[isolation] = candidate
-                return candidate
-        raise UserError(f"the sandbox cannot run Python with isolation {isolation!r} on this machine")
+        key = (isolation, packages)
+        if key in _MODES:
+            return _MODES[key]
+        if packages:
+            base = _MODES.get((isolation, ())) or _probed(isolation)
+            _MODES[(isolation, ())] = base
+            if base.sealed:  # the same bubblewrap, plus the packages' binds
+                mode = _bwrap_mode(os.geteuid() == 0, base.switch_uid, interpreter_view().with_packages(packages))
+            else:
+                mode = replace(base, sys_path=(linked_packages(packages),), packages=packages)
+        else:
+            mode = _probed(isolation)
+        _MODES[key] = mode
+        return mode
+
+
+def _probed(isolation: Isolation) -> Mode:
+    for candidate in _candidate_modes(isolation):
+        probe = run_job(_PROBE, "", Limits(), candidate)
+        if probe["rc"] == 0 and probe["stdout"] == b"ok\n":
+            return candidate
+    raise UserError(f"the sandbox cannot run Python with isolation {isolation!r} on this machine")
 
 
 # ---------------------------------------------------------------- the zygote
@@ -145,7 +151,7 @@ def zygote_enabled() -> bool:
 
 def zygote_for(mode: Mode) -> zygotes.Zygote | None:
     """This process's zygote for `mode` (restarted if it died), or None."""
-    key = (os.getpid(), mode.name)
+    key = (os.getpid(), mode.name, mode.packages)
     with _ZYGOTE_LOCK:
         current = ZYGOTES.get(key, False)
         if current is None:
@@ -177,31 +183,53 @@ def runner(limits: Limits) -> tuple[Mode, zygotes.Zygote | None]:
     """The mode a run under `limits` uses, and the zygote that forks it (None: a process per run).
 
     A zygote serves only modes where each run has its own uid: sharing one, a run could kill the
-    others (and the zygote); elsewhere every run gets a sandbox of its own."""
-    mode = choose_mode(limits.isolation)
+    others (and the zygote); elsewhere every run gets a sandbox of its own. A mode that cannot
+    seal reads says so once per process (`unsealed_warning`), the first time a run uses it."""
+    mode = choose_mode(limits.isolation, limits.packages)
+    if not mode.sealed and (os.getpid(), mode.name) not in _WARNED:
+        _WARNED.add((os.getpid(), mode.name))
+        print(unsealed_warning(mode), file=sys.stderr, flush=True)
     return mode, zygote_for(mode) if mode.switch_uid and zygote_enabled() else None
+
+
+def unsealed_warning(mode: Mode) -> str:
+    """The one line a run prints when its isolation lets generated code read the machine's files."""
+    return (f"masdsl sandbox WARNING: isolation `{mode.name}` does NOT confine reads: generated code can read "
+            "every file this user can (datasets and their answers, the project, run folders, the home "
+            "folder); install bubblewrap (`bwrap`) to seal them")
+
+
+def visible_paths(limits: Limits | None = None) -> list[str]:
+    """What a program run under `limits` can read: the bound paths (sealed bwrap), or a line
+    saying that it can read everything (the fallbacks)."""
+    limits = limits if limits is not None else Limits()
+    mode = choose_mode(limits.isolation, limits.packages)
+    if not mode.sealed:
+        return [f"every file this user can read (isolation `{mode.name}` does NOT confine reads)"]
+    return interpreter_view().with_packages(mode.packages).lines()
 
 
 def isolation_summary(limits: Limits | None = None) -> str:
     """One line saying exactly what isolation and limits are active for runs under `limits`
     (None: the default `Limits()`)."""
     limits = limits if limits is not None else Limits()
-    mode = choose_mode(limits.isolation)
+    mode = choose_mode(limits.isolation, limits.packages)
     if mode.name == "bwrap":
-        parts = ["bubblewrap: new pid/net/ipc/uts namespaces, read-only /, private /tmp, only the workdir writable"]
-        if mode.hidden:
-            parts.append("hidden: " + ", ".join(h for h, _ in mode.hidden))
+        declared = f", and the declared packages {', '.join(mode.packages)}" if mode.packages else ""
+        parts = ["bubblewrap: new pid/net/ipc/uts namespaces; reads sealed: the code sees only the interpreter "
+                 f"and its standard library{declared} (`masdsl env` lists the paths); private /tmp, only the "
+                 "workdir writable"]
     elif mode.name == "unshare":
-        parts = ["unshare: new pid/net namespaces; the file system is NOT read-only"]
+        parts = ["unshare: new pid/net namespaces; reads are NOT confined and the file system is NOT read-only"]
     else:
-        parts = ["no namespaces: the network is NOT isolated and the file system is NOT read-only"]
+        parts = ["no namespaces: the network is NOT isolated, reads are NOT confined and the file system is "
+                 "NOT read-only"]
     if mode.switch_uid and zygote_enabled() and zygote_for(mode) is not None:
         parts.append("each run forked by one long-lived sandboxed zygote (MASDSL_SANDBOX_ZYGOTE=0: a new sandbox per run)")
     if mode.switch_uid:
         parts.append("each run as its own uid")
     elif os.geteuid() == 0:
-        parts.append("runs as root (no CAP_SYS_ADMIN to switch uid): the process limit is NOT enforced and "
-                     "files root owns are readable outside hidden folders")
+        parts.append("runs as root (no CAP_SYS_ADMIN to switch uid): the process limit is NOT enforced")
     parts.append(
         f"limits: wall {limits.timeout_s:g}s per run/test, cpu, address space {limits.memory_mb} MB, "
         f"{limits.max_procs} processes, files {limits.max_file_mb} MB, output {limits.max_output_kb} KB, "
@@ -210,4 +238,5 @@ def isolation_summary(limits: Limits | None = None) -> str:
     return "sandbox: " + "; ".join(parts)
 
 
-__all__ = ["ZYGOTES", "choose_mode", "isolation_summary", "runner", "zygote_enabled", "zygote_for"]
+__all__ = ["ZYGOTES", "choose_mode", "isolation_summary", "runner", "unsealed_warning", "visible_paths",
+           "zygote_enabled", "zygote_for"]

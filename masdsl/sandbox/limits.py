@@ -39,8 +39,15 @@ class Limits:
     max_output_kb: int = SandboxConfig.max_output_kb  # stdout + stderr read before the run is killed
     max_open_files: int = 64  # RLIMIT_NOFILE
     isolation: Isolation = SandboxConfig.isolation  # type: ignore[assignment]
+    # third-party packages a program may import (the workflow's `sandbox { packages: [...] }`);
+    # none by default: the standard library only
+    packages: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "packages", tuple(sorted(set(self.packages))))
+        bad = [p for p in self.packages if not isinstance(p, str) or not p.isidentifier()]
+        if bad:
+            raise UserError(f"sandbox packages must be importable names such as \"numpy\"; got {bad[0]!r}")
         if self.timeout_s <= 0 or self.memory_mb < 64 or self.max_procs < 1:
             raise UserError(f"sandbox limits out of range: {self}")
         if self.isolation not in ("auto", "bwrap", "unshare", "none"):
@@ -81,7 +88,7 @@ def limits_from_config(cfg: object) -> Limits:
     >>> limits_from_config({"timeot_s": 2})
     Traceback (most recent call last):
     ...
-    masdsl.errors.UserError: unknown sandbox limit `timeot_s` (did you mean `timeout_s`?): use timeout_s, memory_mb, max_procs, max_file_mb, max_output_kb, max_open_files, isolation
+    masdsl.errors.UserError: unknown sandbox limit `timeot_s` (did you mean `timeout_s`?): use timeout_s, memory_mb, max_procs, max_file_mb, max_output_kb, max_open_files, isolation, packages
     """
     if cfg is None:
         return Limits()
@@ -89,11 +96,18 @@ def limits_from_config(cfg: object) -> Limits:
         return cfg
     defaults = Limits()
     try:
-        values = {k: str(v) if k == "isolation" else type(getattr(defaults, k))(v)
-                  for k, v in _values(cfg).items() if v is not None}
+        values = {k: _converted(k, v, getattr(defaults, k)) for k, v in _values(cfg).items() if v is not None}
     except (TypeError, ValueError) as exc:
         raise UserError(f"bad sandbox limits {cfg!r}: {exc}") from None
     return Limits(**values)
+
+
+def _converted(key: str, value: object, default: object) -> object:
+    if key == "isolation":
+        return str(value)
+    if key == "packages":  # a list (or one name) of importable names
+        return (str(value),) if isinstance(value, str) else tuple(str(v) for v in value)  # type: ignore[attr-defined]
+    return type(default)(value)  # type: ignore[call-arg]
 
 
 __all__ = ["Isolation", "Limits", "limits_from_config"]

@@ -40,7 +40,10 @@ class Mode:
     name: str  # bwrap | unshare | none
     switch_uid: bool  # run as a uid of its own (only possible as root)
     prefix: tuple[str, ...] = ()  # the command before the interpreter, minus the workdir binds
-    hidden: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (tmpfs dir, paths bound back)
+    python: str = sys.executable  # the interpreter, as the sandbox sees it
+    sys_path: tuple[str, ...] = ()  # folders added to the program's `sys.path` (declared packages)
+    packages: tuple[str, ...] = ()  # the declared third-party packages it can import
+    sealed: bool = False  # reads are confined to what `visible.View` binds (bwrap only)
 
 
 _UID_LOCK = threading.Lock()
@@ -128,10 +131,16 @@ _BOOTSTRAP = "import sys; exec(compile(sys.stdin.read(), '<masdsl-sandbox>', 'ex
 
 def command(mode: Mode, workdir: str, bootstrap: bool = False) -> list[str]:
     """The command running the child program in `mode` with `workdir` writable; `bootstrap`: a
-    program that reads the child program from stdin instead (how the zygote starts)."""
-    interpreter = [sys.executable, "-I", "-c", _BOOTSTRAP if bootstrap else CHILD_SOURCE]
+    program that reads the child program from stdin instead (how the zygote starts).
+
+    The program travels on the command line (or stdin), never as a file of the project: and `-I -S`
+    keep every `site-packages`, `.pth` file and editable-install hook off `sys.path`."""
+    interpreter = [mode.python, "-I", "-S", "-c", _BOOTSTRAP if bootstrap else CHILD_SOURCE]
     if mode.name == "bwrap":
-        return [*mode.prefix, "--bind", workdir, workdir, "--chdir", workdir, *interpreter]
+        parents = [str(p) for p in reversed(Path(workdir).parents) if str(p) not in ("/", "/tmp")
+                   and not Path(p).is_relative_to("/tmp")]  # a TMPDIR elsewhere: folders its uid can enter
+        made = [arg for p in parents for arg in ("--perms", "0755", "--dir", p)]
+        return [*mode.prefix, *made, "--bind", workdir, workdir, "--chdir", workdir, *interpreter]
     return [*mode.prefix, *interpreter]
 
 
@@ -146,7 +155,7 @@ def run_job(job: dict[str, Any], stdin: str, limits: Limits, mode: Mode, zygote:
     uid = slots.get() if mode.switch_uid else None
     try:
         nonce = secrets.token_hex(16)
-        job = {**job, "nonce": nonce, "uid": uid, "timeout": limits.timeout_s}
+        job = {**job, "nonce": nonce, "uid": uid, "timeout": limits.timeout_s, "path": list(mode.sys_path)}
         cpu_s = int(limits.timeout_s * (n_tests + 1)) + 1
         nproc = limits.max_procs if uid is not None else _user_tasks() + limits.max_procs
         rlimits = _rlimits(limits, cpu_s, nproc)

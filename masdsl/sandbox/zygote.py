@@ -1,7 +1,7 @@
 """The masdsl side of the sandbox zygote: one long-lived isolated process that forks a child per run.
 
 Starting a bubblewrap sandbox and a Python interpreter costs tens of milliseconds per run; the
-zygote pays that once. It runs inside the same isolation (`bwrap ... python -I -c <child> zygote
+zygote pays that once. It runs inside the same isolation (`bwrap ... python -I -S -c <child> zygote
 FD`), and for each run receives, over a SOCK_SEQPACKET socket, the run's working directory (made
 here, inside a root directory bound into the sandbox), its uid, its rlimits and its stdin/stdout/
 stderr/results descriptors. The forked child sets the limits, drops to the uid and runs the job exactly

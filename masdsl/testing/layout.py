@@ -24,7 +24,7 @@ PKG = ROOT / "masdsl"
 # Low to high: a module may import from its own layer and the layers before it, never after.
 LAYERS = (
     ("masdsl.errors", "masdsl.startup", "masdsl.config_schema", "masdsl.config_aliases", "masdsl.config_overrides",
-     "masdsl.config", "masdsl.config_file", "masdsl.version"),
+     "masdsl.config", "masdsl.config_file", "masdsl.version", "masdsl.models"),
     ("masdsl.sandbox",),
     ("masdsl.envs",),
     ("masdsl.lang",),
@@ -119,6 +119,31 @@ def layer_of(module: str) -> int:
             if (module == prefix or module.startswith(prefix + ".")) and prefix.count(".") > depth:
                 best, depth = i, prefix.count(".")
     return best
+
+
+def imported_names(module: str, tree: ast.Module, is_package: bool = False) -> list[tuple[int, str]]:
+    """(line, dotted name) of every module that `module` imports anywhere: at its top, in a
+    function, under `TYPE_CHECKING`, or by `importlib.import_module` / `__import__` with a literal
+    name; third-party names too. A relative import is made absolute, and `from X import y` names
+    both `X` and `X.y` (y may be a submodule).
+
+    >>> src = "import torch.nn\\ndef f():\\n    from ..envs import base\\n    importlib.import_module('vllm')"
+    >>> sorted({n for _, n in imported_names("masdsl.plan.x", ast.parse(src))})
+    ['masdsl.envs', 'masdsl.envs.base', 'torch.nn', 'vllm']
+    """
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _target(module, node, is_package)
+            found += [(node.lineno, base)] + [(node.lineno, f"{base}.{a.name}") for a in node.names if a.name != "*"]
+        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str)
+              and (node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", ""))
+              in ("import_module", "__import__")):
+            found.append((node.lineno, node.args[0].value))
+    return found
 
 
 def package_of(module: str) -> str:

@@ -9,6 +9,10 @@ workflows), so every string round-trips, and it has a chat template with `<|im_s
 Builds are cached by their arguments: a second call with the same arguments (in the same
 process, or on a folder that already holds the same build) returns at once.
 
+From the shell, `python -m masdsl.testing FOLDER` builds it into FOLDER and prints the folder,
+for a quick experiment: `masdsl run w.mas 'policy."*".model=FOLDER' runtime.engine=hf`
+(docs/extending.md, "A two-minute experiment").
+
 >>> CHAT_TEMPLATE.count("<|im_end|>")
 1
 >>> THINKING_CHAT_TEMPLATE != CHAT_TEMPLATE and "enable_thinking" in THINKING_CHAT_TEMPLATE
@@ -19,6 +23,7 @@ True
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -209,3 +214,20 @@ def _save(out: Path, model, tok, key: str, seed: int) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         if not _has_build(out, key):
             raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m masdsl.testing FOLDER [--seed N] [--layers N] [--hidden N]` (masdsl/testing/__main__.py)."""
+    cli = argparse.ArgumentParser(prog="python -m masdsl.testing",
+                                  description="Build a tiny random Llama model and its tokenizer into FOLDER "
+                                              "(no download, about a second); print the folder.")
+    cli.add_argument("folder", help="where to write it (created; a folder with the same build is kept)")
+    cli.add_argument("--seed", type=int, default=0, help="the weights' seed (default 0)")
+    cli.add_argument("--layers", type=int, default=2, help="decoder layers (default 2)")
+    cli.add_argument("--hidden", type=int, default=128, help="hidden size (default 128)")
+    args = cli.parse_args(argv)
+    from transformers.utils import logging as hf_logging  # heavy, optional: masdsl[train]
+
+    hf_logging.disable_progress_bar()  # one line out: the folder
+    print(build_tiny_model(args.folder, seed=args.seed, layers=args.layers, hidden=args.hidden))
+    return 0

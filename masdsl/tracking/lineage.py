@@ -10,7 +10,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from masdsl.lang.graph import to_dot, to_mermaid
 
@@ -25,6 +25,15 @@ ROLE_METRICS = ("reward", "eval_reward", "cut", "parse_fail", "eval_cut", "eval_
 
 
 _BAD_KEY_CHARS = re.compile(r"[^/\w.\- :]")
+# MLflow's UI charts a run's metrics in one section per name prefix, the sections in code-unit
+# order (`sort()` of their names: uppercase before lowercase), so `adv_abs` and `clip_frac` come
+# before `reward` and `success`. The headline figures are logged again under a prefix that sorts
+# first, so they open the run's Model metrics tab (a chart layout lives in the browser's local
+# storage only: no API sets one)
+KEY_SECTION = "Key metrics"
+_TRAIN_REWARD = re.compile(r"^reward/[^/]+/turn\d+/mean$")
+KEY_NOTE = (f"**{KEY_SECTION}**: `success` and `reward` (training and evaluation) are charted first, in the section "
+            f"*{KEY_SECTION}* of the run's *Model metrics* tab.")
 
 
 def metric_key(key: str) -> str:
@@ -34,6 +43,29 @@ def metric_key(key: str) -> str:
     ('reward/coder/turn0', 'acc_eval__k_1')
     """
     return _BAD_KEY_CHARS.sub("_", str(key))[:250]
+
+
+def key_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
+    """The headline figures of a step or evaluation, named to be charted first (`KEY_SECTION`):
+    the train success, the train reward (the mean over roles and turns, as the run's summary
+    table), the eval success and reward; only those the metrics hold.
+
+    >>> key_metrics({"success/train": 0.5, "reward/a/turn0/mean": 1.0, "reward/b/turn0/mean": 0.0, "loss/p": 2.0})
+    {'Key metrics/success train': 0.5, 'Key metrics/reward train': 0.5}
+    >>> key_metrics({"success/eval": 0.25, "reward/eval": 0.75})
+    {'Key metrics/success eval': 0.25, 'Key metrics/reward eval': 0.75}
+    """
+    numbers = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    out = {}
+    if "success/train" in numbers:
+        out[f"{KEY_SECTION}/success train"] = numbers["success/train"]
+    rewards = [v for k, v in numbers.items() if _TRAIN_REWARD.match(k)]
+    if rewards:
+        out[f"{KEY_SECTION}/reward train"] = sum(rewards) / len(rewards)
+    for name in ("success", "reward"):
+        if f"{name}/eval" in numbers:
+            out[f"{KEY_SECTION}/{name} eval"] = numbers[f"{name}/eval"]
+    return out
 
 
 def params_of(flat: dict[str, Any]) -> dict[str, str]:
@@ -106,8 +138,7 @@ def parent_tags(workflow: Workflow, cfg: Config, kind: str) -> dict[str, str]:
     }
     for policy in workflow.policies:
         tags[f"masdsl.roles.{policy}"] = ",".join(workflow.roles_of_policy(policy))
-    if workflow.description:
-        tags["mlflow.note.content"] = workflow.description
+    tags["mlflow.note.content"] = f"{workflow.description}\n\n{KEY_NOTE}" if workflow.description else KEY_NOTE
     if workflow.path is not None:
         tags["mlflow.source.name"] = str(workflow.path)
     commit = git_commit(Path(workflow.path).resolve().parent if workflow.path else None)

@@ -179,12 +179,13 @@ class Tracker:
 
     # -- logging -----------------------------------------------------------------------------
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
-        """Log `metrics` at `step` on the parent run; per-policy ones also on the child run."""
+        """Log `metrics` at `step` on the parent run; per-policy ones also on the child run; the
+        headline ones again under `Key metrics/`, which MLflow's UI charts first (`lineage.key_metrics`)."""
         with self._lock:
             if self.finished:
                 return
             clean = {}
-            for raw, value in metrics.items():
+            for raw, value in {**metrics, **lineage.key_metrics(metrics)}.items():
                 try:
                     number = float(value)
                 except (TypeError, ValueError):

@@ -19,6 +19,7 @@ Per role and policy, what the step measured besides (each when the metrics hold 
 from __future__ import annotations
 
 import re
+import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
@@ -28,7 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from masdsl.plan.run_plan import RunPlan
-from masdsl.training.loglines import LogLines, eval_line
+from masdsl.training.loglines import LogLines, eval_line, log_step_line, wrap_fields
 from masdsl.training.skills import skill_rows
 
 if TYPE_CHECKING:  # the trainer imports this module
@@ -72,6 +73,25 @@ def role_shares(metrics: Mapping[str, float], what: str) -> dict[str, float]:
     """
     head = f"{what}/"
     return {k[len(head):]: v for k, v in metrics.items() if k.startswith(head) and "/" not in k[len(head):]}
+
+
+def judge_warning(metrics: Mapping[str, float], suffix: str = "", when: str = "") -> list[str]:
+    """A warning when judge replies restated an equation (`judge/restated<suffix>`): a score read
+    from `1 + 6 = 7` may be an operand (`parse="number"`, a parser), and under `auto` its numbers
+    were passed over, so the reply may hold no score at all.
+
+    >>> judge_warning({"judge/calls": 8.0, "judge/restated": 2.0}, when=" at step 3")[0][:72]
+    'warning: 2 of 8 judge replies at step 3 restated an equation (like `1 + '
+    >>> judge_warning({"judge/calls": 8.0, "judge/restated": 0.0})
+    []
+    """
+    count = metrics.get(f"judge/restated{suffix}", 0.0)
+    if not count:
+        return []
+    return [f"warning: {count:.0f} of {metrics.get(f'judge/calls{suffix}', 0.0):.0f} judge replies{when} restated an "
+            "equation (like `1 + 6 = 7`): a score read from it may be an operand, not the judge's verdict; each is "
+            "marked `restated` in `masdsl trace` and `masdsl view`; ask the judge to answer `\\boxed{SCORE}` or "
+            "`Score: N` (read first by parse=\"auto\")"]
 
 
 def role_budgets(plan: RunPlan) -> dict[str, int]:
@@ -138,8 +158,10 @@ def on_terminal(console: Console) -> bool:
 
 class Progress:
     """What a person sees while a run trains (nothing when console=None): on a terminal, a rich
-    progress bar whose description is the latest `step_line`; on a file or pipe, plain lines
-    (`loglines.LogLines`: one per phase, step and evaluation, a heartbeat in a long phase)."""
+    progress bar whose description is what runs now, with each step's line (`log_step_line`:
+    phase times, success, non-flat share, cut and parse-fail rates) printed above it, wrapped
+    between fields (`wrap_fields`); on a file or pipe, plain lines (`loglines.LogLines`: one per
+    phase, step and evaluation, a heartbeat in a long phase)."""
 
     def __init__(self, console: Console | None, steps: int, start: int = 0) -> None:
         self.console, self.steps = console, steps
@@ -147,6 +169,8 @@ class Progress:
         self.micro_batch_tokens = 0  # `train.micro_batch_tokens`, for the split-group warnings (0: none)
         self._split_warned: set[str] = set()  # policies warned about (once per run)
         self._warned: set[str] = set()  # roles warned about (once per run)
+        self._judge_warned = False  # restated equations in judge replies: warned once per run
+        self._t0 = time.monotonic()
         self._bar = None
         self._lines = LogLines(console) if console is not None and not on_terminal(console) else None
         if console is not None and self._lines is None:
@@ -191,17 +215,30 @@ class Progress:
         if self._lines is not None:
             self._lines.step(step_line(step, self.steps, metrics), metrics)
         elif self._bar is not None:
-            self._bar.update(self._task, completed=step, description=step_line(step, self.steps, metrics))
+            # each step's line printed above the bar, whole (wrapped between fields at the terminal's
+            # width), so that the last one stays when the bar moves on to the evaluation
+            line = log_step_line(step_line(step, self.steps, metrics), metrics, time.monotonic() - self._t0)
+            self._bar.console.print(Text(wrap_fields(line, max(self._bar.console.width, 40))), highlight=False)
+            self._bar.update(self._task, completed=step, description=f"step {step}/{self.steps}")
         for line in cut_warnings(metrics, self.budgets, self._warned, when=f" at step {step}"):
             self.log(line)
         if self.micro_batch_tokens:
             for line in split_warnings(metrics, self.micro_batch_tokens, self._split_warned, when=f" at step {step}"):
+                self.log(line)
+        self._warn_judges(metrics, "", f" at step {step}")
+
+    def _warn_judges(self, metrics: Mapping[str, float], suffix: str, when: str) -> None:
+        """Judge replies that restated an equation: one warning per run (`judge_warning`)."""
+        if not self._judge_warned:
+            for line in judge_warning(metrics, suffix, when):
+                self._judge_warned = True
                 self.log(line)
 
     def evaluated(self, step: int, metrics: Mapping[str, float]) -> None:
         """An evaluation's result, in a log (`eval_line`); the terminal shows it in the final table."""
         if self._lines is not None:
             self._lines.say(eval_line(step, self.steps, metrics))
+        self._warn_judges(metrics, "/eval", f" in the evaluation at step {step}")
 
     def log(self, text: str) -> None:
         if self._lines is not None:
@@ -271,9 +308,12 @@ def judge_rows(history: Metrics, evals: Metrics) -> list[tuple[str, str]]:
     tokens, seconds = sum(h.get("judge/tokens", 0.0) for h in history), sum(h.get("time/judge_s", 0.0) for h in history)
     unparsed = sum(h.get("judge/unparsed", 0.0) for h in history)
     eval_unparsed = sum(e.get("judge/unparsed/eval", 0.0) for e in evals)
+    restated = sum(h.get("judge/restated", 0.0) for h in history), sum(e.get("judge/restated/eval", 0.0) for e in evals)
     return [("judge replies", f"{calls:.0f} in training ({tokens:.0f} tokens, {seconds:.1f} s), {eval_calls:.0f} in "
                               f"evaluations; unparsed (scored the default): {unparsed:.0f} in training, "
-                              f"{eval_unparsed:.0f} in evaluations")]
+                              f"{eval_unparsed:.0f} in evaluations"
+                              + (f"; restated an equation: {restated[0]:.0f} in training, {restated[1]:.0f} in "
+                                 "evaluations (masdsl trace)" if any(restated) else ""))]
 
 
 def role_rows(history: Metrics, before: Mapping[str, float], after: Mapping[str, float]) -> list[tuple[str, str]]:

@@ -24,11 +24,11 @@ from masdsl.config import TrainConfig
 from masdsl.envs.base import Env
 from masdsl.errors import UserError
 from masdsl.lang.workflow import Workflow
-from masdsl.plan.inputs import load_split, make_env
 from masdsl.plan.run_plan import RunPlan
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.engine_factory import build_engines, close_engines
 from masdsl.runtime.executor import rollout
+from masdsl.runtime.inputs import load_split, make_env
 from masdsl.runtime.judge import judge_metrics
 from masdsl.runtime.records import StepRecord, write_records
 from masdsl.runtime.rundir import RunDir

@@ -33,7 +33,7 @@ from masdsl.errors import CheckpointError, UserError
 from masdsl.lang import loads
 from masdsl.lang.workflow import Workflow
 from masdsl.learner.policies import Policy, load_policies
-from masdsl.plan.models import load_model
+from masdsl.models.load import load_model
 from masdsl.plan.placement import plan_placement
 from masdsl.plan.run_plan import RunPlan, resolve_rollout
 from masdsl.runtime import run_files

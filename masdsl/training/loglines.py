@@ -42,20 +42,39 @@ def clock_text(seconds: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
-def log_step_line(line: str, metrics: Mapping[str, float], elapsed_s: float) -> str:
+def log_step_line(line: str, metrics: Mapping[str, float], elapsed_s: float | None) -> str:
     """A step's `step_line` (`step N/M  ...`) with, after `step N/M`, the time since the run
-    began, each phase's time (`time/<phase>_s`) and the sampling speed.
+    began (None: left out), each phase's time (`time/<phase>_s`) and the sampling speed.
 
     >>> log_step_line("step 1/3  success 0.25", {"time/rollout_s": 5.12, "time/update_s": 2.0,
     ...                                          "throughput/tokens_per_s": 85.4}, 12.0)
     'step 1/3  elapsed 0:00:12  rollout 5.1 s  update 2.0 s  85 tok/s  success 0.25'
     """
     head, _, rest = line.partition("  ")
-    parts = [head, f"elapsed {clock_text(elapsed_s)}"]
+    parts = [head] + ([] if elapsed_s is None else [f"elapsed {clock_text(elapsed_s)}"])
     parts += [f"{m['phase']} {v:.1f} s" for k, v in metrics.items() if (m := _TIME.match(k))]
     if "throughput/tokens_per_s" in metrics:
         parts.append(f"{metrics['throughput/tokens_per_s']:.0f} tok/s")
     return "  ".join(parts + ([rest] if rest else []))
+
+
+def wrap_fields(line: str, width: int, indent: str = "    ") -> str:
+    """`line`'s fields (parts joined by two spaces) on as many lines of at most `width` characters
+    as they need, broken only between fields, the later lines indented: a terminal line cut at
+    its width would hide the fields at its end.
+
+    >>> print(wrap_fields("step 1/3  success 0.50  entropy p 1.23  non-flat 25 %  cut a 50 %", 32))
+    step 1/3  success 0.50
+        entropy p 1.23
+        non-flat 25 %  cut a 50 %
+    """
+    lines: list[str] = []
+    for field in line.split("  "):
+        if lines and len(lines[-1]) + 2 + len(field) <= width:
+            lines[-1] += "  " + field
+        else:
+            lines.append((indent if lines else "") + field)
+    return "\n".join(lines)
 
 
 def eval_line(step: int, steps: int, metrics: Mapping[str, float]) -> str:

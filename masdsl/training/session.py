@@ -13,18 +13,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from masdsl.config import ConfigError, to_yaml
+from masdsl.config import to_yaml
 from masdsl.envs.base import Env
 from masdsl.lang.fingerprint import fingerprint
 from masdsl.lang.workflow import Workflow
 from masdsl.learner.ahead import refuse_random_updates
 from masdsl.learner.learners import Learner, close_learners, open_learners
 from masdsl.learner.policies import Policy, iter_trainable, load_policies, sync
-from masdsl.plan.inputs import prepare
 from masdsl.plan.run_plan import RunPlan
 from masdsl.runtime.actors import start_ray
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.engine_factory import build_engines, close_engines, sleep_engines, wake_engines
+from masdsl.runtime.inputs import prepare
 from masdsl.runtime.records import StepRecord, write_records
 from masdsl.runtime.rundir import RECORDS
 from masdsl.training import checkpoint as ckpt
@@ -95,8 +95,7 @@ def open_session(plan: RunPlan, run_dir: Path, show: Progress) -> TrainSession:
     show.micro_batch_tokens = plan.train.micro_batch_tokens  # named when a prompt group does not fit it
     env, data = prepare(workflow, plan.sandbox)
     train_rows, eval_rows = data["train"], data["eval"][: tc.eval_tasks or None]
-    if tc.batch > len(train_rows):  # fail before any model loads
-        raise ConfigError(f"`train.batch` ({tc.batch}) is larger than the train split ({len(train_rows)} tasks)")
+    plan.check_train_split(len(train_rows))  # fail before any model loads
     policies = load_policies(plan)
     if tc.async_rollout:
         refuse_random_updates(policies)

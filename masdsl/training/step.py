@@ -39,7 +39,7 @@ from masdsl.learner.update import UpdateBatch
 from masdsl.plan.run_plan import RunPlan
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.episodes import merge_rollouts
-from masdsl.runtime.executor import Rollout, rollout
+from masdsl.runtime.executor import REPEAT_SEED_STRIDE, Rollout, rollout
 from masdsl.runtime.judge import judge_metrics
 from masdsl.training.checkpoint import TrainState
 from masdsl.training.metrics import role_metrics, step_metrics
@@ -182,7 +182,10 @@ def collect(env: Env, tasks: Sequence[dict], engines: Mapping[str, Engine], plan
             repeat: int = 0) -> Rollout:
     """The training rollout, in the shape the grouping declares (`grouping.rollout_shape`): tree
     sampling of K candidates, or K independent episodes of every task for `trajectory`. `repeat`
-    numbers a step's extra rollouts (dynamic sampling), so that each draws fresh seeds."""
+    numbers a step's extra rollouts (dynamic sampling), so that each draws fresh seeds: its episodes
+    continue the repeat numbering of the rollouts before it (one stride, `REPEAT_SEED_STRIDE`), so
+    no two episodes of a step share their seeds."""
     samples, repeats = rollout_shape(plan.train.grouping, plan.train.samples)
     return rollout(plan.workflow, env, tasks, engines, mode="train", samples=samples, repeats=repeats, step=step,
-                   seed=plan.train.seed + 7_919 * repeat, plan=plan, on_records=on_records, progress=progress)
+                   seed=plan.train.seed + REPEAT_SEED_STRIDE * repeats * repeat, plan=plan, on_records=on_records,
+                   progress=progress)

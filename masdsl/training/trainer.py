@@ -73,14 +73,13 @@ def next_batch(n: int, batch: int, seed: int, cursor: int) -> tuple[list[int], i
 
     Each epoch is a fresh permutation seeded by (seed, epoch); an epoch's last partial batch
     is dropped, so a batch never holds the same task twice (groups are keyed by task id).
+    `batch <= n`: the plan checked it when the data loaded (`RunPlan.check_train_split`).
 
     >>> next_batch(5, 2, seed=0, cursor=0)[1], next_batch(5, 2, seed=0, cursor=2)[1]
     (2, 4)
     >>> a, _ = next_batch(5, 2, 0, 4); b, _ = next_batch(5, 2, 0, 0); len(set(a)), a == b   # epoch 2
     (2, False)
     """
-    if batch > n:
-        raise ConfigError(f"`train.batch` ({batch}) is larger than the train split ({n} tasks)")
     per_epoch = (n // batch) * batch
     epoch, pos = divmod(cursor, per_epoch)
     order = np.random.default_rng([seed, epoch]).permutation(n)

@@ -35,6 +35,9 @@ from masdsl.lang import ast as A
 from masdsl.lang.parse import parse_text
 from masdsl.runtime.rundir import CONFIG, SOURCE, RunDir
 from masdsl.training.groupview import Candidate, Group, Section, sections
+from masdsl.training.viewparts import CSS as PARTS_CSS
+from masdsl.training.viewparts import (judge_html, metrics_summary, records_summary, reference_html, run_history,
+                                       success_text)
 
 if TYPE_CHECKING:  # `masdsl view` reads run folders without the tracking package
     from masdsl.tracking import Tracker
@@ -142,7 +145,8 @@ def candidate_html(c: Candidate, group_prompt: str) -> str:
             f'<dl class="nums"><dt>reward</dt>{_number(r.reward)}<dt>team</dt>{_number(r.reward_team)}'
             f"<dt>local</dt>{_number(r.reward_local)}<dt>advantage</dt>{_number(c.advantage, signed=True)}"
             f"<dt>tokens</dt><dd>{len(r.response_ids)} ({esc(r.finish_reason)})</dd></dl>{prompt}"
-            f'<pre class="reply">{esc(r.response_text)}</pre><pre class="fields">{esc(fields)}</pre></div>')
+            f'<pre class="reply">{esc(r.response_text)}</pre><pre class="fields">{esc(fields)}</pre>'
+            + "".join(judge_html(j, esc) for j in r.judge) + "</div>")
 
 
 def group_html(g: Group) -> str:
@@ -153,23 +157,34 @@ def group_html(g: Group) -> str:
     cut = " (truncated)" if head.truncated_prompt else ""
     classes = "group" + ("" if g.flat else " nonflat")
     flat = '<span class="tag flat">flat</span>' if g.flat else ""
+    unscored = sum(not j.get("parsed") for c in g.candidates for j in c.record.judge)
+    judged = f" · judge: {unscored} without a score" if unscored else ""
     return (f'<article class="{classes}" data-task="{esc(task)}" data-role="{esc(role)}" data-turn="{turn}" '
             f'data-flat="{int(g.flat)}" data-fail="{int(g.failed)}">'
             f'<div class="ghead"><b>task</b> {esc(task)} · <b>role</b> {esc(role)} · <b>turn</b> {turn} · '
-            f"node {esc(head.node)}{where} · policy {esc(head.policy)} · episode {g.episode} · "
-            f"rewards [{rewards}]{flat}</div>"
+            f"node {esc(head.node)}{where} · policy {esc(head.policy)} · episode {g.episode} "
+            f"({success_text(head.episode_success)}) · rewards [{rewards}]{flat}{judged}</div>"
+            + reference_html(head.reference, esc) +
             f'<details class="prompt"><summary>prompt ({len(head.prompt_ids)} tokens){cut}</summary>'
             f"<pre>{esc(head.prompt_text)}</pre></details>"
             f'<div class="cands" style="--k:{len(g.candidates)}">'
             + "".join(candidate_html(c, head.prompt_text) for c in g.candidates) + "</div></article>")
 
 
-def section_html(s: Section) -> str:
+def section_html(s: Section, metrics: Mapping[int, Mapping[str, float]] | None = None) -> str:
+    """One step's (or evaluation's) groups under its heading and summary line (`metrics`: step ->
+    its metrics, where the run folder holds them: `viewparts.run_history`)."""
     nonflat = sum(not g.flat for g in s.groups)
     failed = sum(g.failed for g in s.groups)
     what = "evaluation: one sample per decision, no advantage" if s.evaluation else f"{nonflat} non-flat"
+    records = [c.record for g in s.groups for c in g.candidates]
+    summary = records_summary(records, nonflat, len(s.groups), s.evaluation)
+    step = records[0].step if records else 0
+    if not s.evaluation and metrics and step in metrics:
+        summary += "<br>metrics: " + esc(metrics_summary(metrics[step]).replace("  ", " · "))
     return (f'<section class="step" data-label="{esc(s.label)}"><h2>{esc(s.label)} <small>{len(s.groups)} groups, '
-            f"{what}, {failed} with a failure</small></h2>" + "".join(group_html(g) for g in s.groups) + "</section>")
+            f'{what}, {failed} with a failure</small></h2><p class="summary">{summary}</p>'
+            + "".join(group_html(g) for g in s.groups) + "</section>")
 
 
 def _options(element: str, label: str, values: Iterable[Any]) -> str:
@@ -177,12 +192,13 @@ def _options(element: str, label: str, values: Iterable[Any]) -> str:
     return f'<label>{label} <select id="{element}"><option value="">all</option>{opts}</select></label>'
 
 
-def render_page(parts: Iterable[Section], *, title: str, subtitle: str = "", max_bytes: int = MAX_BYTES) -> str:
+def render_page(parts: Iterable[Section], *, title: str, subtitle: str = "", max_bytes: int = MAX_BYTES,
+                metrics: Mapping[int, Mapping[str, float]] | None = None) -> str:
     """The page of `parts`; past `max_bytes` (0: no limit) of sections the oldest are left out."""
     kept: deque[tuple[str, str, set, set]] = deque()
     size, dropped = 0, []
     for s in parts:
-        text = section_html(s)
+        text = section_html(s, metrics)
         kept.append((s.label, text, {g.key[1] for g in s.groups}, {g.key[2] for g in s.groups}))
         size += len(text)
         while max_bytes and size > max_bytes and len(kept) > 1:
@@ -196,7 +212,7 @@ def render_page(parts: Iterable[Section], *, title: str, subtitle: str = "", max
     body = "".join(k[1] for k in kept) or "<p>no records</p>"
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>masdsl view · {esc(title)}</title><style>{CSS}</style></head><body><header>"
+            f"<title>masdsl view · {esc(title)}</title><style>{CSS}{PARTS_CSS}</style></head><body><header>"
             f"<h1>masdsl view · {esc(title)}</h1><p class=\"sub\">{esc(subtitle)}</p><form id=\"filters\">"
             f"{_options('f-role', 'role', roles)}{_options('f-turn', 'turn', turns)}"
             '<label><input type="checkbox" id="f-nonflat"> non-flat only</label>'
@@ -239,7 +255,7 @@ def run_page(run: RunDir, pairs: Iterable | None = None, *, grouping: str | None
         estimators = run_estimators(run.path)
     title = f"{run.path.parent.name}/{run.path.name}"
     return render_page(sections(pairs, grouping or run_grouping(run.path), estimators), title=title,
-                       subtitle=str(run.path.resolve()), max_bytes=max_bytes)
+                       subtitle=str(run.path.resolve()), max_bytes=max_bytes, metrics=run_history(run.path))
 
 
 def log_view(run_dir: Path, tracker: Tracker, grouping: str | None = None,

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from masdsl.envs.base import Demonstrates, Env
 from masdsl.errors import UserError
 from masdsl.lang.workflow import Workflow
-from masdsl.plan import models
-from masdsl.plan.inputs import load_split, make_env
+from masdsl.models import load as models
 from masdsl.plan.run_plan import RunPlan
+from masdsl.runtime.inputs import load_split, make_env
 from masdsl.runtime.prompts import encode, messages_for, prompt_variables, text_ids
 
 if TYPE_CHECKING:

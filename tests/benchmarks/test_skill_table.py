@@ -46,7 +46,7 @@ def test_a_run_before_and_after_per_role(skill_table, tmp_path):
 
 def test_records_without_metrics_get_the_workflows_metric_lines_again(skill_table):
     import masdsl
-    from masdsl.plan.inputs import load_split
+    from masdsl.runtime.inputs import load_split
 
     wf = masdsl.load(ROOT / "workflows" / "math_arith.mas")
     tasks = {t["id"]: t for t in load_split(wf, "eval")}

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 from masdsl.testing.tutorial import FILE, blocks, script
+from tests.support.overrides import NO_TRACKING
 
 ROOT = Path(__file__).parents[2]
 
@@ -26,7 +27,7 @@ def test_every_block_is_run():
 
 
 def test_the_tutorial_runs(tiny_model_dir, tmp_path):
-    overrides = [f"policy.shared.model={tiny_model_dir}", "runtime.engine=hf", "tracking.enabled=false",
+    overrides = [f"policy.shared.model={tiny_model_dir}", "runtime.engine=hf", NO_TRACKING,
                  "train.steps=1", "train.eval_tasks=2"]
     r = subprocess.run(["bash", "-c", script(overrides)], cwd=tmp_path, capture_output=True, text=True, timeout=900,
                        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OMP_NUM_THREADS": "1",

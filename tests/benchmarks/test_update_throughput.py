@@ -12,7 +12,7 @@ import torch
 from masdsl.config import resolve_config
 from masdsl.learner.policies import Policy
 from masdsl.learner.update import update_policy
-from masdsl.plan.models import load_model
+from masdsl.models.load import load_model
 from tests.support.benchmarks import benchmark_module
 
 

@@ -12,10 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support.overrides import NO_TRACKING
 from tests.support.paths import COUNTER_DIR
 
 DATA = COUNTER_DIR
-REPLAY = ["runtime.engine=replay", f"runtime.replay_file={DATA / 'counter_replay.jsonl'}", "tracking.enabled=false"]
+REPLAY = ["runtime.engine=replay", f"runtime.replay_file={DATA / 'counter_replay.jsonl'}", NO_TRACKING]
 
 
 def masdsl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -70,7 +71,7 @@ def test_model_folder_that_is_not_a_model(tmp_path):
     folder.mkdir()
     (folder / "README.txt").write_text("weights go here\n")
     p = masdsl("eval", str(DATA / "coder.mas"), "runtime.engine=hf", f"policy.shared.model={folder}",
-               "tracking.enabled=false", cwd=tmp_path)
+               NO_TRACKING, cwd=tmp_path)
     assert p.returncode == 2
     assert f"model `{folder}`" in p.stderr and "config.json" in p.stderr
 

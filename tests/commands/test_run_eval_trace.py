@@ -10,10 +10,11 @@ import pytest
 import masdsl
 from masdsl.cli import main
 from masdsl.config import ConfigError, resolve_config
-from masdsl.plan.inputs import prepare
+from masdsl.runtime.inputs import prepare
 from masdsl.plan.run_plan import effective_policies, resolve_rollout
 from masdsl.runtime.engine_factory import build_engines
 from masdsl.runtime.records import read_records
+from tests.support.overrides import NO_TRACKING
 from tests.support.paths import ADDER_DIR
 
 DATA = ADDER_DIR
@@ -22,7 +23,7 @@ MAS = str(DATA / "toy.mas")
 
 def _eval(tmp_path, *extra):
     return main(["eval", MAS, "runtime.engine=replay", f"runtime.replay_file={DATA / 'toy_replay.jsonl'}",
-                 f"runtime.runs_dir={tmp_path}", "tracking.enabled=false", *extra])
+                 f"runtime.runs_dir={tmp_path}", NO_TRACKING, *extra])
 
 
 def test_eval_prints_the_table_and_writes_the_run_folder(tmp_path, capsys):
@@ -61,10 +62,10 @@ def test_trace_shows_prompts_outputs_and_the_selected_candidate(tmp_path, capsys
 def test_eval_user_errors_exit_2(tmp_path, capsys):
     assert _eval(tmp_path, "train.sampels=3") == 2
     assert "did you mean `train.samples`" in capsys.readouterr().err
-    assert main(["eval", MAS, "runtime.engine=replay", f"runtime.runs_dir={tmp_path}", "tracking.enabled=false"]) == 2
+    assert main(["eval", MAS, "runtime.engine=replay", f"runtime.runs_dir={tmp_path}", NO_TRACKING]) == 2
     assert "runtime.replay_file" in capsys.readouterr().err
     assert main(["eval", MAS, "runtime.engine=replay", f"runtime.replay_file={tmp_path / 'none.jsonl'}",
-                 "tracking.enabled=false", f"runtime.runs_dir={tmp_path}"]) == 2
+                 NO_TRACKING, f"runtime.runs_dir={tmp_path}"]) == 2
     assert "does not exist" in capsys.readouterr().err
 
 

@@ -21,7 +21,7 @@ from masdsl.envs.hf_data import offline  # noqa: E402
 from masdsl.envs.registry import load_builtins  # noqa: E402
 from masdsl.errors import DataError  # noqa: E402
 from masdsl.lang import analyze  # noqa: E402
-from masdsl.plan.inputs import load_split  # noqa: E402
+from masdsl.runtime.inputs import load_split  # noqa: E402
 
 ROWS = {"id": ["m-1", "m-2", "m-3"], "question": ["1+1?", "2+2?", "3+3?"], "answer": ["2", "4", "6"]}
 BAD = {"id": ["m-1", "m-2", "m-1"], "question": ["1+1?", "2+2?", "3+3?"], "answer": ["2", "4", "6"]}

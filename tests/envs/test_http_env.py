@@ -24,7 +24,7 @@ from masdsl.envs.http_env import Client, HttpEnv, RemoteState, Unreachable
 from masdsl.errors import UserError
 from masdsl.lang.errors import MasError
 from masdsl.lang.imports import import_file
-from masdsl.plan.inputs import make_env
+from masdsl.runtime.inputs import make_env
 from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.executor import rollout

@@ -23,6 +23,7 @@ from masdsl.envs import sokoban as sk
 from masdsl.envs import sudoku as sd
 from masdsl.envs.registry import REGISTRY, load_builtins
 from masdsl.plan.run_plan import resolve_rollout
+from tests.support.overrides import NO_TRACKING
 from tests.support.reference_rewards import RefPlanPath, RefSokoban, RefSudoku
 
 load_builtins()
@@ -331,13 +332,13 @@ def test_the_shipped_plan_path_workflow_pays_the_table_through_its_reward_expres
     from masdsl.config import resolve_config
     from masdsl.runtime.backends.replay import ReplayEngine
     from masdsl.runtime.executor import rollout
-    from masdsl.plan.inputs import make_env
+    from masdsl.runtime.inputs import make_env
 
     # the shipped file uses gamma 1.0; the reference's table is paid with its discount 0.99
     text = (Path(__file__).resolve().parents[2] / "workflows" / "plan_path.mas").read_text()
     assert "env plan_path(gamma=1.0)" in text
     wf = masdsl.loads(text.replace("env plan_path(gamma=1.0)", "env plan_path(gamma=0.99)"), name="plan_path_ref")
-    cfg = resolve_config(wf.train, overrides=["tracking.enabled=false"])
+    cfg = resolve_config(wf.train, overrides=[NO_TRACKING])
     task = {**OPEN, "seed": 0}
     rows = {("tool", 0): ["```python\nraise SystemExit(1)\n```", "```python\nprint('[\"R\",\"R\",\"R\",\"D\",\"D\"]')\n```"],
             ("planner", 0): ['["R", "R", "R", "D", "D"]', "no idea"]}

@@ -93,9 +93,28 @@ def test_boxed_noise():
     assert boxed("We get \\boxed{3} at first, but correcting: \\boxed{\\frac{a}{b+1}}") == "\\frac{a}{b+1}"
     assert boxed("\\fbox{7}") == "7"
     assert boxed("**Final Answer:** $\\frac{1}{2}$.") == "\\frac{1}{2}"
-    assert boxed("answer = 12") == "12"
     assert boxed("\\boxed{}") is None
-    assert boxed("The answer is: 5 apples") == "5 apples"
+    assert boxed("The answer is: 5 apples") == "5"  # a unit after the number is dropped
+    assert boxed("Final answer: $1,234.50.") == "1,234.50"
+    assert boxed("Answer: 50%") == "50"
+    assert boxed("The answer is 3/4") == "3/4"
+
+
+@pytest.mark.parametrize("line", [
+    "answer = 27 * 74 + 18 * 58",                   # an assignment: a line of code
+    "answer = 12",                                  # an assignment, even of a number
+    "ANSWER = 3199 // 10 - 196",
+    "Answer: 27 * 74 + 18 * 58",                    # an expression: the grader would do its arithmetic
+    "The answer is \\(21 \\times 88 - 1511\\) bottles",
+    "Answer: x = 3",
+    "The answer is 7 because 3 + 4 = 7",
+    "```python\nprint('Answer:', 27 * 74)\n# the answer is 42\n```",  # inside a program
+])
+def test_boxed_refuses_a_line_of_code(line):
+    """The fallback of `boxed()` takes a bare final number, never an assignment or an expression
+    (a single agent's program is not its answer: issue 42)."""
+    assert boxed(line) is None
+    assert boxed(line + "\nSo the answer is 42.") == "42"  # a bare number after it still answers
 
 
 def test_actions_noise():

@@ -19,14 +19,47 @@ def _fn(name, fn, returns="any", kind="function", env=None, empty=None) -> Funct
     return FunctionSpec(name, fn, lo, hi, returns, kind, env, "", empty)
 
 
-class CodeEnv:
+class _Contract:
+    """The Env contract's methods, so that the checker's `env-contract` rule passes the fakes."""
+
+    limits = None
+
+    def reset(self, task):
+        return task
+
+    def apply(self, state, role, fields):
+        return state
+
+    def view(self, state):
+        return {}
+
+    def success(self, state):
+        return False
+
+
+class CodeEnv(_Contract):
     def __init__(self, timeout_s: float = 5.0):
         self.timeout_s = timeout_s
 
 
-class GridEnv:
+class GridEnv(_Contract):
     def __init__(self, size: int = 4):
         self.size = size
+
+
+class SlipEnv:
+    """An env class whose `apply` forgot the role, and which has no `view` (the `env-contract` case)."""
+
+    limits = None
+
+    def reset(self, task):
+        return ()
+
+    def apply(self, state, fields):
+        return state + (fields,)
+
+    def success(self, state):
+        return False
 
 
 def humaneval(split):
@@ -75,7 +108,8 @@ def make_registry() -> Registry:
     return Registry(
         envs={"code": EnvSpec("code", CodeEnv, ("failures", "code", "tests")),
               "sudoku": EnvSpec("sudoku", GridEnv, ("board", "tool_output", "moves")),
-              "http": EnvSpec("http", HttpEnv, (), fields_from=declared_fields)},
+              "http": EnvSpec("http", HttpEnv, (), fields_from=declared_fields),
+              "slip": EnvSpec("slip", SlipEnv)},
         data_sources={"humaneval": DataSourceSpec("humaneval", humaneval, ("id", "prompt", "entry_point", "tests", "solution")),
                       "sudoku": DataSourceSpec("sudoku", sudoku, ("id", "seed", "size", "puzzle"))},
         functions={f.name: f for f in [

@@ -71,6 +71,7 @@ def main() -> None:
      "duplicate-registration": 'import "rewards_a.py"\nimport "rewards_b.py"\n' + VALID,
      "duplicate-registration__same_file": 'import "twice.py"\n' + VALID,
      "shadowed-builtin": 'import "shadows.py"\n' + VALID,
+     "env-contract": sub(("env code", "env slip")),  # tests/lang/conftest.py's SlipEnv
      "unknown-env": sub(("env code", "env cod")),
      "unknown-parser": sub(("parse tests = asserts(output)", "parse tests = assert(output)")),
      "unknown-data-source": sub(('data eval  humaneval("eval")', 'data eval  humaneva("eval")')),

@@ -14,7 +14,7 @@ from masdsl.cli import main as cli
 from masdsl.envs.data_paths import resolve_args
 from masdsl.envs.registry import load_builtins
 from masdsl.lang import analyze
-from masdsl.plan.inputs import load_split
+from masdsl.runtime.inputs import load_split
 
 ROWS = [{"id": f"q{i}", "question": f"{i}+{i}", "answer": str(2 * i)} for i in range(5)]
 WORKFLOW = """workflow w "math on a file"

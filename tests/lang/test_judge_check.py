@@ -12,6 +12,7 @@ from masdsl.config import resolve_config
 from masdsl.lang import analyze
 from masdsl.lang.judge import JudgeSpec
 from masdsl.plan.run_plan import RunPlanError, resolve_run
+from tests.support.overrides import NO_TRACKING
 
 BASE = '''env code
 data train humaneval("train")
@@ -90,9 +91,9 @@ def test_the_run_plan_refuses_an_override_that_trains_a_judge(registry, global_r
                         "flow { start -> coder -> reviewer -> end }")
     a, errors = check(global_registry, 'judge(critic, "x {{ output }}")', text)
     assert errors == []
-    resolve_run(a.workflow, resolve_config(a.workflow.train, overrides=["tracking.enabled=false"]))
+    resolve_run(a.workflow, resolve_config(a.workflow.train, overrides=[NO_TRACKING]))
     with pytest.raises(RunPlanError, match=r"w.mas:10:10: the judge policy `critic` of role `coder` would be trained"):
-        resolve_run(a.workflow, resolve_config(a.workflow.train, overrides=["tracking.enabled=false", "policy.critic.frozen=false"]))
+        resolve_run(a.workflow, resolve_config(a.workflow.train, overrides=[NO_TRACKING, "policy.critic.frozen=false"]))
 
 
 def test_the_run_plan_names_the_roles_a_judge_policy_scores(registry):

@@ -12,6 +12,7 @@ from masdsl.lang import analyze
 from masdsl.lang.errors import render_all
 from masdsl.lang.format import format_text
 from masdsl.lang.scaffold import scaffold
+from tests.support.overrides import NO_TRACKING
 
 
 @pytest.mark.parametrize("env, roles", [(None, "solver,checker"), (None, "only"), ("math", "a,b,c"), ("code", "coder,reviewer")])
@@ -69,7 +70,7 @@ def test_new_workflow_trains_one_step(tiny_model_dir, tmp_path, capsys):
     try:
         assert cli(["new", str(tmp_path / "quiz")]) == 0
         assert cli(["run", str(tmp_path / "quiz.mas"), f"policy.shared.model={tiny_model_dir}", "runtime.engine=hf",
-                    "tracking.enabled=false", f"runtime.runs_dir={tmp_path / 'runs'}", "train.steps=1",
+                    NO_TRACKING, f"runtime.runs_dir={tmp_path / 'runs'}", "train.steps=1",
                     "train.samples=2", "train.batch=2", "train.eval_tasks=2"]) == 0
     finally:
         torch.set_num_threads(threads)

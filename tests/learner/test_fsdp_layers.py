@@ -47,7 +47,7 @@ def update(model_dir, shard=None, probe=None):
     from masdsl.learner.parallel import ONE_PROCESS
     from masdsl.learner.update import update_policy
     from masdsl.learner.workers import build_optimizer
-    from masdsl.plan.models import load_model
+    from masdsl.models.load import load_model
 
     model, tok = load_model(model_dir)
     if shard is not None:
@@ -55,7 +55,7 @@ def update(model_dir, shard=None, probe=None):
     if probe is not None:
         probe(model)
     policy = SimpleNamespace(name="p", model=model, tokenizer=tok, lock=threading.Lock(), activate=lambda: None,
-                             parameters=lambda: list(model.parameters()))
+                             parameters=lambda: list(model.parameters()), compute_dtype="float32")
     tc = resolve_config(overrides=OVERRIDES).train
     recs, adv = batch()
     stats = update_policy(policy, build_optimizer(policy.parameters(), tc), recs, adv, tc, shard=shard or ONE_PROCESS)

@@ -108,7 +108,7 @@ def test_shared_prefix_gradient_is_bitwise_repeatable_with_two_threads(tiny_mode
     """The isolated cause: one prompt, 24 candidates, two torch threads; the backward through
     the shared prompt's cache gives the same gradient bits every time."""
     from masdsl.learner.logprobs import shared_prefix_logprobs
-    from masdsl.plan.models import load_model
+    from masdsl.models.load import load_model
 
     model, tok = load_model(tiny_model_dir)
     rng = random.Random(0)

@@ -56,7 +56,7 @@ def test_every_update_starts_before_any_finishes_and_is_kept_only_when_all_finis
 
 def test_the_local_learner_is_the_plain_update(tiny_model_dir):
     """Through the interface, the driver's update is `update_policy` with the one-process shard, bit for bit."""
-    from masdsl.plan.models import load_model
+    from masdsl.models.load import load_model
 
     tc = resolve_config(overrides=["train.lr=0.001", "train.mini_batch_size=8"]).train
     out = []

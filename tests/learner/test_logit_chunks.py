@@ -21,7 +21,7 @@ CHUNKS = Chunks(rows=3, positions=2)  # 8 or 9 rows -> 3+3+2(+1); 5 or 6 positio
 def models(tiny_model_dir, tmp_path_factory, one_thread):
     from peft import LoraConfig, get_peft_model
 
-    from masdsl.plan.models import load_model
+    from masdsl.models.load import load_model
     from masdsl.testing import build_tiny_model
 
     untied, tok = load_model(tiny_model_dir)

@@ -115,7 +115,7 @@ def test_an_engine_without_lora_gets_base_and_adapter_merged(lora, tiny_model_di
     changes, merged, which in a plain copy of the base compute what the adapter computes; the
     embedding, which the adapter leaves alone, does not travel."""
     from masdsl.runtime.backends.base import LocalEngine
-    from masdsl.plan.models import load_model
+    from masdsl.models.load import load_model
 
     plan, policies = lora
     namer = policies["namer_p"]

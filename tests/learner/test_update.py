@@ -13,11 +13,12 @@ from masdsl.config import resolve_config
 from masdsl.learner.logprobs import sequence_logprobs, shared_prefix_logprobs
 from masdsl.learner.update import micro_batches, split_groups, update_policy
 from masdsl.runtime.records import StepRecord
+from tests.support.updates import make_policy
 
 
 @pytest.fixture(scope="module")
 def tiny(tiny_model_dir):
-    from masdsl.plan.models import load_model
+    from masdsl.models.load import load_model
 
     torch.set_num_threads(1)
     return load_model(tiny_model_dir)
@@ -105,7 +106,7 @@ def test_split_groups_counts_the_groups_micro_batches_splits():
 
 
 def test_update_raises_logprob_of_positive_advantage_and_budget_is_irrelevant(tiny_model_dir):
-    from masdsl.plan.models import load_model
+    from masdsl.models.load import load_model
 
     ps, rs = rows(seed=2, prompts=2, k=4)
     results = []
@@ -116,8 +117,7 @@ def test_update_raises_logprob_of_positive_advantage_and_budget_is_irrelevant(ti
             old, _ = sequence_logprobs(model, [p for _, p, _ in rs], [r for _, _, r in rs], tok.pad_token_id)
         recs = [record(p, r, old[i, : len(r)].tolist()) for i, (_, p, r) in enumerate(rs)]
         adv = [1.0, -1.0, 0.5, -0.5, 0.0, 0.0, 0.3, -0.3]
-        policy = SimpleNamespace(name="p", model=model, tokenizer=tok, lock=__import__("threading").Lock(),
-                                 activate=lambda: None, parameters=lambda m=model: list(m.parameters()))
+        policy = make_policy(model, tok)
         tc = resolve_config(overrides=[f"train.micro_batch_tokens={budget}", "train.lr=0.01"]).train
         opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=0.0)
         stats = update_policy(policy, opt, recs, adv, tc)

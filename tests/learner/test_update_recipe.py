@@ -141,7 +141,7 @@ def _changed_fraction(tiny_model_dir, master):
     from masdsl.plan.run_plan import resolve_rollout  # the plan names the master dtype
 
     import masdsl  # as above
-    from masdsl.plan.models import load_model
+    from masdsl.models.load import load_model
 
     cfg = resolve_config(overrides=["runtime.dtype=bfloat16", f"train.master_weights={master}", "train.lr=1e-6",
                                     "train.mini_batch_size=0"])

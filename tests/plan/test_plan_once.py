@@ -29,6 +29,7 @@ import masdsl.plan.run_plan as plan_module
 from masdsl.cli import main
 from masdsl.config import resolve_config, to_yaml
 from masdsl.plan.run_plan import resolve_rollout
+from tests.support.overrides import NO_TRACKING
 from tests.support.paths import ADDER_DIR, TOY_DIR
 
 TOY = TOY_DIR / "toy_digits.mas"
@@ -67,7 +68,7 @@ class Plans:
 
 
 def _run_args(model: Path, runs: Path, *extra: str) -> list[str]:
-    return [f"policy.shared.model={model}", "runtime.engine=hf", "tracking.enabled=false", f"runtime.runs_dir={runs}",
+    return [f"policy.shared.model={model}", "runtime.engine=hf", NO_TRACKING, f"runtime.runs_dir={runs}",
             "train.samples=2", "train.batch=2", "train.eval_tasks=1", *extra]
 
 
@@ -105,7 +106,7 @@ def test_eval_of_a_checkpoint_plans_the_command_once_and_the_checkpoint_once(tra
     models go in with `RunPlan.with_models`, not by planning a third time."""
     with Plans() as plans:
         assert main(["eval", str(TOY), "--checkpoint", str(trained[0]), "--tasks", "1", "runtime.engine=hf",
-                     "tracking.enabled=false", f"runtime.runs_dir={tmp_path}", "--json"]) == 0
+                     NO_TRACKING, f"runtime.runs_dir={tmp_path}", "--json"]) == 0
     assert plans.calls == [("resolve_rollout", "masdsl.commands.eval.prepare"),
                            ("resolve_rollout", "masdsl.training.export.checkpoint_plan")]
     with Plans() as plans:
@@ -153,7 +154,7 @@ def test_eval_plans_once(tmp_path):
     with Plans() as plans:
         assert main(["eval", str(REPLAY / "toy.mas"), "runtime.engine=replay",
                      f"runtime.replay_file={REPLAY / 'toy_replay.jsonl'}", f"runtime.runs_dir={tmp_path}",
-                     "tracking.enabled=false", "--json"]) == 0
+                     NO_TRACKING, "--json"]) == 0
     assert plans.calls == [("resolve_rollout", "masdsl.commands.eval.prepare")]
 
 
@@ -175,7 +176,7 @@ def test_warm_start_plans_once(tiny_model_dir, tmp_path):
     helper = ROOT.parent / "workflows" / "plan_path_helper.mas"
     with Plans() as plans:
         assert main(["warm-start", str(helper), "--out", str(tmp_path / "warm"), "--tasks", "1", "--epochs", "1",
-                     f"policy.shared.model={tiny_model_dir}", "tracking.enabled=false", "-q"]) == 0
+                     f"policy.shared.model={tiny_model_dir}", NO_TRACKING, "-q"]) == 0
     assert plans.calls == [("resolve_rollout", "masdsl.commands.warm_start.main")]
 
 

@@ -15,7 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support.toy import TOY, TOY_DIR
+from masdsl.config import ConfigError, resolve_config
+from masdsl.plan.run_plan import resolve_run
+from tests.support.overrides import NO_TRACKING
+from tests.support.toy import TOY, TOY_DIR, toy as toy_workflow
 
 ROOT = Path(__file__).parents[2]
 
@@ -74,7 +77,7 @@ def test_check_refuses_what_run_refuses_with_the_same_message(toy, case):
     folder, write = toy
     edit, overrides, message = CASES[case]
     name = write(edit or (lambda t: t))
-    run = masdsl("run", name, *overrides, "tracking.enabled=false", "runtime.runs_dir=runs", cwd=folder)
+    run = masdsl("run", name, *overrides, NO_TRACKING, "runtime.runs_dir=runs", cwd=folder)
     check = masdsl("check", name, *overrides, cwd=folder)
     dry = masdsl("run", name, *overrides, "--dry-run", cwd=folder)
     refused = without_probe(run.stderr)
@@ -142,3 +145,12 @@ def test_graph_shows_the_planned_policies(toy):
     assert "policy shared <- roles namer, copier (full weights, HuggingFaceTB/SmolLM2-360M-Instruct)" in p.stdout
     frozen = masdsl("graph", name, "policy.shared.frozen=true", cwd=folder)
     assert frozen.returncode == 2 and "every policy is frozen" in frozen.stderr
+
+
+def test_the_plan_checks_the_batch_against_the_train_split_it_is_handed():
+    """The one check that needs the data: the session hands the plan the split's size once it loads."""
+    wf = toy_workflow()
+    plan = resolve_run(wf, resolve_config(wf.train, overrides=["train.batch=4", "runtime.engine=hf"]))
+    plan.check_train_split(4)  # a batch as large as the split: every task once
+    with pytest.raises(ConfigError, match=r"`train.batch` \(4\) is larger than the train split \(3 tasks\)"):
+        plan.check_train_split(3)

@@ -17,8 +17,9 @@ from masdsl.lang import compile_workflow
 from masdsl.lang.exprs import EvalError
 from masdsl.lang.parse import parse_text
 from masdsl.lang.workflow import EvalContext
-from masdsl.plan.inputs import load_split, make_env
+from masdsl.runtime.inputs import load_split, make_env
 from masdsl.runtime.parsing import initial_fields, parse_output
+from tests.support.overrides import NO_TRACKING
 
 TEXT = """\
 env private_env
@@ -64,7 +65,7 @@ def test_the_workflow_keeps_the_part_of_the_registry_it_names(workflow):
 
 
 def test_env_data_parse_and_reward_come_from_the_checkers_registry(workflow, h):
-    sandbox = resolve_config(overrides=["tracking.enabled=false"]).sandbox
+    sandbox = resolve_config(overrides=[NO_TRACKING]).sandbox
     assert isinstance(make_env(workflow, sandbox), h.CounterEnv)
     assert load_split(workflow, "eval") == [{"id": "eval-1"}]
     role = workflow.roles["a"]

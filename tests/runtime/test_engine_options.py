@@ -19,6 +19,7 @@ from masdsl.runtime.backends import _vllm, engine_kwargs
 from masdsl.runtime.backends.base import GenRequest, LocalEngine
 from masdsl.runtime.engine_factory import build_engines
 from masdsl.training.session import TrainSession
+from tests.support.overrides import NO_TRACKING
 from tests.support.paths import COUNTER_DIR, TOY_DIR
 
 ROOT = Path(__file__).parents[2]
@@ -190,7 +191,7 @@ def test_training_with_sleep_mode_sleeps_around_each_update(tiny_model_dir, tmp_
     monkeypatch.setattr(VLLMEngine, "wake_up", lambda self: calls.append("wake") or real_wake(self))
     wf = masdsl.load(str(DATA / "lengths.mas"))
     cfg = resolve_config(wf.train, None, ["runtime.engine=vllm", "runtime.device=cuda", "runtime.vllm_sleep_mode=true",
-                                          f"policy.shared.model={tiny_model_dir}", "tracking.enabled=false",
+                                          f"policy.shared.model={tiny_model_dir}", NO_TRACKING,
                                           "train.steps=2", "runtime.vllm_gpu_memory_utilization=0.2"])
     run = train(resolve_run(wf, cfg), run_dir=tmp_path / "run")
     assert run.steps == 2 and calls == ["sleep", "wake"] * 2

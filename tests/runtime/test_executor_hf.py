@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from masdsl.runtime.sampling import select
+from tests.support.overrides import NO_TRACKING
 from tests.support.rollouts import RUNTIME_TOY, rollout_two_tasks, sampled_toy
 
 
@@ -77,7 +78,7 @@ def test_masdsl_eval_with_the_hf_engine_on_the_tiny_model(tiny_model_dir, tmp_pa
     from masdsl.cli import main
 
     assert main(["eval", str(RUNTIME_TOY), "runtime.engine=hf", f"policy.shared.model={tiny_model_dir}",
-                 f"runtime.runs_dir={tmp_path}", "tracking.enabled=false", "--tasks", "1"]) == 0
+                 f"runtime.runs_dir={tmp_path}", NO_TRACKING, "--tasks", "1"]) == 0
     out = capsys.readouterr().out
     assert "success rate" in out and "tokens/s" in out and "mean reward · a · turn 0" in out
     (run,) = (tmp_path / "toy").iterdir()

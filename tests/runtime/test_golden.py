@@ -11,10 +11,11 @@ import pytest
 import masdsl
 from masdsl.config import resolve_config
 from masdsl.envs.datasets import humaneval
-from masdsl.plan.inputs import make_env
+from masdsl.runtime.inputs import make_env
 from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.executor import rollout
+from tests.support.overrides import NO_TRACKING
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def setup():
     wf = masdsl.load(str(ROOT / "workflows" / "coder_tester.mas"))
-    cfg = resolve_config(wf.train, overrides=["tracking.enabled=false"])
+    cfg = resolve_config(wf.train, overrides=[NO_TRACKING])
     # HumanEval/1 (a 15-line solution) is outside the shipped short-solution splits: take it from all of HumanEval
     task = next(t for t in humaneval("all") if t["id"] == "HumanEval/1")
     return wf, cfg, make_env(wf, cfg.sandbox), task

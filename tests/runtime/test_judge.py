@@ -15,12 +15,13 @@ import masdsl
 from masdsl.config import resolve_config
 from masdsl.errors import UserError
 from masdsl.lang.judge import score_of
-from masdsl.plan.inputs import make_env
+from masdsl.runtime.inputs import make_env
 from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.executor import rollout
 from masdsl.runtime.judge import judge_metrics, parser_of
 from masdsl.training.metrics import run_figures
+from tests.support.overrides import NO_TRACKING
 from tests.support.toy import TOY_DIR
 
 TASKS = [{"id": "t0", "target": "3"}, {"id": "t1", "target": "4"}]
@@ -71,7 +72,7 @@ JUDGE_ROWS = {("t0", "judge:namer", 0): ["Fine. \\boxed{8} of 10"], ("t1", "judg
 
 def run(tmp_path: Path, mode: str = "train", wf=None):
     wf = wf or load(tmp_path)
-    cfg = resolve_config(wf.train, overrides=["tracking.enabled=false"])
+    cfg = resolve_config(wf.train, overrides=[NO_TRACKING])
     policy, critic = replay(tmp_path, "policy", POLICY_ROWS), replay(tmp_path, "critic", JUDGE_ROWS)
     ro = rollout(wf, make_env(wf, cfg.sandbox), TASKS, {"shared": policy, "critic": critic}, mode=mode, samples=2,
                  step=0, seed=0, plan=resolve_rollout(wf, cfg))
@@ -119,7 +120,7 @@ def test_judges_score_evaluations_too(tmp_path):
 
 def test_a_rollout_without_the_judges_engine_is_refused(tmp_path):
     wf = load(tmp_path)
-    cfg = resolve_config(wf.train, overrides=["tracking.enabled=false"])
+    cfg = resolve_config(wf.train, overrides=[NO_TRACKING])
     with pytest.raises(UserError, match="no inference engine for policy `critic`"):
         rollout(wf, make_env(wf, cfg.sandbox), TASKS, {"shared": replay(tmp_path, "p", POLICY_ROWS)}, mode="train",
                 samples=2, step=0, seed=0, plan=resolve_rollout(wf, cfg))

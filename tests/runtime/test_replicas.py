@@ -15,6 +15,7 @@ import torch
 from masdsl.runtime.actors import RemoteEngine, engine_from_folder
 from masdsl.runtime.backends.base import GenRequest
 from masdsl.runtime.replicas import ReplicatedEngine, request_cost, split_balanced
+from tests.support.overrides import NO_TRACKING
 from tests.support.paths import COUNTER_DIR
 
 DATA = COUNTER_DIR
@@ -126,7 +127,7 @@ def test_training_with_two_replicas_syncs_new_weights_into_both(local_ray, tiny_
     from masdsl.plan.run_plan import resolve_run
     from masdsl.runtime import actors
     from masdsl.runtime.backends.hf import HFEngine
-    from masdsl.plan.models import load_model
+    from masdsl.models.load import load_model
     from masdsl.training import session
     from masdsl.training.checkpoint import policy_weights
     from masdsl.training.trainer import train
@@ -139,7 +140,7 @@ def test_training_with_two_replicas_syncs_new_weights_into_both(local_ray, tiny_
     monkeypatch.setattr(session, "build_engines", lambda plan, p: built.append(real_build(plan, p)) or built[-1])
     wf = masdsl.load(str(DATA / "lengths.mas"))
     cfg = resolve_config(wf.train, None, ["runtime.ray=true", "runtime.engine=hf", "runtime.engine_replicas=2",
-                                          f"policy.shared.model={tiny_model_dir}", "tracking.enabled=false",
+                                          f"policy.shared.model={tiny_model_dir}", NO_TRACKING,
                                           "train.steps=1", "train.seed=5"])
     probe = [GenRequest(list(range(3, 12)), n=1, temperature=0.0, max_tokens=6, seed=1)]
     seen: dict[str, list] = {}

@@ -17,6 +17,7 @@ from masdsl.runtime import prompts
 from masdsl.runtime.backends.base import GenRequest
 from masdsl.runtime.executor import rollout
 from masdsl.testing.tiny import THINKING_CHAT_TEMPLATE
+from tests.support.overrides import NO_TRACKING
 from tests.support.paths import ADDER_DIR
 
 DATA = ADDER_DIR
@@ -149,7 +150,7 @@ def test_masdsl_eval_rejects_an_unknown_role_with_a_hint(tmp_path, capsys):
     from masdsl.cli import main
 
     code = main(["eval", str(DATA / "toy.mas"), "runtime.engine=replay", f"runtime.replay_file={DATA / 'toy_replay.jsonl'}",
-                 f"runtime.runs_dir={tmp_path}", "tracking.enabled=false", "sample.bb.max_tokens=4"])
+                 f"runtime.runs_dir={tmp_path}", NO_TRACKING, "sample.bb.max_tokens=4"])
     assert code == 2
     assert "did you mean `sample.b`" in capsys.readouterr().err
 

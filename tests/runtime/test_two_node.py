@@ -16,6 +16,7 @@ import pytest
 
 from masdsl.plan.run_plan import resolve_rollout
 from masdsl.testing.cluster import kill_first_logged
+from tests.support.overrides import NO_TRACKING
 from tests.support.paths import COUNTER_DIR
 
 DATA = COUNTER_DIR
@@ -25,11 +26,11 @@ WORKFLOW = DATA / "coder.mas"
 def _setup(cluster, *overrides):
     import masdsl
     from masdsl.config import resolve_config
-    from masdsl.plan.inputs import load_split, make_env
+    from masdsl.runtime.inputs import load_split, make_env
 
     wf = masdsl.load(str(WORKFLOW))
     cfg = resolve_config(wf.train, None, ["runtime.ray=true", f"runtime.ray_address={cluster.address}",
-                                          "tracking.enabled=false", *overrides])
+                                          NO_TRACKING, *overrides])
     return wf, cfg, make_env(wf, cfg.sandbox), load_split(wf, "train")
 
 
@@ -116,7 +117,7 @@ def _eval_cli(tmp: Path, *overrides: str) -> dict:
 
     tmp.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "masdsl.cli", "eval", str(DATA / "counter.mas"), "runtime.engine=replay",
-           f"runtime.replay_file={DATA / 'counter_replay.jsonl'}", "tracking.enabled=false", *overrides]
+           f"runtime.replay_file={DATA / 'counter_replay.jsonl'}", NO_TRACKING, *overrides]
     p = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=300,
                        env={**os.environ, "RAY_AUTH_MODE": "disabled"})
     assert p.returncode == 0, p.stderr[-3000:]
@@ -201,7 +202,7 @@ def test_training_on_the_cluster_equals_training_on_one_machine(two_node_cluster
     from masdsl.training.checkpoint import policy_weights
 
     args = [str(DATA / "lengths.mas"), "runtime.engine=hf", f"policy.shared.model={tiny_model_dir}",
-            "tracking.enabled=false", "train.steps=2", "train.seed=5"]
+            NO_TRACKING, "train.steps=2", "train.seed=5"]
     runs = {"local": [], "cluster": ["runtime.ray=true", f"runtime.ray_address={two_node_cluster.address}"]}
     procs = {}
     for hash_seed, (name, extra) in enumerate(runs.items(), start=1):

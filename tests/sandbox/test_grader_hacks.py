@@ -241,7 +241,7 @@ def test_plain_values_of_every_builtin_type_still_compare():
         "import math\nassert math.isclose(f('float'), 0.3)",
     ]
     tests[16] = "import math\n" + tests[16]
-    report = run_tests(code, tests, limits=Limits(timeout_s=5.0))
+    report = run_tests(code, tests, limits=Limits(timeout_s=5.0, packages=("numpy",)))  # numpy: declared
     assert report.passed == [True] * len(tests), [(t, r.error) for t, r in zip(tests, report.results) if not r.passed]
 
 

@@ -121,7 +121,10 @@ def test_default_limits_are_the_configs():
     """One default set: a plain `Limits()` is what a run made through the default config gets."""
     assert limits_from_config(SandboxConfig()) == Limits()
     names = {f.name for f in dataclasses.fields(SandboxConfig)}
-    assert {k: getattr(Limits(), k) for k in names} == dataclasses.asdict(SandboxConfig())
+    plain = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(Limits()).items()}
+    assert {k: plain[k] for k in names} == dataclasses.asdict(SandboxConfig())  # packages: a tuple, hashable
+    assert limits_from_config({"packages": ["numpy", "numpy"]}).packages == ("numpy",)
+    assert limits_from_config({"packages": "numpy"}).packages == ("numpy",)
 
 
 def test_no_module_holds_a_default_callers_could_change():

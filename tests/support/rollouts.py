@@ -7,7 +7,7 @@ from pathlib import Path
 
 import masdsl
 from masdsl.config import resolve_config
-from masdsl.plan.inputs import prepare
+from masdsl.runtime.inputs import prepare
 from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.executor import rollout
 from tests.support.paths import ADDER_DIR

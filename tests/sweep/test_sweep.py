@@ -18,7 +18,7 @@ from masdsl.cli import main
 from masdsl.errors import UserError
 from masdsl.sweep.runner import check_spec
 from masdsl.sweep.grid import expand, trials
-from tests.support.overrides import tiny_hf
+from tests.support.overrides import NO_TRACKING, tiny_hf
 from tests.support.toy import TOY
 
 pytest.importorskip("ray")
@@ -125,7 +125,7 @@ def test_a_trial_cut_off_after_a_checkpoint_continues_from_it(tiny_model_dir, tm
     (["train.lr=1e-5,2e-5", "train.steps=-1,2"], "train.steps"),
 ])
 def test_sweep_mistakes_exit_2_before_any_trial(tmp_path, capsys, argv, message):
-    assert main(["sweep", str(TOY), *argv, "tracking.enabled=false", "--out", str(tmp_path / "s")]) == 2
+    assert main(["sweep", str(TOY), *argv, NO_TRACKING, "--out", str(tmp_path / "s")]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not (tmp_path / "s" / "results.jsonl").exists()
@@ -135,7 +135,7 @@ def test_a_restart_with_another_grid_is_refused(tmp_path, capsys):
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "sweep.json").write_text(json.dumps(
         {"name": "x", "file": str(TOY.resolve()), "overrides": ["train.lr=1,2"], "seeds": [0], "configs": []}))
-    assert main(["sweep", str(TOY), "train.lr=1e-5,2e-5", "tracking.enabled=false", "--out", str(tmp_path / "s")]) == 2
+    assert main(["sweep", str(TOY), "train.lr=1e-5,2e-5", NO_TRACKING, "--out", str(tmp_path / "s")]) == 2
     assert "holds another sweep (overrides" in capsys.readouterr().err
 
 
@@ -165,7 +165,7 @@ def test_a_running_trial_reports_the_step_of_its_newest_whole_record(tmp_path):
 
 
 def test_a_trial_that_run_would_refuse_stops_the_sweep_before_any_trial(tmp_path, capsys):
-    argv = ["sweep", str(TOY), "train.lr=1e-5,2e-5", "policy.shared.model=/no/such/model", "tracking.enabled=false",
+    argv = ["sweep", str(TOY), "train.lr=1e-5,2e-5", "policy.shared.model=/no/such/model", NO_TRACKING,
             "--out", str(tmp_path / "s")]
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -177,7 +177,7 @@ def test_run_multirun_is_the_sweep_of_the_same_overrides(tmp_path, capsys, monke
     monkeypatch.chdir(tmp_path)
     assert main(["run", str(TOY), "train.seed=1,2"]) == 2
     assert "this command runs one configuration" in capsys.readouterr().err
-    assert main(["run", str(TOY), "-m", "train.seed=1,2", "tracking.enabled=false"]) == 2
+    assert main(["run", str(TOY), "-m", "train.seed=1,2", NO_TRACKING]) == 2
     assert "give the seeds with --seeds" in capsys.readouterr().err
     argv = ["run", str(TOY), "--multirun", "train.lr=1e-5,2e-5", "policy.shared.model=/no/such/model"]
     assert main(argv) == 2

@@ -11,6 +11,7 @@ import pytest
 from masdsl.config import flatten, resolve_config, to_yaml
 from masdsl.errors import UserError
 from masdsl.tracking import NullTracker, Tracker, TrackingError, start_run
+from tests.support.overrides import NO_TRACKING
 from tests.support.tracking import artifact_paths, children, history, journal, step_metrics, unique
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -54,14 +55,16 @@ def test_run_records_parent_children_params_tags_metrics_artifacts(mlflow_server
     # tags: workflow, hash, grouping, roles per policy
     tags = run.data.tags
     assert tags["masdsl.workflow"] == wf.name and tags["masdsl.file_hash"] == wf.file_hash
-    assert len(wf.file_hash) == 64 and tags["mlflow.note.content"] == wf.description
+    assert len(wf.file_hash) == 64 and tags["mlflow.note.content"].startswith(wf.description + "\n\n**Key metrics**")
     assert tags["masdsl.grouping"] == "agent" and tags["masdsl.kind"] == "run"
     assert tags["masdsl.roles.writer"] == "coder" and tags["masdsl.roles.checker"] == "tester"
 
     # metrics on the parent, with their steps
     assert history(client, run.info.run_id, "success/train") == [(0, 0.0), (1, 0.1), (2, 0.2)]
     assert history(client, run.info.run_id, "loss/checker") == [(0, 0.0), (1, 0.2), (2, 0.4)]
-    assert set(step_metrics(0)) | {"success/eval", "pass_1"} == set(run.data.metrics)  # `@` is not allowed
+    key = {"Key metrics/success train", "Key metrics/success eval"}  # the headline, again, charted first
+    assert set(step_metrics(0)) | {"success/eval", "pass_1"} | key == set(run.data.metrics)  # `@` is not allowed
+    assert history(client, run.info.run_id, "Key metrics/success train") == [(0, 0.0), (1, 0.1), (2, 0.2)]
 
     # one child run per policy, with its own policy metrics (and its roles' rewards)
     kids = children(client, run)
@@ -173,7 +176,7 @@ def test_run_ending_during_an_outage_is_completed_by_resend(mlflow_server, make_
     client = MlflowClient(mlflow_server.uri)
     assert client.get_run(tracker.run_id).info.status == "RUNNING"
     assert resend_main([str(run_dir)]) == 0
-    assert "sent 32 metric values" in capsys.readouterr().out  # 2 steps x 16 metrics
+    assert "sent 34 metric values" in capsys.readouterr().out  # 2 steps x 16 metrics and `Key metrics/success train`
     assert [s for s, _ in history(client, tracker.run_id, "success/train")] == [0, 1, 2]
     kids = children(client, client.get_run(tracker.run_id))
     assert [s for s, _ in history(client, kids["checker"].info.run_id, "loss/checker")] == [0, 1, 2]
@@ -223,7 +226,7 @@ def test_default_store_is_sqlite_in_the_working_directory(make_workflow, tmp_pat
     assert tracker.ui_command() == command
     assert command in capsys.readouterr().err
     run = MlflowClient(f"sqlite:///{db}").get_run(tracker.run_id)
-    assert run.data.metrics == {"success/eval": 0.75, "reward/coder/turn0": 1.0}
+    assert run.data.metrics == {"success/eval": 0.75, "reward/coder/turn0": 1.0, "Key metrics/success eval": 0.75}
     assert run.data.tags["masdsl.kind"] == "eval" and run.info.status == "FINISHED"
 
 
@@ -267,7 +270,7 @@ def test_log_weights_stores_each_policy_of_the_checkpoint_it_is_given(make_workf
 
 
 def test_disabled_and_bad_uri(make_workflow, tmp_path):
-    off = start_run(make_workflow("w"), resolve_config(overrides=["tracking.enabled=false"]),
+    off = start_run(make_workflow("w"), resolve_config(overrides=[NO_TRACKING]),
                     kind="run", run_dir=tmp_path)
     assert isinstance(off, NullTracker) and off.run_id is None
     with pytest.raises(TrackingError) as err:

@@ -14,7 +14,7 @@ import torch
 from masdsl.config import ConfigError
 from masdsl.learner.ahead import RESUME_REFUSED
 from masdsl.learner.logprobs import sequence_logprobs
-from masdsl.plan.models import load_model
+from masdsl.models.load import load_model
 from masdsl.plan.run_plan import RunPlanError, resolve_run
 from masdsl.training import checkpoint
 from masdsl.training.trainer import train
@@ -172,7 +172,7 @@ def test_chunked_logprobs_leave_the_global_rng_alone(tiny_model_dir, monkeypatch
     async, a restore in the backward rewinds the stream the rollout beside it samples from (seen
     as every reply's last token repeating the one before it, in some runs and not others)."""
     from masdsl.learner.logit_chunks import Chunks
-    from masdsl.plan.models import load_model
+    from masdsl.models.load import load_model
 
     model, tok = load_model(tiny_model_dir)
     model.train()

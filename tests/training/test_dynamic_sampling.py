@@ -11,11 +11,12 @@ from masdsl.config import resolve_config
 from masdsl.plan.run_plan import resolve_run
 from masdsl.runtime.records import read_records
 from masdsl.training.trainer import train
+from tests.support.overrides import NO_TRACKING
 from tests.support.toy import TOY, TOY_DIR
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
 BASE = ("train.steps=1", "train.samples=4", "train.batch=5", "train.eval_every=0", "train.lr=0.01",
-        "train.checkpoint_every=0", "train.eval_tasks=2", "tracking.enabled=false", "runtime.engine=hf")
+        "train.checkpoint_every=0", "train.eval_tasks=2", NO_TRACKING, "runtime.engine=hf")
 
 
 def toy(reward: str):

@@ -61,7 +61,7 @@ def test_eval_samples_is_validated():
 
 def _rollout(tiny_model_dir, hf_engine, *extra, repeats=1, n_tasks=3):
     from masdsl.runtime.executor import rollout
-    from masdsl.plan.inputs import prepare
+    from masdsl.runtime.inputs import prepare
 
     wf = masdsl.loads(toy_text(), "toy_digits.mas", base_dir=TOY_DIR)
     cfg = resolve_config(wf.train, overrides=[*tiny_hf(tiny_model_dir), *extra])

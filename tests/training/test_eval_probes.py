@@ -12,10 +12,11 @@ import masdsl
 from masdsl.config import ConfigError, resolve_config
 from masdsl.envs.plan_path import PlanPathEnv, make_maze, play, plan_path, shortest_path
 from masdsl.envs.plan_path_probe import wrong_path
-from masdsl.plan.inputs import load_split
+from masdsl.runtime.inputs import load_split
 from masdsl.plan.run_plan import RunPlanError, resolve_rollout
 from masdsl.runtime.records import read_records
 from masdsl.training.evaluation import run_evaluation
+from tests.support.overrides import NO_TRACKING
 
 ROOT = Path(__file__).resolve().parents[2]
 HELPER = ROOT / "workflows" / "plan_path_helper.mas"
@@ -59,7 +60,7 @@ def test_probes_change_what_the_planner_is_shown_and_nothing_else(tmp_path):
     results = {}
     for probe in ("none", "no_tool_output", "wrong_plan"):
         cfg = resolve_config(wf.train, overrides=["runtime.engine=replay", f"runtime.replay_file={replay}",
-                                                  f"runtime.runs_dir={tmp_path / probe}", "tracking.enabled=false",
+                                                  f"runtime.runs_dir={tmp_path / probe}", NO_TRACKING,
                                                   f"train.eval_probe={probe}"])
         results[probe] = run_evaluation(resolve_rollout(wf, cfg), tasks)
     for t in tasks:
@@ -81,7 +82,7 @@ def test_masdsl_eval_runs_a_probe_on_the_tiny_model(probe, tiny_model_dir, tmp_p
     from masdsl.cli import main
 
     code = main(["eval", str(HELPER), "--tasks", "2", "runtime.engine=hf", f"policy.shared.model={tiny_model_dir}",
-                 f"runtime.runs_dir={tmp_path}", "tracking.enabled=false", "sample.*.max_tokens=8",
+                 f"runtime.runs_dir={tmp_path}", NO_TRACKING, "sample.*.max_tokens=8",
                  f"train.eval_probe={probe}"])
     assert code == 0
     assert f"probe {probe}" in capsys.readouterr().err

@@ -20,6 +20,7 @@ from masdsl.config import resolve_config
 from masdsl.plan.run_plan import resolve_run
 from masdsl.runtime.records import read_records
 from masdsl.training.trainer import train
+from tests.support.overrides import NO_TRACKING
 from tests.support.toy import TOY, TOY_DIR
 
 
@@ -59,7 +60,7 @@ def first_number(reply: str) -> float | None:
 def test_a_judge_scores_the_copier_on_the_tiny_model(tiny_model_dir, tmp_path):
     wf = judge_workflow(tmp_path)
     overrides = [f"policy.shared.model={tiny_model_dir}", f"policy.critic.model={tiny_model_dir}",
-                 "tracking.enabled=false", "runtime.engine=hf", "train.steps=2", "train.samples=4", "train.batch=3",
+                 NO_TRACKING, "runtime.engine=hf", "train.steps=2", "train.samples=4", "train.batch=3",
                  "train.eval_tasks=2", "train.eval_every=0"]
     out = io.StringIO()
     result = run(wf, resolve_config(wf.train, overrides=overrides), run_dir=tmp_path / "run",

@@ -25,6 +25,7 @@ from masdsl.commands import output
 from masdsl.runtime import heartbeat
 from masdsl.training.display import Progress, print_summary
 from masdsl.training.loglines import LogLines
+from tests.support.overrides import NO_TRACKING
 from tests.support.paths import COUNTER_DIR
 
 ROOT = Path(__file__).parents[2]
@@ -204,7 +205,7 @@ def test_eval_into_a_file_says_when_the_engine_starts_and_is_ready(tmp_path, tin
     env = {**os.environ, "MASDSL_NO_VLLM": "1"}
     with (tmp_path / "err.log").open("w") as e:
         p = subprocess.run([sys.executable, "-m", "masdsl", "eval", "counter.mas", f"policy.shared.model={tiny_model_dir}",
-                            "runtime.engine=hf", "train.eval_tasks=2", 'sample."*".max_tokens=4', "tracking.enabled=false"],
+                            "runtime.engine=hf", "train.eval_tasks=2", 'sample."*".max_tokens=4', NO_TRACKING],
                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=e, timeout=600)
     log = (tmp_path / "err.log").read_text()
     assert p.returncode == 0, log[-3000:]

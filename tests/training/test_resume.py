@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.support.overrides import NO_TRACKING
 from tests.support.paths import COUNTER_DIR
 
 DATA = COUNTER_DIR
@@ -55,7 +56,7 @@ def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted_run(tmp_path,
 
     steps = 3
     args = [str(DATA / "lengths.mas"), "runtime.engine=hf", f"policy.shared.model={tiny_model_dir}",
-            "tracking.enabled=false", f"train.steps={steps}", "train.checkpoint_every=1", "train.seed=7"]
+            NO_TRACKING, f"train.steps={steps}", "train.checkpoint_every=1", "train.seed=7"]
     full, killed = tmp_path / "full", tmp_path / "killed"
     full.mkdir(), killed.mkdir()
 

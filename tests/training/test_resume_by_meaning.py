@@ -12,7 +12,7 @@ import pytest
 
 from masdsl.cli import main
 from masdsl.lang.format import format_text
-from tests.support.overrides import tiny_hf
+from tests.support.overrides import NO_TRACKING, tiny_hf
 from tests.support.toy import TOY, TOY_DIR
 
 REWARD = "reward same(digit, task.target)"
@@ -95,7 +95,7 @@ def test_resume_with_a_changed_train_block_names_the_override(trained, tmp_path,
 def test_eval_checkpoint_by_meaning(trained, tmp_path, capsys):
     """A comment, a layout change and a changed train { } block (settings the command line
     overrides anyway) evaluate the checkpoint; a changed reward is refused, naming it."""
-    base = ["--checkpoint", str(trained[1]), "tracking.enabled=false", "runtime.engine=hf",
+    base = ["--checkpoint", str(trained[1]), NO_TRACKING, "runtime.engine=hf",
             f"runtime.runs_dir={tmp_path / 'runs'}", "--tasks", "1", "--json", "-q"]
     settings = lambda t: commented(messy(t)).replace("eval_tasks: 10", "eval_tasks: 3")  # noqa: E731
     wf = workflow_copy(tmp_path / "ok", settings)

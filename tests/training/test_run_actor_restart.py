@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from masdsl.testing.cluster import kill_first_logged
+from tests.support.overrides import NO_TRACKING
 from tests.support.paths import COUNTER_DIR
 
 DATA = COUNTER_DIR
@@ -47,7 +48,7 @@ def test_engine_actor_killed_mid_rollout_run_equals_uninterrupted_run(local_ray,
 
     wf = masdsl.load(str(DATA / "lengths.mas"))
     cfg = resolve_config(wf.train, None, ["runtime.ray=true", "runtime.engine=hf", f"policy.shared.model={tiny_model_dir}",
-                                          "tracking.enabled=false", "train.steps=2", "train.seed=5"])
+                                          NO_TRACKING, "train.steps=2", "train.seed=5"])
     built: list[dict] = []  # the engines each train() built
     real_build = session.build_engines
     monkeypatch.setattr(session, "build_engines", lambda plan, p: built.append(real_build(plan, p)) or built[-1])

@@ -13,7 +13,7 @@ import pytest
 
 from masdsl.cli import main as cli
 from masdsl.lang.scaffold import scaffold
-from tests.support.overrides import tiny_hf
+from tests.support.overrides import NO_TRACKING, tiny_hf
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
 
@@ -39,7 +39,7 @@ def test_export_eval_and_trace_work_after_the_imported_py_is_deleted(trained, ca
     assert cli(["export", str(trained), "--out", str(trained / "out")]) == 0
     assert (trained / "out" / "shared" / "config.json").is_file()
     capsys.readouterr()
-    assert cli(["eval", "--checkpoint", str(trained), "--tasks", "1", "runtime.engine=hf", "tracking.enabled=false",
+    assert cli(["eval", "--checkpoint", str(trained), "--tasks", "1", "runtime.engine=hf", NO_TRACKING,
                 f"runtime.runs_dir={trained.parent / 'evals'}", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["workflow"] == "quiz" and result["checkpoint"].endswith("step_000001") and result["tasks"] == 1

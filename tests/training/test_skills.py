@@ -15,7 +15,7 @@ from rich.console import Console
 import masdsl
 from masdsl import api
 from masdsl.lang.errors import MasError
-from masdsl.plan.inputs import load_split
+from masdsl.runtime.inputs import load_split
 from masdsl.runtime.records import StepRecord
 from masdsl.training.display import print_summary
 from tests.support.overrides import tiny_hf

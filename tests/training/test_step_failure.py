@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from masdsl.plan.run_plan import resolve_rollout
+from tests.support.overrides import NO_TRACKING
 
 TIMING = ("gen_s", "env_s")  # wall-clock fields of a record: the only ones allowed to differ
 
@@ -116,7 +117,7 @@ def _faults(wf_dir: Path, ids: list[str] | None) -> None:
 def _config(wf, *overrides: str):
     from masdsl.config import resolve_config
 
-    return resolve_config(wf.train, None, ["tracking.enabled=false", *overrides])
+    return resolve_config(wf.train, None, [NO_TRACKING, *overrides])
 
 
 def test_malformed_output_scores_its_penalty_and_an_env_failure_raises(wf_dir, tmp_path):
@@ -164,7 +165,7 @@ def test_malformed_output_scores_its_penalty_and_an_env_failure_raises(wf_dir, t
 
 
 def _env(wf, cfg):
-    from masdsl.plan.inputs import make_env
+    from masdsl.runtime.inputs import make_env
 
     return make_env(wf, cfg.sandbox)
 
@@ -225,7 +226,7 @@ def test_failed_step_stops_the_run_and_resume_equals_an_uninterrupted_run(wf_dir
     `--resume` ends with the records, weights and optimizer of a run that never failed."""
     from masdsl.training.trainer import next_batch
 
-    model = [f"policy.shared.model={tiny_model_dir}", "runtime.engine=hf", "tracking.enabled=false",
+    model = [f"policy.shared.model={tiny_model_dir}", "runtime.engine=hf", NO_TRACKING,
              "runtime.env_retries=1"]
     cursor = 2 * 2  # two batches of 2 before step 3
     step3 = [f"train{i}" for i in next_batch(8, 2, seed=7, cursor=cursor)[0]]
@@ -328,7 +329,7 @@ def test_eval_command_stops_on_a_failed_env_step(wf_dir, tmp_path):
     _faults(wf_dir, ["eval1"])
     try:
         proc = _cli(wf_dir, tmp_path / "eval", "runtime.engine=replay", f"runtime.replay_file={replay}",
-                    "tracking.enabled=false", "runtime.env_retries=1", command="eval")
+                    NO_TRACKING, "runtime.env_retries=1", command="eval")
         code, log = _finish(proc, tmp_path / "eval")
     finally:
         _faults(wf_dir, None)

@@ -12,12 +12,13 @@ from masdsl.config import ConfigError, resolve_config
 from masdsl.plan.run_plan import resolve_run
 from masdsl.training import checkpoint as ckpt
 from masdsl.training.trainer import train
+from tests.support.overrides import NO_TRACKING
 from tests.support.paths import TOY_DIR
 
 TOY = TOY_DIR
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
 BASE = ("train.steps=6", "train.samples=2", "train.batch=2", "train.eval_every=0", "train.lr=0.01",
-        "train.checkpoint_every=0", "train.eval_tasks=2", "tracking.enabled=false", "runtime.engine=hf")
+        "train.checkpoint_every=0", "train.eval_tasks=2", NO_TRACKING, "runtime.engine=hf")
 
 
 def run(model_dir, folder, *extra, resume=None):

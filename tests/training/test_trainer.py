@@ -106,7 +106,7 @@ def test_lora_adapters_train_only_on_their_own_roles(tiny_model_dir, tmp_path):
     from masdsl.learner.update import update_policy
     from masdsl.runtime.engine_factory import build_engines
     from masdsl.runtime.executor import rollout
-    from masdsl.plan.inputs import prepare
+    from masdsl.runtime.inputs import prepare
 
     wf = toy("toy_digits_lora.mas")
     cfg = toy_config(wf, tiny_model_dir, "train.samples=8", "train.batch=10", "train.lr=0.01")

@@ -9,6 +9,7 @@ page in a real headless chromium (`masdsl.testing.browser`) and skip where none 
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import urllib.error
@@ -23,6 +24,7 @@ from masdsl.commands.view import make_server, page_builder
 from masdsl.runtime.records import StepRecord, write_records
 from masdsl.runtime.rundir import open_run
 from masdsl.testing.browser import Browser, chromium_path
+from tests.support.judged import JUDGE_REPLY, judged_run
 
 HOSTILE = "<script>window.pwned = 1; document.title = 'pwned'</script><img src=x onerror=\"window.pwned=2\">"
 REWARDS = {  # (step, role) -> the K rewards
@@ -241,3 +243,29 @@ def test_advantages_follow_each_roles_estimator_from_the_runs_workflow(tmp_path)
     (run / "workflow.mas").write_text("role {")  # unreadable: every role gets the default (GRPO)
     assert main(["view", str(run), "--step", "0", "--out", str(tmp_path / "p.html")]) == 0
     assert parse((tmp_path / "p.html").read_text()).advantages[:3] == ["+1.000", "-1.000", "+0.000"]
+
+
+DOCS_SHOT = Path(__file__).parents[2] / "docs" / "img" / "view_judge.png"
+
+
+@needs_chromium
+def test_in_a_browser_a_judged_group_shows_its_judges_and_the_reference(tmp_path, monkeypatch):
+    """The screenshot of docs/img/view_judge.png (issue 43): a group whose judge restated an
+    equation, with the task's reference answer. It is written there when missing or under
+    MASDSL_DOCS_IMG=1 (each run's page names its own temporary folder: the PNG would change on
+    every run), else beside the test."""
+    run = judged_run(tmp_path)
+    assert main(["view", str(run)]) == 0
+    shot = DOCS_SHOT if not DOCS_SHOT.exists() or os.environ.get("MASDSL_DOCS_IMG") == "1" else tmp_path / "view.png"
+    with Browser(width=1100, height=760) as b:
+        b.open((run / "view.html").as_uri())
+        assert b.evaluate("document.querySelector('.ref').textContent") == "reference answer 7"
+        judges = b.evaluate("[...document.querySelectorAll('.judge')].map(j => "
+                            "[j.querySelector('.jscore').textContent, j.querySelector('pre').textContent])")
+        assert judges == [["-1", JUDGE_REPLY], ["9", "Score: 9"]]
+        assert b.evaluate("[...document.querySelectorAll('.judge .tag')].map(t => t.textContent)") == \
+            ["no score: default", "restated"]
+        assert "episode 0 (success 1)" in b.evaluate("document.querySelector('.ghead').textContent")
+        assert b.evaluate("document.querySelector('p.summary').textContent").startswith("episodes 1 · success 1.00")
+        b.screenshot(shot)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000

@@ -15,6 +15,7 @@ from masdsl.envs.plan_path import PlanPathEnv, plan_path
 from masdsl.plan.run_plan import resolve_rollout
 from masdsl.sandbox import run_python
 from masdsl.training import warm_start as ws
+from tests.support.overrides import NO_TRACKING
 
 ROOT = Path(__file__).resolve().parents[2]
 HELPER = ROOT / "workflows" / "plan_path_helper.mas"
@@ -37,11 +38,11 @@ def test_the_tool_demonstration_prints_a_shortest_path_and_the_planner_one_solve
 
 
 def test_demonstrations_render_each_role_prompt_at_turn_0(tiny_model_dir):
-    from masdsl.plan.inputs import make_env
-    from masdsl.plan.models import load_model
+    from masdsl.runtime.inputs import make_env
+    from masdsl.models.load import load_model
 
     wf = masdsl.load(HELPER)
-    cfg = resolve_config(wf.train, overrides=["tracking.enabled=false"])
+    cfg = resolve_config(wf.train, overrides=[NO_TRACKING])
     _, tok = load_model(tiny_model_dir)
     env = make_env(wf, cfg.sandbox)
     tasks = plan_path("train", n=3, size=5)
@@ -55,10 +56,10 @@ def test_demonstrations_render_each_role_prompt_at_turn_0(tiny_model_dir):
 
 
 def test_supervised_steps_lower_the_loss_and_the_folder_loads(tiny_model_dir, tmp_path):
-    from masdsl.plan.models import load_model
+    from masdsl.models.load import load_model
 
     wf = masdsl.load(HELPER)
-    cfg = resolve_config(wf.train, overrides=["tracking.enabled=false", f"policy.shared.model={tiny_model_dir}"])
+    cfg = resolve_config(wf.train, overrides=[NO_TRACKING, f"policy.shared.model={tiny_model_dir}"])
     steps = []
     info = ws.warm_start(resolve_rollout(wf, cfg), tmp_path / "warm", tasks=2, epochs=20, lr=3e-3,
                          on_step=lambda *a: steps.append(a))
@@ -74,10 +75,10 @@ def test_supervised_steps_lower_the_loss_and_the_folder_loads(tiny_model_dir, tm
 def test_the_same_seed_gives_the_same_weights(tiny_model_dir, tmp_path):
     import torch
 
-    from masdsl.plan.models import load_model
+    from masdsl.models.load import load_model
 
     wf = masdsl.load(HELPER)
-    cfg = resolve_config(wf.train, overrides=["tracking.enabled=false", f"policy.shared.model={tiny_model_dir}"])
+    cfg = resolve_config(wf.train, overrides=[NO_TRACKING, f"policy.shared.model={tiny_model_dir}"])
     for name in ("a", "b"):
         ws.warm_start(resolve_rollout(wf, cfg), tmp_path / name, tasks=1, epochs=1, lr=1e-3, seed=3)
     a, b = (load_model(tmp_path / n)[0].state_dict() for n in ("a", "b"))
@@ -91,7 +92,7 @@ def test_the_same_seed_gives_the_same_weights(tiny_model_dir, tmp_path):
     ([str(ROOT / "workflows" / "plan_path_per_role.mas")], "use 2 policies"),
 ])
 def test_refusals_exit_2_before_any_model_loads(tmp_path, capsys, monkeypatch, argv, message):
-    import masdsl.plan.models as models
+    import masdsl.models.load as models
 
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("loaded a model"))

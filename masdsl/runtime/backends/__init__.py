@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from masdsl.config_schema import ENGINES, RuntimeConfig
 from masdsl.errors import UserError
-from masdsl.plan.models import load_model, resolve_model
+from masdsl.models.load import load_model, resolve_model
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.backends.hf import HFEngine
 from masdsl.runtime.backends.replay import ReplayEngine

@@ -12,7 +12,7 @@ import dataclasses
 
 import pytest
 
-from masdsl.plan.models import load_model
+from masdsl.models.load import load_model
 from masdsl.runtime.backends.base import GenRequest
 from masdsl.runtime.backends.hf import HFEngine
 

@@ -18,7 +18,7 @@ import copy
 
 import pytest
 
-from masdsl.plan.models import load_model
+from masdsl.models.load import load_model
 from masdsl.runtime.backends.base import GenRequest
 from masdsl.runtime.backends.hf import HFEngine
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from masdsl.errors import ModelError
-from masdsl.plan import models
-from masdsl.plan.models import QWEN, assemble_parts, ensure_qwen, resolve_model
+from masdsl.models import load as models
+from masdsl.models.load import QWEN, assemble_parts, ensure_qwen, resolve_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -162,7 +162,7 @@ def test_qwen_builtin_loads_and_generates():
     # first run on a machine checks, assembles and converts the parts (about 2 min, 2.5 GB)
     import torch
 
-    from masdsl.plan.models import load_model
+    from masdsl.models.load import load_model
 
     model, tok = load_model(QWEN)
     cfg = model.config

@@ -21,7 +21,7 @@
 
 Anything else is a `ModelError` that says what was tried.
 
-What a `model:` value names, without loading anything, is `masdsl.plan.model_names`.
+What a `model:` value names, without loading anything, is `masdsl.models.names`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from masdsl.errors import ModelError
-from masdsl.plan.model_names import EMBEDDED, QWEN, is_builtin, is_model_dir, model_problem
+from masdsl.models.names import EMBEDDED, QWEN, is_builtin, is_model_dir, model_problem
 
 if TYPE_CHECKING:
     import torch

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from masdsl.errors import ModelError, UserError
-from masdsl.plan.models import cache_dir, load_model, resolve_model
+from masdsl.models.load import cache_dir, load_model, resolve_model
 from masdsl.runtime import backends
 from masdsl.runtime.backends.base import GenRequest
 from masdsl.runtime.backends.hf import HFEngine
@@ -61,7 +61,7 @@ def test_load_model_pads_left_and_rejects_bad_dtype(tiny_model_dir):
 
 def test_the_lm_head_gets_a_contiguous_input_and_the_same_logits(tiny_model_dir):
     """A frozen head given `hidden[:, -1:, :]` took PyTorch's expand-and-copy matmul path (3.5 s
-    instead of 18 ms for Qwen's head, masdsl.plan.models.contiguous_head_input)."""
+    instead of 18 ms for Qwen's head, masdsl.models.load.contiguous_head_input)."""
     import torch
 
     model, _ = load_model(tiny_model_dir)

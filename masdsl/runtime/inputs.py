@@ -2,9 +2,10 @@
 
     env, splits = prepare(workflow, plan.sandbox)   # env from the workflow's registry, {"train": [...], "eval": [...]}
 
-It sits with the plan, below the runtime and the learner: a session (and an evaluation) sets
-up its inputs before any model loads, and neither the runtime nor the learner is needed for it.
-The engines that serve the policies come from `masdsl.runtime.engine_factory`.
+Building the env runs the workflow's code (its env factory, its data sources), so it is the
+runtime's work, not the plan's: the plan only decided the sandbox limits it runs under. A session
+(and an evaluation) sets up its inputs before any model loads; the engines that serve the
+policies come from `masdsl.runtime.engine_factory`.
 """
 
 from __future__ import annotations

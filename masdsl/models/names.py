@@ -1,6 +1,6 @@
 """What a `model:` value names, looked up without loading, unpacking or downloading anything.
 
-The run plan and `masdsl check` ask `model_problem` before any model loads; `masdsl.plan.models`
+The run plan and `masdsl check` ask `model_problem` before any model loads; `masdsl.models.load`
 turns an accepted value into a local folder (unpacking a built-in, downloading a hub id) and loads it.
 
 >>> is_builtin("SmolLM2-135M-Instruct"), is_builtin("./models/x")
