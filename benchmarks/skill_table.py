@@ -1,6 +1,7 @@
 """What each role can do before and after training, per run: the skill table of issue 28.
 
     .venv/bin/python benchmarks/skill_table.py RUN_OR_SWEEP... [--workflow FILE] [--json OUT] [--plot PNG]
+                                               [--regrade] [--answers OUT.jsonl]
 
 Each argument is a training run's folder (it holds `eval/step_N.jsonl`) or a sweep folder (every
 `trials/*/` run in it). For each run, the first and the last evaluation are compared on the same
@@ -11,6 +12,13 @@ held-out tasks (one greedy episode per task):
 - each role's `metric` lines (`skill/<role>/<name>`), at its first turn (before it has seen any
   other role's answer) and over all its turns, with the same interval and test on turn 0;
 - the tokens the run generated in training (the sum of its records' response lengths).
+
+Episode success is each episode's stored `episode_success` unless `--regrade`: then the workflow's
+`success` line (`--workflow` or the run's own) is evaluated again on the episode's final parsed
+fields and the task, so a grader changed since the run applies to its rows (a success line that
+reads the env's state cannot be recomputed and keeps the stored value; the rows count both).
+`--answers OUT.jsonl` writes what a later regrade needs and nothing else: per eval episode, its
+task, the stored success and each reply's (role, turn, parsed fields), one compact line each.
 
 Records written before `metric` lines existed carry no values; then the workflow's metric
 expressions (`--workflow`, default: the run's own `workflow.mas`) are evaluated again on each
@@ -86,15 +94,48 @@ class Metrics:
         return out
 
 
-def evaluation(path: Path, metrics: Metrics) -> dict:
-    """Per task: success, and each role's metric values at turn 0 and over all turns."""
+def regraded(metrics: Metrics, task_id: str, fields: dict[str, dict]) -> int | None:
+    """The workflow's `success` line evaluated again on an episode's final parsed fields (None:
+    the workflow has none, or it reads the env's state, which records do not keep)."""
+    expr = metrics.workflow.success
+    if expr is None:
+        return None
+    ctx = EvalContext(task=metrics.tasks[task_id], fields=fields, limits=metrics.limits)
+    try:
+        return int(float(expr.evaluate(ctx)) >= 1.0 - 1e-9)
+    except Exception:  # noqa: BLE001 - e.g. `env.x` or an env-bound function: no state in the records
+        return None
+
+
+def answers(path: Path) -> list[dict]:
+    """One compact line per eval episode: enough to regrade it later (`--answers`)."""
+    out = []
+    for task, recs in episodes(path).items():
+        out.append({"eval": path.stem, "task": task, "success": float(recs[-1].get("episode_success") or 0.0),
+                    "replies": [{"role": r["role"], "turn": r["turn"], "fields": r["fields"]} for r in recs]})
+    return out
+
+
+def evaluation(path: Path, metrics: Metrics, regrade: bool = False) -> dict:
+    """Per task: success (stored, or `regrade`d), and each role's metric values at turn 0 and
+    over all turns."""
     success: dict[str, int] = {}
+    grading = {"regraded": 0, "stored": 0, "changed": 0}
     first: dict[str, dict[str, float]] = defaultdict(dict)  # "role/name" -> task -> value at turn 0
     every: dict[str, list[float]] = defaultdict(list)       # "role/name" -> values over all turns
     given: dict[str, list[float]] = defaultdict(list)       # "role/name | other right|wrong" -> values
     tokens = 0
     for task, recs in episodes(path).items():
-        success[task] = int(float(recs[-1].get("episode_success") or 0.0) >= 1.0 - 1e-9)
+        success[task] = stored = int(float(recs[-1].get("episode_success") or 0.0) >= 1.0 - 1e-9)
+        if regrade:
+            final: dict[str, dict] = {}
+            for r in recs:
+                final[r["role"]] = {**r["fields"], "output": r["response_text"]}
+            again = regraded(metrics, task, final)
+            grading["stored" if again is None else "regraded"] += 1
+            if again is not None:
+                grading["changed"] += int(again != stored)
+                success[task] = again
         fields: dict[str, dict] = {}
         at: dict[tuple[str, int], dict[str, float | None]] = {}  # (role, turn) -> its metric values
         for r in recs:
@@ -109,7 +150,7 @@ def evaluation(path: Path, metrics: Metrics) -> dict:
                     first[f"{r['role']}/{name}"][task] = value
         for key, value in given_other(at):
             given[key].append(value)
-    return {"success": success, "first": first, "every": every, "given": given, "tokens": tokens}
+    return {"success": success, "first": first, "every": every, "given": given, "tokens": tokens, "grading": grading}
 
 
 def given_other(at: dict[tuple[str, int], dict[str, float | None]]) -> list[tuple[str, float]]:
@@ -145,18 +186,19 @@ def train_tokens(run: Path) -> int:
     return sum(len(json.loads(line)["response_ids"]) for line in path.read_text().splitlines() if line.strip())
 
 
-def compare(run: Path, workflow_file: str | None) -> dict:
+def compare(run: Path, workflow_file: str | None, regrade: bool = False) -> dict:
     files = eval_files(run)
     if len(files) < 2:
         raise SystemExit(f"{run}: needs an evaluation before and after training, found {len(files)}")
     wf = masdsl.load(workflow_file or run / "workflow.mas")
     tasks = {t["id"]: t for t in load_split(wf, "eval")}
     metrics = Metrics(wf, tasks)
-    before, after = evaluation(files[0], metrics), evaluation(files[-1], metrics)
+    before, after = evaluation(files[0], metrics, regrade), evaluation(files[-1], metrics, regrade)
     row = {"run": str(run), "steps": [files[0].stem, files[-1].stem], "tasks": len(before["success"]),
            "train_tokens": train_tokens(run), "adapter_change": adapter_change(run),
            "success": {"before": rate(before["success"]), "after": rate(after["success"]),
                        "mcnemar": mcnemar(before["success"], after["success"])},
+           "grading": {"before": before["grading"], "after": after["grading"]} if regrade else "stored",
            "skills": {}}
     for key in sorted(set(before["first"]) | set(after["first"])):
         b, a = before["first"].get(key, {}), after["first"].get(key, {})
@@ -302,6 +344,11 @@ def markdown(rows: list[dict]) -> str:
     for row in rows:
         name = Path(row["run"]).name
         s = row["success"]
+        if isinstance(row.get("grading"), dict):
+            g = row["grading"]
+            lines.append(f"| {name} | | | success regraded (before, after): "
+                         f"{g['before']['regraded']}, {g['after']['regraded']} episodes, changed "
+                         f"{g['before']['changed']}, {g['after']['changed']} | | | |")
         lines.append(f"| {name} | {row['tasks']} | {row['train_tokens']:,} | episode success | {pct(s['before'])} | "
                      f"{pct(s['after'])} | {s['mcnemar']['p']:.3g} ({s['mcnemar']['b']}, {s['mcnemar']['c']}) |")
         for policy, change in row.get("adapter_change", {}).items():
@@ -324,9 +371,18 @@ def main() -> int:
     ap.add_argument("--workflow", help="the .mas whose metric lines to evaluate again (default: the run's own)")
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--plot", help="draw each run's training curves into this image (.png)")
+    ap.add_argument("--regrade", action="store_true", help="evaluate the workflow's success line again on each episode")
+    ap.add_argument("--answers", help="write each eval episode's parsed fields here (JSONL), for a later regrade")
     args = ap.parse_args()
     runs = run_folders(args.runs)
-    rows = [compare(run, args.workflow) for run in runs]
+    rows = [compare(run, args.workflow, args.regrade) for run in runs]
+    if args.answers:
+        with open(args.answers, "w") as out:
+            for run in runs:
+                files = eval_files(run)
+                for path in (files[0], files[-1]):
+                    for line in answers(path):
+                        out.write(json.dumps({"run": run.name, **line}) + "\n")
     if args.json:
         Path(args.json).write_text(json.dumps({"runs": rows, "arms": arms(rows)}, indent=1))
     if args.plot:

@@ -148,3 +148,28 @@ def test_a_lora_policys_change_is_the_norm_of_what_its_adapter_adds(skill_table,
     save_file({"m.weight": torch.ones(2)}, str(ckpt / "policies" / "full.safetensors"))
     change = skill_table.adapter_change(tmp_path / "run")
     assert change == {"shared": pytest.approx(4 * 3 ** 0.5)}
+
+
+def test_regrade_applies_todays_success_line_to_stored_episodes(skill_table, tmp_path):
+    """A run graded by an older grader: `--regrade` re-evaluates `success` on the final fields."""
+    import masdsl
+    from masdsl.runtime.inputs import load_split
+
+    wf = masdsl.load(ROOT / "workflows" / "math_arith.mas")
+    tasks = [t for t in load_split(wf, "eval")][:3]
+    run = tmp_path / "run"
+    (run / "eval").mkdir(parents=True)
+    shutil.copy(ROOT / "workflows" / "math_arith.mas", run / "workflow.mas")
+    # stored 1 each time; the reasoner's answers: right, left as arithmetic (scores 0 today), wrong
+    given = [str(tasks[0]["answer"]), "27 * 74 + 18 * 58", "-1"]
+    rows = [record(t["id"], "reasoner", 0, 1.0, {"correct": 1.0}, {"answer": a}) for t, a in zip(tasks, given)]
+    for step in ("step_000000", "step_000008"):
+        (run / "eval" / f"{step}.jsonl").write_text("\n".join(rows) + "\n")
+    stored = skill_table.compare(run, None)
+    again = skill_table.compare(run, None, regrade=True)
+    assert stored["success"]["after"]["rate"] == 1.0 and stored["grading"] == "stored"
+    assert again["success"]["after"]["per_task"] == {tasks[0]["id"]: 1, tasks[1]["id"]: 0, tasks[2]["id"]: 0}
+    assert again["grading"]["after"] == {"regraded": 3, "stored": 0, "changed": 2}
+    lines = skill_table.answers(run / "eval" / "step_000008.jsonl")
+    assert [line["replies"][0]["fields"]["answer"] for line in lines] == given
+    assert {line["success"] for line in lines} == {1.0}
