@@ -35,7 +35,7 @@ from masdsl.lang.workflow import LoraSettings, PolicySpec
 from masdsl.plan.placement import REPLAY_CANNOT_TRAIN, EnginePlan, engine_gpus
 from masdsl.plan.run_plan import RunPlan
 from masdsl.runtime import actors
-from masdsl.runtime.backends import build_engine, engine_kwargs, hf_engine_on, vllm_available, vllm_engine
+from masdsl.runtime.backends import auto_kind, build_engine, engine_kwargs, hf_engine_on, vllm_engine
 from masdsl.runtime.backends.base import Engine, LoRAHost
 from masdsl.runtime.backends.lora_merge import merged_model
 from masdsl.runtime.heartbeat import starting
@@ -59,10 +59,11 @@ class LiveWeights(Protocol):
 
 
 def resolved(plan: RunPlan) -> RunPlan:
-    """The plan with `runtime.engine=auto` decided here: vllm when it imports and runs, else hf."""
+    """The plan with `runtime.engine=auto` decided, by the one rule (`backends.auto_kind`: vllm
+    when it imports and runs, else hf)."""
     if plan.runtime.engine != "auto":
         return plan
-    return plan.with_engines_resolved(vllm_available()[0])
+    return plan.with_engines_resolved(auto_kind() == "vllm")
 
 
 def build_engines(plan: RunPlan, weights: Mapping[str, LiveWeights] | None = None) -> dict[str, Engine]:
