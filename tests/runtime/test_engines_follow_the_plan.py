@@ -12,7 +12,7 @@ import masdsl
 from masdsl.config import resolve_config
 from masdsl.learner.learners import LocalLearner, open_learners
 from masdsl.learner.policies import load_policies
-from masdsl.plan.placement import EnginePlan, LearnerPlan, Placement
+from masdsl.plan.placement import EnginePlan, LearnerPlan, Placement, evaluation_engines
 from masdsl.plan.run_plan import resolve_run
 from masdsl.runtime.backends.hf import HFEngine
 from masdsl.runtime.engine_factory import build_engines, close_engines
@@ -39,6 +39,21 @@ def test_the_factory_builds_the_engine_the_plan_names_not_the_one_the_settings_w
         assert set(engines) == {"namer_p", "copier_p"}
         assert all(isinstance(e, HFEngine) for e in engines.values())
         assert {e.adapter for e in engines.values()} == {"namer_p", "copier_p"}  # each its own adapter
+    finally:
+        close_engines(engines)
+
+
+def test_evaluation_engines_are_the_placements_too(tiny_model_dir):
+    """Evaluation (no learner weights) reads the placement as well: the settings ask for vllm,
+    the plan says hf, so one hf engine is loaded by name for the two policies on one model, and
+    vllm is never started."""
+    hf = EnginePlan("hf", False, note="", source="learner_object")
+    plan = plan_with(lambda p: dataclasses.replace(p, engine=hf), "runtime.engine=vllm", model_dir=tiny_model_dir)
+    assert [(e.kind, e.source) for e in evaluation_engines(plan.placement, plan.runtime).values()] == [("hf", "name")]
+    engines = build_engines(plan)
+    try:
+        assert set(engines) == {"namer_p", "copier_p"} and engines["namer_p"] is engines["copier_p"]
+        assert isinstance(engines["namer_p"], HFEngine) and engines["namer_p"].adapter is None
     finally:
         close_engines(engines)
 
