@@ -44,14 +44,14 @@ def measure(workflow: str, overrides: list[str], tasks: int, samples: int, show:
     from masdsl.runtime.inputs import load_split, make_env
 
     wf = workflow_of(workflow)
-    cfg = config_of(wf, ["tracking.enabled=false", *overrides])
+    cfg = config_of(wf, ["tracking.enabled=false", *overrides, f"train.samples={samples}"])  # K: the plan's
     rows = load_split(wf, split)[:tasks]
     env = make_env(wf, cfg.sandbox)
     plan = resolve_rollout(wf, cfg)
     engines = build_engines(plan)
     t0 = time.perf_counter()
     try:
-        ro = rollout(wf, env, rows, engines, mode="train", samples=samples, step=0, seed=cfg.train.seed, plan=plan)
+        ro = rollout(plan, env, rows, engines, mode="train", step=0)
     finally:
         close_engines(engines)
     wall = time.perf_counter() - t0

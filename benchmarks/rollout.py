@@ -188,12 +188,12 @@ def run_executor(engine, n: int, max_tokens: int, tasks: int) -> dict:
     path = ROOT / "workflows" / "coder_tester.mas"
     text = re.sub(r"max_tokens:\s*\d+", f"max_tokens: {max_tokens}", path.read_text())
     wf = masdsl.loads(text, name=str(path), base_dir=path.parent)
-    cfg = resolve_config(wf.train)
+    cfg = resolve_config(wf.train, overrides=[f"train.samples={n}", "train.seed=0"])  # K and the seed: the plan's
     env, splits = prepare(wf, cfg.sandbox)
     cold(engine)
     with Clock() as c:
-        ro = rollout(wf, env, splits["train"][:tasks], {name: engine for name in wf.policies}, mode="train",
-                     samples=n, step=0, seed=0, plan=resolve_rollout(wf, cfg))
+        ro = rollout(resolve_rollout(wf, cfg), env, splits["train"][:tasks], {name: engine for name in wf.policies},
+                     mode="train", step=0)
     wall, cpu = c.wall, c.cpu
     tokens = sum(len(r.response_ids) for r in ro.records)
     # the raw engine on exactly the executor's prompts: one generate per turn, n = K

@@ -108,7 +108,6 @@ def rollout(workflow: str | os.PathLike | Workflow, overrides: Sequence[str] = (
     env = make_env(wf, plan.sandbox)
     engines = build_engines(plan)
     try:
-        return _rollout(wf, env, list(tasks), engines, mode="eval", samples=1, step=-1, seed=plan.train.seed,
-                        plan=plan, repeats=plan.train.eval_samples)
+        return _rollout(plan, env, list(tasks), engines, mode="eval", step=-1)
     finally:
         close_engines(engines)

@@ -122,22 +122,6 @@ GROUP_FNS: dict[str, Callable[[Sequence[StepRecord]], list[Group]]] = {
 if tuple(GROUP_FNS) != GROUPINGS:  # the config's allowed values are the names implemented here
     raise ImportError(f"masdsl.config.GROUPINGS {GROUPINGS} != the groupings implemented {tuple(GROUP_FNS)}")
 
-# The rollout each grouping learns from. "tree": K candidates of every (task, role, turn), the
-# best continues (the paper's tree sampling); "episodes": K independent episodes of every task,
-# one sample per step (vanilla GRPO), all in one lockstep batch.
-ROLLOUTS: dict[str, str] = {"at": "tree", "agent": "tree", "turn": "tree", "trajectory": "episodes"}
-if tuple(ROLLOUTS) != GROUPINGS:
-    raise ImportError(f"masdsl.config.GROUPINGS {GROUPINGS} != the groupings with a rollout {tuple(ROLLOUTS)}")
-
-
-def rollout_shape(grouping: str, k: int) -> tuple[int, int]:
-    """(candidates per role step, independent episodes per task) of `grouping`'s rollout, K = `k`.
-
-    >>> rollout_shape("at", 4), rollout_shape("trajectory", 4)
-    ((4, 1), (1, 4))
-    """
-    return (k, 1) if ROLLOUTS[grouping] == "tree" else (1, k)
-
 
 def group_records(records: Sequence[StepRecord], mode: str = "at") -> list[Group]:
     """Group one rollout's records with mode `mode` (one of `masdsl.config.GROUPINGS`)."""

@@ -48,7 +48,7 @@ REPLAY_CANNOT_TRAIN = "`runtime.engine=replay` replays fixed outputs and cannot 
 
 # How a training engine gets its weights (`EnginePlan.source`); `engine_factory.build_engines`
 # builds exactly this, deciding nothing again
-SOURCES = ("learner_object", "own", "merged", "lora_shared", "actor", "replay", "auto")
+SOURCES = ("learner_object", "own", "merged", "lora_shared", "actor", "replay", "auto", "name")
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,8 @@ class EnginePlan:
     note: str = ""  # what the engine shares or receives
     # one of SOURCES: the learner's own model object (hf), its own engine fed the new weights,
     # its own engine fed base + adapter merged, one LoRA engine shared by the base's adapters,
-    # Ray actors built from the model folder, a replay file; auto: decided with `kind`
+    # Ray actors built from the model folder, a replay file; auto: decided with `kind`; name: an
+    # evaluation's engine, loaded by the model's name (`evaluation_engines`)
     source: str = "own"
 
 
@@ -175,6 +176,35 @@ def engine_gpus(rt: RuntimeConfig, n_models: int) -> float:
     if rt.vllm_tensor_parallel_size > 1:
         return float(rt.vllm_tensor_parallel_size)
     return 1.0 / max(1, n_models)
+
+
+def evaluation_engines(placement: Placement, rt: RuntimeConfig) -> dict[str, EnginePlan]:
+    """An evaluation's engines, model -> its `EnginePlan`: one per distinct model (policies on one
+    model act with the same weights, so they share it), of the kind the placement names
+    (`resolve_auto` decided `auto`), loaded by the model's name (nothing trains, so no weights
+    come from a learner; a LoRA policy samples its base). With `runtime.ray` each is
+    `runtime.engine_replicas` Ray actors, the models sharing the GPUs (`engine_gpus`); a replay
+    placement keeps its replay engine.
+
+    >>> from masdsl.config import resolve_config
+    >>> from masdsl.lang.workflow import RoleSpec
+    >>> import networkx as nx
+    >>> wf = Workflow("w", "", "code", nx.DiGraph(), roles={"a": RoleSpec("a", "p", ""), "b": RoleSpec("b", "q", "")},
+    ...               policies={"p": PolicySpec("p", "m"), "q": PolicySpec("q", "m", lora={"r": 4})}, data={})
+    >>> rt = resolve_config(overrides=["runtime.engine=hf", "runtime.ray=true", "runtime.engine_replicas=2"]).runtime
+    >>> [(m, e.kind, e.in_ray, e.replicas, e.source) for m, e in evaluation_engines(plan_placement(wf, wf.policies, rt), rt).items()]
+    [('m', 'hf', True, 2, 'name')]
+    """
+    ray = bool(rt.ray)
+    gpus = engine_gpus(rt, len({p.model for p in placement.policies})) if ray else 0.0
+    out: dict[str, EnginePlan] = {}
+    for p in placement.policies:
+        if p.model not in out:
+            e = p.engine
+            out[p.model] = e if e.source == "replay" else EnginePlan(
+                e.kind, ray, rt.engine_replicas if ray else 1, gpus, e.tensor_parallel, note="loads the model by name",
+                source="name")
+    return out
 
 
 def weights_kind(spec: PolicySpec) -> str:

@@ -5,13 +5,15 @@ evaluations inside a run.
     engines = build_engines(plan, weights)    # training: sampling from the learner's live weights
     close_engines(engines)
 
-Training builds what the plan decided (`RunPlan.placement`, one `PolicyPlan` per policy): each
-`EnginePlan.source` says how that policy's engine gets its weights, and nothing here decides it
-again; `runtime.engine=auto` is decided once, into the plan (`resolved`).
+Both build what the plan decided (`RunPlan.placement`, one `PolicyPlan` per policy), and
+nothing here decides it again; `runtime.engine=auto` is decided once, into the plan (`resolved`).
+Training: each `EnginePlan.source` says how that policy's engine gets its weights.
 
-Evaluation (`weights=None`): one engine per distinct model (policies on the same model act with
-the same weights, so they share it); `runtime.engine=replay` serves every policy from
-`runtime.replay_file`. Training (`weights`: `{policy: LiveWeights}`, the learner's loaded
+Evaluation (`weights=None`): the placement's engines as an evaluation has them
+(`placement.evaluation_engines`): one per distinct model (policies on the same model act with
+the same weights, so they share it), of the placement's kind, loaded by name (under `auto`,
+falling back to hf when vLLM fails to start: `backends.start_auto`); a replay placement serves
+every policy from `runtime.replay_file`. Training (`weights`: `{policy: LiveWeights}`, the learner's loaded
 policies): `hf` engines hold the very model object the learner trains (for a LoRA policy the
 shared `PeftModel`, whose adapter the engine activates before each generate), so an update is
 visible to the next rollout with no copy (under `train.async_rollout=1` a copy of it, synced
@@ -32,10 +34,10 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from masdsl.config import ConfigError
 from masdsl.lang.workflow import LoraSettings, PolicySpec
-from masdsl.plan.placement import REPLAY_CANNOT_TRAIN, EnginePlan, engine_gpus
+from masdsl.plan.placement import REPLAY_CANNOT_TRAIN, EnginePlan, evaluation_engines
 from masdsl.plan.run_plan import RunPlan
 from masdsl.runtime import actors
-from masdsl.runtime.backends import build_engine, engine_kwargs, hf_engine_on, vllm_available, vllm_engine
+from masdsl.runtime.backends import auto_kind, build_engine, engine_kwargs, hf_engine_on, start_auto, vllm_engine
 from masdsl.runtime.backends.base import Engine, LoRAHost
 from masdsl.runtime.backends.lora_merge import merged_model
 from masdsl.runtime.heartbeat import starting
@@ -59,46 +61,50 @@ class LiveWeights(Protocol):
 
 
 def resolved(plan: RunPlan) -> RunPlan:
-    """The plan with `runtime.engine=auto` decided here: vllm when it imports and runs, else hf."""
+    """The plan with `runtime.engine=auto` decided, by the one rule (`backends.auto_kind`: vllm
+    when it imports and runs, else hf)."""
     if plan.runtime.engine != "auto":
         return plan
-    return plan.with_engines_resolved(vllm_available()[0])
+    return plan.with_engines_resolved(auto_kind() == "vllm")
 
 
 def build_engines(plan: RunPlan, weights: Mapping[str, LiveWeights] | None = None) -> dict[str, Engine]:
-    """{policy: Engine}: from the plan's policies' model names, or sampling from the learner's `weights`."""
+    """{policy: Engine}: from the plan's policies' model names, or sampling from the learner's
+    `weights`; either way the engines the placement names, `auto` decided once (`resolved`)."""
+    plan = resolved(plan)
     if weights is not None:
         return _training_engines(weights, plan)
     rt = plan.runtime
-    if rt.engine == "replay":
+    planned = evaluation_engines(plan.placement, rt)
+    if all(e.source == "replay" for e in planned.values()):
         from masdsl.runtime.backends.replay import ReplayEngine  # only replay runs need it
 
         engine = ReplayEngine(rt.replay_file)  # type: ignore[arg-type]  # the plan refused replay without one
-        return {name: engine for name in plan.workflow.policies}
-    models = {s.model for s in plan.policies.values()}
+        return {name: engine for name in plan.policies}
     by_model: dict[str, Engine] = {}
-    for spec in plan.policies.values():
-        if spec.model in by_model:
-            continue
-        if rt.ray:
+    for model, eng in planned.items():
+        if eng.in_ray:
             actors.init_ray(rt)
-            by_model[spec.model] = _replicas(rt.engine_replicas, engine_gpus(rt, len(models)), lambda gpus: actors.RemoteEngine(
-                partial(_from_name, spec, plan), num_gpus=gpus), f"engine {rt.engine} for {spec.model} (Ray actor)")
+            by_model[model] = _replicas(eng.replicas, eng.gpus_each, lambda gpus: actors.RemoteEngine(
+                partial(_from_name, eng.kind, model, plan), num_gpus=gpus), f"engine {rt.engine} for {model} (Ray actor)")
         else:
-            by_model[spec.model] = _from_name(spec, plan)
+            by_model[model] = _from_name(eng.kind, model, plan)
     return {name: by_model[spec.model] for name, spec in plan.policies.items()}
 
 
-def _from_name(spec: PolicySpec, plan: RunPlan) -> Engine:
-    """One engine for a policy's model through the backends' factory (`runtime.engine`)."""
-    return build_engine(plan.runtime.engine, spec.model, **engine_kwargs(plan.runtime, plan.train.seed),
-                        max_model_len=plan.max_model_len)
+def _from_name(kind: str, model: str, plan: RunPlan) -> Engine:
+    """One engine of `kind` for a model by its name; under `runtime.engine=auto` with auto's
+    fallback to hf when vLLM fails to start (`backends.start_auto`)."""
+    kw = {**engine_kwargs(plan.runtime, plan.train.seed), "max_model_len": plan.max_model_len}
+    if plan.runtime.engine == "auto":
+        return start_auto(kind, model, kw)
+    return build_engine(kind, model, **kw)
 
 
 def _training_engines(weights: Mapping[str, LiveWeights], plan: RunPlan) -> dict[str, Engine]:
     """Each policy's engine as its `EnginePlan` says (`placement.plan_placement`): built here,
     decided there."""
-    placement = resolved(plan).placement
+    placement = plan.placement
     kw = engine_kwargs(plan.runtime, plan.train.seed)
     engines: dict[str, Engine] = {}
     lora_bases: dict[str, LoRAHost] = {}  # model path -> the vLLM engine with LoRA on

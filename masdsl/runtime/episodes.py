@@ -33,7 +33,7 @@ class EpisodeResult:
     turns: dict[str, int]  # how many times each role acted
     truncated: bool  # ended by max_turns rather than by reaching `end`
     rewards_by_role_turn: dict[tuple[str, int], float]  # reward of the selected candidate
-    sample: int = 0  # which of the `repeats` independent episodes of this task (0-based)
+    sample: int = 0  # which of the independent episodes of this task (0-based; `masdsl.plan.shape`)
     lost: str | None = None  # why the env lost this episode (`masdsl.envs.base.lost`), if it did
 
 
@@ -100,7 +100,7 @@ class Episode:
     steps: int = 0
     done: bool = False
     truncated: bool = False
-    repeat: int = 0  # which independent episode of this task (rollout's `repeats`)
+    repeat: int = 0  # which independent episode of this task (the plan's episodes per task)
     lost: str | None = None  # the env lost the episode: it ended there
 
 

@@ -33,12 +33,14 @@ stored, the role's `ok` is False, and the env applies it as a no-op or penalised
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Callable, Literal, Mapping, Sequence
 
 from masdsl.envs.base import Env, contract_problem
 from masdsl.errors import UserError
 from masdsl.lang.workflow import Workflow
 from masdsl.plan.run_plan import DEFAULT_MAX_TOKENS, RunPlan
+from masdsl.plan.shape import shape_of
 from masdsl.runtime.actors import make_pool
 from masdsl.runtime.backends.base import Engine, as_engines
 from masdsl.runtime.batching import generate
@@ -48,35 +50,12 @@ from masdsl.runtime.records import StepRecord
 from masdsl.runtime.step_requests import REPEAT_SEED_STRIDE, role_steps
 from masdsl.runtime.walk import advance, finish, new_episode, score_steps
 
-__all__ = ["DEFAULT_MAX_TOKENS", "MAX_STEPS", "REPEAT_SEED_STRIDE", "EpisodeResult", "Rollout", "rollout"]
+__all__ = ["DEFAULT_MAX_TOKENS", "MAX_STEPS", "REPEAT_SEED_STRIDE", "EpisodeResult", "Hooks", "Rollout", "rollout"]
 
 
-def rollout(
-    workflow: Workflow,
-    env: Env,
-    tasks: Sequence[dict],
-    engines: Mapping[str, Engine],
-    *,
-    mode: Literal["train", "eval"],
-    samples: int,
-    step: int,
-    seed: int,
-    plan: RunPlan,
-    on_records: Callable[[list[StepRecord]], None] | None = None,
-    progress: Callable[[int], None] | None = None,
-    keep_records: bool = True,
-    on_env_failure: Literal["score", "fail"] = "fail",
-    repeats: int = 1,
-) -> Rollout:
-    """Run one episode per task; `samples` candidates per role step in training (a role whose
-    `sample { }` sets its own `samples` gets that many), one in eval.
-
-    `engines`: {policy: `Engine`} (an object with only `generate` is taken too, see
-    `backends.base.as_engine`). `repeats` N > 1 runs N independent episodes of every task, all
-    in the same lockstep batch (episode `j * len(tasks) + i` is repeat j of task i,
-    `EpisodeResult.sample == j`); repeat j samples with seeds derived from
-    `seed + j * REPEAT_SEED_STRIDE`, so repeat 0 is exactly the episode a plain rollout gives.
-    With temperature 0 the repeats are identical.
+@dataclass(frozen=True)
+class Hooks:
+    """What the caller does with a rollout's output and with an env that keeps failing.
 
     `on_records` receives each finished episode's records (a list per tick); `progress`
     receives the number of episodes that finished in a tick. `keep_records=False` leaves
@@ -84,25 +63,61 @@ def rollout(
     `on_env_failure`: what an env call that still fails after `runtime.env_retries` retries
     does: `"fail"` raises `StepFailed`, `"score"` scores the step 0 (tallied in `Rollout.errors`).
     """
-    _check_arguments(workflow, env, engines, mode=mode, on_env_failure=on_env_failure)
+
+    on_records: Callable[[list[StepRecord]], None] | None = None
+    progress: Callable[[int], None] | None = None
+    keep_records: bool = True
+    on_env_failure: Literal["score", "fail"] = "fail"
+
+
+def rollout(
+    plan: RunPlan,
+    env: Env,
+    tasks: Sequence[dict],
+    engines: Mapping[str, Engine],
+    *,
+    mode: Literal["train", "eval"],
+    step: int,
+    draw: int = 0,
+    hooks: Hooks = Hooks(),
+) -> Rollout:
+    """Run `plan.workflow` on every task, in the shape the plan decides (`masdsl.plan.shape`):
+    training samples `train.samples` candidates per role step (a role whose `sample { }` sets its
+    own `samples` gets that many), or, under `train.grouping=trajectory`, `train.samples`
+    independent episodes of every task; evaluation samples one candidate per step and runs
+    `train.eval_samples` episodes of every task.
+
+    `engines`: {policy: `Engine`} (an object with only `generate` is taken too, see
+    `backends.base.as_engine`). With N episodes per task, all run in the same lockstep batch
+    (episode `j * len(tasks) + i` is repeat j of task i, `EpisodeResult.sample == j`).
+    Seeds come from `train.seed` and one stride, `REPEAT_SEED_STRIDE`: repeat j of draw d (a
+    step's d-th rollout, dynamic sampling draws more than one) samples with seeds derived from
+    `train.seed + (d * N + j) * REPEAT_SEED_STRIDE`, so the draws of a step continue one repeat
+    numbering and no two episodes of a step share their seeds; repeat 0 of draw 0 is exactly
+    the episode a plain rollout gives. With temperature 0 the repeats are identical.
+    `hooks`: what happens to records, progress and a failing env (`Hooks`).
+    """
+    workflow = plan.workflow
+    _check_arguments(workflow, env, engines, mode=mode, on_env_failure=hooks.on_env_failure)
     t0 = time.perf_counter()
-    if int(repeats) < 1:
-        raise ValueError(f"repeats must be at least 1, got {repeats!r}")
-    k = max(1, int(samples)) if mode == "train" else 1
+    k, repeats = shape_of(plan.train, mode)
+    if repeats < 1:
+        raise ValueError(f"episodes per task must be at least 1, got {repeats!r}")
+    seed = plan.train.seed + REPEAT_SEED_STRIDE * repeats * int(draw)
     run = RunState(workflow, env, as_engines(engines), plan, mode, k, step, seed, None,
-                   fail_on_env=on_env_failure == "fail", samples=dict(plan.samples),
+                   fail_on_env=hooks.on_env_failure == "fail", samples=dict(plan.samples),
                    chat_kwargs={name: dict(p.chat_template_kwargs or {}) for name, p in plan.policies.items()})
     run.pool = pool = make_pool(env, plan.runtime, plan.sandbox, max(run.k_of(name) for name in workflow.roles))
     n_tasks = len(tasks)
-    results: list[EpisodeResult | None] = [None] * (n_tasks * int(repeats))
+    results: list[EpisodeResult | None] = [None] * (n_tasks * repeats)
     records: list[StepRecord] = []
     try:
         active = [new_episode(j * n_tasks + i, task, run, repeat=j, position=i)
-                  for j in range(int(repeats)) for i, task in enumerate(tasks)]
+                  for j in range(repeats) for i, task in enumerate(tasks)]
         while active:
             _tick(active, run)
-            batch = _release([ep for ep in active if ep.done], results, run, on_records, progress)
-            if keep_records:
+            batch = _release([ep for ep in active if ep.done], results, run, hooks.on_records, hooks.progress)
+            if hooks.keep_records:
                 records += batch
             active = [ep for ep in active if not ep.done]
     finally:

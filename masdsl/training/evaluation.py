@@ -27,7 +27,7 @@ from masdsl.lang.workflow import Workflow
 from masdsl.plan.run_plan import RunPlan
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.engine_factory import build_engines, close_engines
-from masdsl.runtime.executor import rollout
+from masdsl.runtime.executor import Hooks, rollout
 from masdsl.runtime.inputs import load_split, make_env
 from masdsl.runtime.judge import judge_metrics
 from masdsl.runtime.records import StepRecord, write_records
@@ -101,8 +101,8 @@ def _evaluate_models(plan: RunPlan, tasks: list[dict], progress: Callable[[int],
             reply_counts(records, replies)
             skill_counts(records, skills)
 
-        ro = rollout(workflow, env, tasks, engines, mode="eval", samples=1, step=-1, seed=tc.seed,
-                     plan=plan, on_records=stream, progress=progress, keep_records=False, repeats=tc.eval_samples)
+        ro = rollout(plan, env, tasks, engines, mode="eval", step=-1,
+                     hooks=Hooks(on_records=stream, progress=progress, keep_records=False))
     except BaseException as exc:
         if tracker is not None:  # never leave the MLflow run marked RUNNING
             tracker.finish("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
@@ -125,8 +125,7 @@ def evaluate(env: Env, tasks: Sequence[dict], engines: Mapping[str, Engine], pla
              progress: Callable[[int], None] | None = None) -> dict[str, float]:
     """Plain sampling (one candidate, `train.eval_temperature`) on the eval tasks, `train.eval_samples`
     independent episodes per task (mean@N and pass@k when N > 1)."""
-    roll = rollout(plan.workflow, env, tasks, engines, mode="eval", samples=1, step=step, seed=plan.train.seed,
-                   plan=plan, progress=progress, repeats=plan.train.eval_samples)
+    roll = rollout(plan, env, tasks, engines, mode="eval", step=step, hooks=Hooks(progress=progress))
     for r in roll.records:
         r.weights_step = step  # the engines were synced to this step's weights
     write_records(eval_dir(run_dir) / f"step_{step:06d}.jsonl", roll.records)

@@ -33,13 +33,14 @@ from typing import Any, Callable, Mapping, Sequence
 from masdsl.envs.base import Env
 from masdsl.learner.advantages import compute_advantages, select_groups
 from masdsl.learner.ahead import Ahead, sample_now
-from masdsl.learner.grouping import Group, group_records, rollout_shape
+from masdsl.learner.grouping import Group, group_records
 from masdsl.learner.learners import update_policies
 from masdsl.learner.update import UpdateBatch
 from masdsl.plan.run_plan import RunPlan
+from masdsl.plan.shape import rollout_shape
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.episodes import merge_rollouts
-from masdsl.runtime.executor import REPEAT_SEED_STRIDE, Rollout, rollout
+from masdsl.runtime.executor import Hooks, Rollout, rollout
 from masdsl.runtime.judge import judge_metrics
 from masdsl.training.checkpoint import TrainState
 from masdsl.training.metrics import role_metrics, step_metrics
@@ -180,12 +181,9 @@ def kept_rows(kept: Sequence[Group], n: int) -> list[bool]:
 def collect(env: Env, tasks: Sequence[dict], engines: Mapping[str, Engine], plan: RunPlan, step: int,
             on_records: Callable[[list], None] | None = None, progress: Callable[[int], None] | None = None,
             repeat: int = 0) -> Rollout:
-    """The training rollout, in the shape the grouping declares (`grouping.rollout_shape`): tree
+    """The training rollout, in the shape the grouping declares (`masdsl.plan.shape`): tree
     sampling of K candidates, or K independent episodes of every task for `trajectory`. `repeat`
-    numbers a step's extra rollouts (dynamic sampling), so that each draws fresh seeds: its episodes
-    continue the repeat numbering of the rollouts before it (one stride, `REPEAT_SEED_STRIDE`), so
-    no two episodes of a step share their seeds."""
-    samples, repeats = rollout_shape(plan.train.grouping, plan.train.samples)
-    return rollout(plan.workflow, env, tasks, engines, mode="train", samples=samples, repeats=repeats, step=step,
-                   seed=plan.train.seed + REPEAT_SEED_STRIDE * repeats * repeat, plan=plan, on_records=on_records,
-                   progress=progress)
+    numbers a step's extra rollouts (dynamic sampling), so that each draws fresh seeds (the
+    executor's `draw`: one seed stride, there)."""
+    return rollout(plan, env, tasks, engines, mode="train", step=step, draw=repeat,
+                   hooks=Hooks(on_records=on_records, progress=progress))

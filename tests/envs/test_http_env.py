@@ -25,9 +25,9 @@ from masdsl.errors import UserError
 from masdsl.lang.errors import MasError
 from masdsl.lang.imports import import_file
 from masdsl.runtime.inputs import make_env
-from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.executor import rollout
+from tests.support.rollout_plans import plan_of
 
 DATA = Path(__file__).parent / "data"
 COUNTER = DATA / "http_counter.py"
@@ -110,8 +110,8 @@ def roll(tmp_path, wf, before=None):
                               for (t, r, n), o in REPLIES.items()))
     engine = KillingEngine(replay, before)
     env = make_env(wf, resolve_config().sandbox)
-    return rollout(wf, env, TASKS, {"shared": engine}, mode="train", samples=3, step=0, seed=0,
-                   plan=resolve_rollout(wf, resolve_config(wf.train)), on_env_failure="fail")
+    return rollout(plan_of(wf, resolve_config(wf.train), samples=3), env, TASKS, {"shared": engine},
+                   mode="train", step=0)
 
 
 def summary(ro):

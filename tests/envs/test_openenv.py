@@ -28,9 +28,9 @@ from masdsl.envs.registry import load_builtins
 from masdsl.envs.rewards import correct, pass_rate
 from masdsl.errors import UserError
 from masdsl.lang.errors import MasError
-from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.executor import rollout
+from tests.support.rollout_plans import plan_of
 from masdsl.runtime.inputs import make_env
 from masdsl.sandbox import limits_from_config
 from tests.support.paths import ROOT
@@ -162,8 +162,8 @@ def roll(tmp_path, wf, env=None, outputs=('["U", "L"]', '["D", "R", "R"]', "no m
     replay.write_text("".join(json.dumps({"task_id": t["id"], "role": "planner", "turn": n, "outputs": list(outputs)}) + "\n"
                               for t in tasks for n in range(2)))
     env = env or make_env(wf, resolve_config().sandbox)
-    return rollout(wf, env, tasks, {"shared": ReplayEngine(replay)}, mode="train",
-                   samples=3, step=0, seed=0, plan=resolve_rollout(wf, resolve_config(wf.train)), on_env_failure="fail")
+    return rollout(plan_of(wf, resolve_config(wf.train), samples=3), env, tasks, {"shared": ReplayEngine(replay)},
+                   mode="train", step=0)
 
 
 def summary(ro):
@@ -220,9 +220,9 @@ def test_a_server_that_goes_away_loses_the_episode_with_its_penalty(tmp_path):
         wf = workflow(tmp_path, env=f'openenv("{url}", penalty=-7, timeout_s=3)', **OPENENV)
         roll(tmp_path, wf)  # writes the replay file
         tasks = [json.loads(line) for line in (tmp_path / "tasks.jsonl").read_text().splitlines()]
-        ro = rollout(wf, make_env(wf, resolve_config().sandbox), tasks,
-                     {"shared": StoppingEngine(tmp_path / "replay.jsonl", server)}, mode="train", samples=3, step=0,
-                     seed=0, plan=resolve_rollout(wf, resolve_config(wf.train)), on_env_failure="fail")
+        ro = rollout(plan_of(wf, resolve_config(wf.train), samples=3), make_env(wf, resolve_config().sandbox), tasks,
+                     {"shared": StoppingEngine(tmp_path / "replay.jsonl", server)},
+                     mode="train", step=0)
     finally:
         server.__exit__(None, None, None)
     unsolved = {r.task_id for r in ro.records if r.turn == 1}
@@ -262,8 +262,9 @@ flow {{
         replay = tmp_path / "replay.jsonl"
         replay.write_text("".join(json.dumps({"task_id": t, "role": "guesser", "turn": n, "outputs": ["apple pie", "grape", "x"]})
                                   + "\n" for t in ("w1", "w2") for n in range(2)))
-        ro = rollout(wf, make_env(wf, resolve_config().sandbox), tasks, {"shared": ReplayEngine(replay)}, mode="train",
-                     samples=3, step=0, seed=0, plan=resolve_rollout(wf, resolve_config(wf.train)), on_env_failure="fail")
+        ro = rollout(plan_of(wf, resolve_config(wf.train), samples=3), make_env(wf, resolve_config().sandbox), tasks,
+                     {"shared": ReplayEngine(replay)},
+                     mode="train", step=0)
     finally:
         proc.kill()
         proc.wait()

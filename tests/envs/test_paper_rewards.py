@@ -22,7 +22,6 @@ from masdsl.envs import plan_path as pp
 from masdsl.envs import sokoban as sk
 from masdsl.envs import sudoku as sd
 from masdsl.envs.registry import REGISTRY, load_builtins
-from masdsl.plan.run_plan import resolve_rollout
 from tests.support.overrides import NO_TRACKING
 from tests.support.reference_rewards import RefPlanPath, RefSokoban, RefSudoku
 
@@ -332,6 +331,7 @@ def test_the_shipped_plan_path_workflow_pays_the_table_through_its_reward_expres
     from masdsl.config import resolve_config
     from masdsl.runtime.backends.replay import ReplayEngine
     from masdsl.runtime.executor import rollout
+    from tests.support.rollout_plans import plan_of
     from masdsl.runtime.inputs import make_env
 
     # the shipped file uses gamma 1.0; the reference's table is paid with its discount 0.99
@@ -345,8 +345,8 @@ def test_the_shipped_plan_path_workflow_pays_the_table_through_its_reward_expres
     path = tmp_path / "replay.jsonl"
     path.write_text("".join(json.dumps({"task_id": "open", "role": r, "turn": t, "outputs": o}) + "\n"
                             for (r, t), o in rows.items()))
-    ro = rollout(wf, make_env(wf, cfg.sandbox), [task], {"shared": ReplayEngine(path)}, mode="train", samples=2,
-                 step=0, seed=0, plan=resolve_rollout(wf, cfg))
+    ro = rollout(plan_of(wf, cfg, samples=2), make_env(wf, cfg.sandbox), [task], {"shared": ReplayEngine(path)},
+                 mode="train", step=0)
     got = [(r.role, r.candidate, r.selected, round(r.reward, 6)) for r in ro.records]
     assert got == [("tool", 0, False, -2.0), ("tool", 1, True, 6.55),
                    ("planner", 0, True, 6.55), ("planner", 1, False, -2.0)]

@@ -13,9 +13,9 @@ import masdsl
 from masdsl.config import resolve_config
 from masdsl.envs.registry import load_builtins
 from masdsl.lang.errors import MasError
-from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.executor import rollout
+from tests.support.rollout_plans import plan_of
 from masdsl.runtime.inputs import make_env
 from tests.support.paths import ROOT
 from tests.support.servers import serve_env
@@ -45,8 +45,8 @@ def roll(tmp_path, wf):
     replay.write_text("".join(json.dumps({"task_id": t["id"], "role": role, "turn": turn, "outputs": outs}) + "\n"
                               for t in tasks for turn in range(6) for role, outs in (("tool", TOOL), ("planner", PLANNER))))
     env = make_env(wf, resolve_config().sandbox)
-    return rollout(wf, env, tasks, {"shared": ReplayEngine(replay)}, mode="train", samples=3, step=0, seed=0,
-                   plan=resolve_rollout(wf, resolve_config(wf.train)), on_env_failure="fail")
+    return rollout(plan_of(wf, resolve_config(wf.train), samples=3), env, tasks, {"shared": ReplayEngine(replay)},
+                   mode="train", step=0)
 
 
 def summary(ro):

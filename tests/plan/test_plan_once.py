@@ -274,10 +274,7 @@ def test_no_function_below_the_commands_takes_a_config():
 
 
 # Functions that still take a workflow beside its plan (the plan carries its workflow), with the reason.
-TAKES_WORKFLOW_AND_PLAN = {
-    # not changed yet: executor.py was being changed for issue 32 at the same time, and some 40 tests call it
-    "runtime/executor.py": {"rollout"},
-}
+TAKES_WORKFLOW_AND_PLAN: dict[str, set[str]] = {}
 
 
 def test_no_function_takes_a_workflow_beside_its_plan():

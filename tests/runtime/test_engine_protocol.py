@@ -14,11 +14,11 @@ from masdsl.runtime.backends.base import (
     as_engine,
     as_engines,
 )
-from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.backends.hf import HFEngine
 from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.backends.vllm import VLLMAdapterEngine, VLLMEngine
 from masdsl.runtime.executor import rollout
+from tests.support.rollout_plans import plan_of
 
 
 class Log(LocalEngine):
@@ -91,8 +91,8 @@ def test_executor_submits_every_engine_before_waiting_on_any(h, tmp_path):
                     [("start", "a&b"), ("a&b", "end")])
     log = []
     engines = {"p": Deferred("remote", log), "q": Log("local", log)}
-    ro = rollout(wf, h.CounterEnv(), [{"id": "t1"}, {"id": "t2"}], engines, mode="train", samples=2,
-                 step=0, seed=0, plan=resolve_rollout(wf, h.config()))
+    ro = rollout(plan_of(wf, h.config(), samples=2), h.CounterEnv(), [{"id": "t1"}, {"id": "t2"}], engines,
+                 mode="train", step=0)
     assert log == [
         ("submit", "remote", [("t1", "a", 0), ("t2", "a", 0)]),
         ("generate", "local", [("t1", "b", 0), ("t2", "b", 0)]),

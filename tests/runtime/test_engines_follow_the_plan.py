@@ -4,6 +4,7 @@ from the runtime settings; `runtime.engine=auto` is decided once, into the plan.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import masdsl
 from masdsl.config import resolve_config
 from masdsl.learner.learners import LocalLearner, open_learners
 from masdsl.learner.policies import load_policies
-from masdsl.plan.placement import EnginePlan, LearnerPlan, Placement
+from masdsl.plan.placement import EnginePlan, LearnerPlan, Placement, evaluation_engines
 from masdsl.plan.run_plan import resolve_run
 from masdsl.runtime.backends.hf import HFEngine
 from masdsl.runtime.engine_factory import build_engines, close_engines
@@ -38,6 +39,21 @@ def test_the_factory_builds_the_engine_the_plan_names_not_the_one_the_settings_w
         assert set(engines) == {"namer_p", "copier_p"}
         assert all(isinstance(e, HFEngine) for e in engines.values())
         assert {e.adapter for e in engines.values()} == {"namer_p", "copier_p"}  # each its own adapter
+    finally:
+        close_engines(engines)
+
+
+def test_evaluation_engines_are_the_placements_too(tiny_model_dir):
+    """Evaluation (no learner weights) reads the placement as well: the settings ask for vllm,
+    the plan says hf, so one hf engine is loaded by name for the two policies on one model, and
+    vllm is never started."""
+    hf = EnginePlan("hf", False, note="", source="learner_object")
+    plan = plan_with(lambda p: dataclasses.replace(p, engine=hf), "runtime.engine=vllm", model_dir=tiny_model_dir)
+    assert [(e.kind, e.source) for e in evaluation_engines(plan.placement, plan.runtime).values()] == [("hf", "name")]
+    engines = build_engines(plan)
+    try:
+        assert set(engines) == {"namer_p", "copier_p"} and engines["namer_p"] is engines["copier_p"]
+        assert isinstance(engines["namer_p"], HFEngine) and engines["namer_p"].adapter is None
     finally:
         close_engines(engines)
 
@@ -85,6 +101,40 @@ def test_auto_is_decided_into_the_plan():
     assert {(p.engine.kind, p.engine.source) for p in on_vllm.placement.policies} == {("vllm", "merged")}
     assert {(p.engine.kind, p.engine.source) for p in on_hf.placement.policies} == {("hf", "merged")}
     assert on_hf.placement.of("namer_p").trainable and on_hf.placement.of("namer_p").lora.r == 4
+
+
+def _callers_of(name: str) -> dict[str, set[str]]:
+    """{file under masdsl/: the functions that call `name`}."""
+    out: dict[str, set[str]] = {}
+    for path in sorted(Path(masdsl.__file__).parent.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(fn):
+                    if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == name:
+                        out.setdefault(path.relative_to(Path(masdsl.__file__).parent).as_posix(), set()).add(fn.name)
+    return out
+
+
+def test_auto_is_decided_once_by_one_rule(tiny_model_dir, monkeypatch, capsys):
+    """`runtime.engine=auto` is decided by `backends.auto_kind` alone: a training plan's placement
+    (`engine_factory.resolved`) and an engine built from a model's name follow it, and nothing
+    else asks whether vLLM is usable (`start_auto` only for the warning's reason; `vllm_engine`
+    to refuse `runtime.engine=vllm` on a machine without it)."""
+    from masdsl.runtime import backends
+    from masdsl.runtime.engine_factory import resolved
+
+    assert _callers_of("vllm_available") == {"runtime/backends/__init__.py": {"auto_kind", "start_auto", "vllm_engine"}}
+    assert _callers_of("auto_kind") == {"runtime/backends/__init__.py": {"auto_engine"},
+                                        "runtime/engine_factory.py": {"resolved"}}
+    monkeypatch.setenv("MASDSL_NO_VLLM", "1")
+    monkeypatch.setattr(backends, "_vllm_status", None)  # the probe's answer is cached per process
+    assert backends.auto_kind() == "hf"
+    plan = plan_with(lambda p: p, "runtime.engine=auto", model_dir=tiny_model_dir)
+    assert {p.engine.kind for p in resolved(plan).placement.policies} == {"hf"}
+    engine = backends.build_engine("auto", tiny_model_dir)
+    assert isinstance(engine, HFEngine)
+    assert "vllm not usable (MASDSL_NO_VLLM is set); using hf" in capsys.readouterr().err
 
 
 def test_the_learner_layout_is_the_plans(tiny_model_dir):

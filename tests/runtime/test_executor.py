@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
 from collections import defaultdict
 
 import pytest
 
 from masdsl.errors import UserError
-from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.backends.replay import ReplayEngine
-from masdsl.runtime.executor import rollout
+from masdsl.runtime.executor import Hooks, rollout
+from tests.support.rollout_plans import plan_of
 
 
 class SpyEngine(ReplayEngine):
@@ -28,8 +29,8 @@ def run(h, tmp_path, wf, rows, tasks, *, mode="train", samples=3, cfg=None, engi
     engine = engine or SpyEngine(h.replay_file(tmp_path / "replay.jsonl", rows))
     env = env if env is not None else h.CounterEnv()
     cfg = cfg or h.config()
-    ro = rollout(wf, env, [{"id": t} for t in tasks], {p: engine for p in wf.policies}, mode=mode, samples=samples,
-                 step=0, seed=0, plan=resolve_rollout(wf, cfg), **kw)
+    ro = rollout(plan_of(wf, cfg, samples=samples), env, [{"id": t} for t in tasks], {p: engine for p in wf.policies},
+                 mode=mode, step=0, hooks=Hooks(**kw))
     return ro, engine, env
 
 
@@ -168,15 +169,13 @@ def test_policies_on_one_engine_share_a_call_and_separate_engines_do_not(h, tmp_
     wf = h.workflow([h.role("a", policy="p"), h.role("b", policy="q")], [("start", "a&b"), ("a&b", "end")])
     path = h.replay_file(tmp_path / "r.jsonl", {("t", "a", 0): ["1"], ("t", "b", 0): ["2"]})
     shared = SpyEngine(path)
-    rollout(wf, h.CounterEnv(), [{"id": "t"}], {"p": shared, "q": shared}, mode="eval", samples=1, step=-1, seed=0,
-            plan=resolve_rollout(wf, h.config()))
+    rollout(plan_of(wf, h.config()), h.CounterEnv(), [{"id": "t"}], {"p": shared, "q": shared}, mode="eval", step=-1)
     assert len(shared.batches) == 1 and len(shared.batches[0]) == 2
     e1, e2 = SpyEngine(path), SpyEngine(path)
-    rollout(wf, h.CounterEnv(), [{"id": "t"}], {"p": e1, "q": e2}, mode="eval", samples=1, step=-1, seed=0,
-            plan=resolve_rollout(wf, h.config()))
+    rollout(plan_of(wf, h.config()), h.CounterEnv(), [{"id": "t"}], {"p": e1, "q": e2}, mode="eval", step=-1)
     assert [len(e.batches) for e in (e1, e2)] == [1, 1]
     with pytest.raises(UserError, match="no inference engine for policy `q`"):
-        rollout(wf, h.CounterEnv(), [{"id": "t"}], {"p": e1}, mode="eval", samples=1, step=-1, seed=0, plan=resolve_rollout(wf, h.config()))
+        rollout(plan_of(wf, h.config()), h.CounterEnv(), [{"id": "t"}], {"p": e1}, mode="eval", step=-1)
 
 
 def test_prompt_sees_fields_history_and_system(h, tmp_path):
@@ -244,8 +243,26 @@ def test_an_env_without_the_whole_contract_is_refused_by_name(h, tmp_path):
             return self.inner.success(state)
 
     with pytest.raises(UserError, match=r"env `NoLimits` lacks limits of the Env contract"):
-        rollout(wf, NoLimits(), [{"id": "t"}], {"p": engine}, mode="eval", samples=1, step=-1, seed=0,
-                plan=resolve_rollout(wf, h.config()))
-    ro = rollout(wf, h.CounterEnv(), [{"id": "t"}], {"p": engine}, mode="eval", samples=1, step=-1, seed=0,
-                 plan=resolve_rollout(wf, h.config()))
+        rollout(plan_of(wf, h.config()), NoLimits(), [{"id": "t"}], {"p": engine}, mode="eval", step=-1)
+    ro = rollout(plan_of(wf, h.config()), h.CounterEnv(), [{"id": "t"}], {"p": engine}, mode="eval", step=-1)
     assert len(ro.episodes) == 1
+
+
+def test_rollout_takes_its_shape_and_seeds_from_the_plan(h, tmp_path):
+    """At most 8 parameters: the workflow, K, the episodes per task and the seed are the plan's.
+    A step's second draw continues the first's repeat numbering (one seed stride): its two
+    episodes sample with the seeds of episodes 2 and 3 of a four-episode rollout."""
+    assert len(inspect.signature(rollout).parameters) <= 8
+    assert {"workflow", "samples", "seed", "repeats"}.isdisjoint(inspect.signature(rollout).parameters)
+    wf = h.workflow([h.role("a")], [("start", "a"), ("a", "end")])
+    path = h.replay_file(tmp_path / "r.jsonl", {("t", "a", 0): ["1"]})
+
+    def seeds(repeats, draw, seed=0):
+        engine = SpyEngine(path)
+        rollout(plan_of(wf, h.config("train.eval_temperature=1.0"), repeats=repeats, seed=seed), h.CounterEnv(),
+                [{"id": "t"}], {"p": engine}, mode="eval", step=0, draw=draw)
+        return [r.seed for batch in engine.batches for r in batch]
+
+    four = seeds(4, 0)
+    assert len(set(four)) == 4 and seeds(2, 1) == four[2:] and seeds(2, 0) == four[:2]
+    assert seeds(2, 0, seed=5) != four[:2]  # the seed is `train.seed`

@@ -12,9 +12,9 @@ import masdsl
 from masdsl.config import resolve_config
 from masdsl.envs.datasets import humaneval
 from masdsl.runtime.inputs import make_env
-from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.executor import rollout
+from tests.support.rollout_plans import plan_of
 from tests.support.overrides import NO_TRACKING
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,8 +47,8 @@ def test_tree_sampling_on_coder_tester(setup, tmp_path):
     good_tests = "\n".join(task["tests"][:2])
     rows = {("coder", 0): [_block(wrong), _block(task["solution"])],
             ("tester", 0): [_block(good_tests), _block("assert separate_paren_groups('()') == []")]}
-    ro = rollout(wf, env, [task], {"shared": _replay(tmp_path, task, rows)}, mode="train", samples=2, step=0,
-                 seed=0, plan=resolve_rollout(wf, cfg))
+    ro = rollout(plan_of(wf, cfg, samples=2), env, [task], {"shared": _replay(tmp_path, task, rows)},
+                 mode="train", step=0)
     got = [(r.role, r.turn, r.candidate, r.selected, r.reward_team, r.reward_local, r.reward) for r in ro.records]
     assert got == [
         ("coder", 0, 0, False, 0.0, 0.0, 0.0),
@@ -68,8 +68,7 @@ def test_failed_round_feeds_back_then_max_turns(setup, tmp_path):
     tests = _block("\n".join(task["tests"]))
     rows = {("coder", t): ["no code block at all" if t == 0 else _block(wrong)] for t in range(3)}
     rows |= {("tester", t): [tests] for t in range(3)}
-    ro = rollout(wf, env, [task], {"shared": _replay(tmp_path, task, rows)}, mode="eval", samples=4, step=-1,
-                 seed=0, plan=resolve_rollout(wf, cfg))
+    ro = rollout(plan_of(wf, cfg), env, [task], {"shared": _replay(tmp_path, task, rows)}, mode="eval", step=-1)
     assert [(r.role, r.turn) for r in ro.records] == [(r, t) for t in range(3) for r in ("coder", "tester")]
     coder0, coder1 = ro.records[0], ro.records[2]
     assert not coder0.parse_ok and coder0.fields["code"] == "" and coder0.reward == 0.0

@@ -16,9 +16,9 @@ from masdsl.config import resolve_config
 from masdsl.errors import UserError
 from masdsl.lang.judge import score_of
 from masdsl.runtime.inputs import make_env
-from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.executor import rollout
+from tests.support.rollout_plans import plan_of
 from masdsl.runtime.judge import judge_metrics, parser_of
 from masdsl.training.metrics import run_figures
 from tests.support.overrides import NO_TRACKING
@@ -74,8 +74,8 @@ def run(tmp_path: Path, mode: str = "train", wf=None):
     wf = wf or load(tmp_path)
     cfg = resolve_config(wf.train, overrides=[NO_TRACKING])
     policy, critic = replay(tmp_path, "policy", POLICY_ROWS), replay(tmp_path, "critic", JUDGE_ROWS)
-    ro = rollout(wf, make_env(wf, cfg.sandbox), TASKS, {"shared": policy, "critic": critic}, mode=mode, samples=2,
-                 step=0, seed=0, plan=resolve_rollout(wf, cfg))
+    ro = rollout(plan_of(wf, cfg, samples=2), make_env(wf, cfg.sandbox), TASKS, {"shared": policy, "critic": critic},
+                 mode=mode, step=0)
     return ro, policy, critic
 
 
@@ -122,8 +122,9 @@ def test_a_rollout_without_the_judges_engine_is_refused(tmp_path):
     wf = load(tmp_path)
     cfg = resolve_config(wf.train, overrides=[NO_TRACKING])
     with pytest.raises(UserError, match="no inference engine for policy `critic`"):
-        rollout(wf, make_env(wf, cfg.sandbox), TASKS, {"shared": replay(tmp_path, "p", POLICY_ROWS)}, mode="train",
-                samples=2, step=0, seed=0, plan=resolve_rollout(wf, cfg))
+        rollout(plan_of(wf, cfg, samples=2), make_env(wf, cfg.sandbox), TASKS,
+                {"shared": replay(tmp_path, "p", POLICY_ROWS)},
+                mode="train", step=0)
 
 
 def test_score_of_reads_the_registered_parser():

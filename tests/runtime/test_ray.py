@@ -6,10 +6,10 @@ import hashlib
 import os
 from pathlib import Path
 
-from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.actors import RayPool, RemoteEngine
 from masdsl.runtime.backends.replay import ReplayEngine
-from masdsl.runtime.executor import rollout
+from masdsl.runtime.executor import Hooks, rollout
+from tests.support.rollout_plans import plan_of
 
 
 class FlakyEnv:
@@ -56,12 +56,13 @@ def test_ray_env_pool_and_engine_actor_match_local(h, tmp_path, ray_session):
     path = h.replay_file(tmp_path / "r.jsonl", _rows())
     tasks = [{"id": "t1"}, {"id": "t2"}]
     wf = _wf(h)
-    local = rollout(wf, h.CounterEnv(), tasks, {"p": ReplayEngine(path)}, mode="train", samples=2, step=1, seed=0,
-                    plan=resolve_rollout(wf, h.config()))
+    local = rollout(plan_of(wf, h.config(), samples=2), h.CounterEnv(), tasks, {"p": ReplayEngine(path)},
+                    mode="train", step=1)
     remote_engine = RemoteEngine(lambda: ReplayEngine(path))
     try:
-        remote = rollout(wf, FlakyEnv(str(tmp_path)), tasks, {"p": remote_engine}, mode="train", samples=2, step=1,
-                         seed=0, plan=resolve_rollout(wf, h.config("runtime.ray=true", "runtime.env_retries=1")))
+        remote = rollout(plan_of(wf, h.config("runtime.ray=true", "runtime.env_retries=1"), samples=2),
+                         FlakyEnv(str(tmp_path)), tasks, {"p": remote_engine},
+                         mode="train", step=1)
     finally:
         remote_engine.close()
     assert _summary(remote) == _summary(local)
@@ -77,8 +78,8 @@ def test_ray_env_failure_after_retries_is_scored_zero(h, tmp_path, ray_session):
     assert not ok and "flaky a" in reason
     path = h.replay_file(tmp_path / "r.jsonl", {("t", "a", 0): ["3", "4"]})
     wf = h.workflow([h.role("a")], [("start", "a"), ("a", "end")])
-    ro = rollout(wf, FlakyEnv(str(tmp_path), always=True), [{"id": "t"}], {"p": ReplayEngine(path)}, mode="train",
-                 samples=2, step=0, seed=0, plan=resolve_rollout(wf, h.config("runtime.ray=true", "runtime.env_retries=1")),
-                 on_env_failure="score")
+    ro = rollout(plan_of(wf, h.config("runtime.ray=true", "runtime.env_retries=1"), samples=2),
+                 FlakyEnv(str(tmp_path), always=True), [{"id": "t"}], {"p": ReplayEngine(path)},
+                 mode="train", step=0, hooks=Hooks(on_env_failure="score"))
     assert [r.reward for r in ro.records] == [0.0, 0.0]
     assert list(ro.errors.values()) == [1] and "flaky a" in next(iter(ro.errors))

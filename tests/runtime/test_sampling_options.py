@@ -12,10 +12,11 @@ import pytest
 
 from masdsl.config import ConfigError, resolve_config
 from masdsl.lang.workflow import PolicySpec
-from masdsl.plan.run_plan import resolve_rollout, role_sample
+from masdsl.plan.run_plan import role_sample
 from masdsl.runtime import prompts
 from masdsl.runtime.backends.base import GenRequest
 from masdsl.runtime.executor import rollout
+from tests.support.rollout_plans import plan_of
 from masdsl.testing.tiny import THINKING_CHAT_TEMPLATE
 from tests.support.overrides import NO_TRACKING
 from tests.support.paths import ADDER_DIR
@@ -59,8 +60,8 @@ def _wf(h, *, chat=None, sample=None):
 
 
 def _roll(h, wf, engine, cfg, *, mode="eval", samples=1, tasks=("t0", "t1")):
-    return rollout(wf, h.CounterEnv(), [{"id": t} for t in tasks], {"p": engine}, mode=mode, samples=samples,
-                   step=0, seed=0, plan=resolve_rollout(wf, cfg))
+    return rollout(plan_of(wf, cfg, samples=samples), h.CounterEnv(), [{"id": t} for t in tasks], {"p": engine},
+                   mode=mode, step=0)
 
 
 # -- chat_template_kwargs ------------------------------------------------------------------------

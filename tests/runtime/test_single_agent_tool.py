@@ -13,9 +13,9 @@ import masdsl
 from masdsl.config import resolve_config
 from masdsl.envs.arith_data import arith_words
 from masdsl.envs.math import MathEnv
-from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.executor import rollout
+from tests.support.rollout_plans import plan_of
 from tests.support.paths import ROOT
 
 SINGLE = ROOT / "workflows" / "math_arith_single.mas"
@@ -27,9 +27,8 @@ def episode(tmp_path, replies: dict[int, str], task: dict, samples: int = 1):
     path.write_text("".join(json.dumps({"task_id": task["id"], "role": "solver", "turn": t, "output": text}) + "\n"
                             for t, text in replies.items()))
     wf = masdsl.load(str(SINGLE))
-    plan = resolve_rollout(wf, resolve_config(wf.train))
-    ro = rollout(wf, MathEnv(answer_role="solver"), [task], {"shared": ReplayEngine(path)}, mode="train",
-                 samples=samples, step=1, seed=0, plan=plan)
+    plan = plan_of(wf, resolve_config(wf.train), samples=samples)
+    ro = rollout(plan, MathEnv(answer_role="solver"), [task], {"shared": ReplayEngine(path)}, mode="train", step=1)
     by_turn = {r.turn: r for r in ro.records if r.selected}
     return ro.episodes[0], by_turn
 

@@ -45,6 +45,7 @@ def test_env_tasks_and_inference_actor_on_different_nodes(two_node_cluster, tiny
     from masdsl.runtime.actors import RemoteEngine
     from masdsl.runtime.engine_factory import build_engines, close_engines
     from masdsl.runtime.executor import rollout
+    from tests.support.rollout_plans import plan_of
     from masdsl.testing.cluster import WhereEnv, where
 
     wf, cfg, env, tasks = _setup(two_node_cluster, "runtime.engine=hf", f"policy.shared.model={tiny_model_dir}")
@@ -54,8 +55,7 @@ def test_env_tasks_and_inference_actor_on_different_nodes(two_node_cluster, tiny
         engine = engines["shared"]
         assert isinstance(engine, RemoteEngine)
         actor_at = ray.get(engine.actor.__ray_call__.remote(lambda self: where()), timeout=120)
-        ro = rollout(wf, WhereEnv(env, str(log)), tasks[:4], engines, mode="train", samples=2, step=0,
-                     seed=0, plan=resolve_rollout(wf, cfg))
+        ro = rollout(plan_of(wf, cfg, samples=2), WhereEnv(env, str(log)), tasks[:4], engines, mode="train", step=0)
     finally:
         close_engines(engines)
     head, worker = two_node_cluster.node_ids
@@ -80,6 +80,7 @@ def test_env_worker_killed_mid_rollout_is_retried(two_node_cluster, tmp_path):
 
     from masdsl.runtime.backends.replay import ReplayEngine
     from masdsl.runtime.executor import rollout
+    from tests.support.rollout_plans import plan_of
     from masdsl.testing.cluster import WhereEnv
 
     replay = tmp_path / "replay.jsonl"
@@ -93,8 +94,8 @@ def test_env_worker_killed_mid_rollout_is_retried(two_node_cluster, tmp_path):
             f.write(json.dumps({"task_id": t["id"], "role": "coder", "turn": 0, "outputs": outs}) + "\n")
     log = tmp_path / "where.jsonl"
     thread, killed = kill_first_logged(log, delay_s=0.5)  # 0.5 s: inside the sandbox run of the reward
-    ro = rollout(wf, WhereEnv(env, str(log)), tasks, {"shared": ReplayEngine(replay)}, mode="train",
-                 samples=2, step=0, seed=0, plan=resolve_rollout(wf, cfg))
+    ro = rollout(plan_of(wf, cfg, samples=2), WhereEnv(env, str(log)), tasks, {"shared": ReplayEngine(replay)},
+                 mode="train", step=0)
     thread.join(timeout=5)
     assert killed, "no env step was seen to kill"
     rows = _log(log)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import masdsl
 from masdsl.config import resolve_config
-from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.backends.replay import ReplayEngine
 from masdsl.runtime.executor import rollout
+from tests.support.rollout_plans import plan_of
 from masdsl.runtime.inputs import make_env
 from masdsl.runtime.records import StepRecord, write_records
 from tests.support.overrides import NO_TRACKING
@@ -49,8 +49,7 @@ def judge_rollout(tmp_path: Path, replies: dict, *, parse: str = "auto", mode: s
     wf = masdsl.loads(WORKFLOW.replace("PARSE", parse), name="judged", base_dir=tmp_path)
     cfg = resolve_config(wf.train, overrides=[NO_TRACKING])
     engines = {"shared": _replay(tmp_path / "policy.jsonl", POLICY), "critic": _replay(tmp_path / "critic.jsonl", replies)}
-    return rollout(wf, make_env(wf, cfg.sandbox), TASKS, engines, mode=mode, samples=2, step=0, seed=0,
-                   plan=resolve_rollout(wf, cfg)), wf
+    return rollout(plan_of(wf, cfg, samples=2), make_env(wf, cfg.sandbox), TASKS, engines, mode=mode, step=0), wf
 
 
 def _replay(path: Path, rows: dict) -> ReplayEngine:

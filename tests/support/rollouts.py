@@ -8,8 +8,8 @@ from pathlib import Path
 import masdsl
 from masdsl.config import resolve_config
 from masdsl.runtime.inputs import prepare
-from masdsl.plan.run_plan import resolve_rollout
 from masdsl.runtime.executor import rollout
+from tests.support.rollout_plans import plan_of
 from tests.support.paths import ADDER_DIR
 
 RUNTIME_DATA = ADDER_DIR
@@ -26,5 +26,5 @@ def rollout_two_tasks(engine, wf, mode="train", samples=3, overrides=()):
     """A rollout of the first 2 train tasks, K `samples`, step 2, seed 7, on `engine` as policy `shared`."""
     cfg = resolve_config(wf.train, overrides=list(overrides))
     env, splits = prepare(wf, cfg.sandbox)
-    return rollout(wf, env, splits["train"][:2], {"shared": engine}, mode=mode, samples=samples, step=2, seed=7,
-                   plan=resolve_rollout(wf, cfg))
+    return rollout(plan_of(wf, cfg, samples=samples, seed=7), env, splits["train"][:2], {"shared": engine},
+                   mode=mode, step=2)

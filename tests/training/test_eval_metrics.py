@@ -15,7 +15,6 @@ import pytest
 
 import masdsl
 from masdsl.config import ConfigError, resolve_config
-from masdsl.plan.run_plan import resolve_rollout
 from masdsl.training.metrics import eval_metrics, pass_at_k, pass_ks
 from tests.support.overrides import tiny_hf
 from tests.support.toy import TOY, TOY_DIR
@@ -61,13 +60,15 @@ def test_eval_samples_is_validated():
 
 def _rollout(tiny_model_dir, hf_engine, *extra, repeats=1, n_tasks=3):
     from masdsl.runtime.executor import rollout
+    from tests.support.rollout_plans import plan_of
     from masdsl.runtime.inputs import prepare
 
     wf = masdsl.loads(toy_text(), "toy_digits.mas", base_dir=TOY_DIR)
     cfg = resolve_config(wf.train, overrides=[*tiny_hf(tiny_model_dir), *extra])
     env, data = prepare(wf, cfg.sandbox)
-    return rollout(wf, env, data["eval"][:n_tasks], {"shared": hf_engine}, mode="eval", samples=1, step=-1,
-                   seed=cfg.train.seed, plan=resolve_rollout(wf, cfg), repeats=repeats)
+    plan = plan_of(wf, cfg, seed=cfg.train.seed, repeats=repeats)
+    return rollout(plan, env, data["eval"][:n_tasks], {"shared": hf_engine},
+                   mode="eval", step=-1)
 
 
 def test_repeats_are_independent_episodes_with_distinct_seeds(tiny_model_dir, hf_engine):

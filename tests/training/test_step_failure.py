@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from masdsl.plan.run_plan import resolve_rollout
 from tests.support.overrides import NO_TRACKING
 
 TIMING = ("gen_s", "env_s")  # wall-clock fields of a record: the only ones allowed to differ
@@ -127,7 +126,8 @@ def test_malformed_output_scores_its_penalty_and_an_env_failure_raises(wf_dir, t
     import masdsl
     from masdsl.errors import StepFailed, UserError
     from masdsl.runtime.backends.replay import ReplayEngine
-    from masdsl.runtime.executor import rollout
+    from masdsl.runtime.executor import Hooks, rollout
+    from tests.support.rollout_plans import plan_of
 
     wf = masdsl.load(str(wf_dir / "wf.mas"))
     cfg = _config(wf, "runtime.env_retries=1", "runtime.env_workers=1")
@@ -140,7 +140,7 @@ def test_malformed_output_scores_its_penalty_and_an_env_failure_raises(wf_dir, t
                                     "outputs": ["no number at all", "{{}} ]]", "7"]}) + "\n")
     engines = {"shared": ReplayEngine(replay)}
     _faults(wf_dir, None)
-    ro = rollout(wf, _env(wf, cfg), tasks, engines, mode="train", samples=3, step=0, seed=0, plan=resolve_rollout(wf, cfg))
+    ro = rollout(plan_of(wf, cfg, samples=3), _env(wf, cfg), tasks, engines, mode="train", step=0)
     bad = [r for r in ro.records if r.candidate in (0, 1)]
     assert len(ro.episodes) == 2 and bad and not any(r.parse_ok for r in bad)
     assert {r.fields["n"] for r in bad} == {-1}
@@ -150,10 +150,10 @@ def test_malformed_output_scores_its_penalty_and_an_env_failure_raises(wf_dir, t
     _faults(wf_dir, ["train1"])
     try:
         with pytest.raises(StepFailed) as info:  # the default: a step that cannot be completed stops
-            rollout(wf, _env(wf, cfg), tasks, engines, mode="train", samples=3, step=0, seed=0, plan=resolve_rollout(wf, cfg))
+            rollout(plan_of(wf, cfg, samples=3), _env(wf, cfg), tasks, engines, mode="train", step=0)
         # asked for, a failed step scores 0 instead
-        ro = rollout(wf, _env(wf, cfg), tasks, engines, mode="train", samples=3, step=0, seed=0, plan=resolve_rollout(wf, cfg),
-                     on_env_failure="score")
+        ro = rollout(plan_of(wf, cfg, samples=3), _env(wf, cfg), tasks, engines,
+                     mode="train", step=0, hooks=Hooks(on_env_failure="score"))
     finally:
         _faults(wf_dir, None)
     e = info.value

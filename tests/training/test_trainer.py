@@ -106,6 +106,7 @@ def test_lora_adapters_train_only_on_their_own_roles(tiny_model_dir, tmp_path):
     from masdsl.learner.update import update_policy
     from masdsl.runtime.engine_factory import build_engines
     from masdsl.runtime.executor import rollout
+    from tests.support.rollout_plans import plan_of
     from masdsl.runtime.inputs import prepare
 
     wf = toy("toy_digits_lora.mas")
@@ -115,7 +116,7 @@ def test_lora_adapters_train_only_on_their_own_roles(tiny_model_dir, tmp_path):
     base = {n: p.detach().clone() for n, p in policies["namer_p"].model.named_parameters() if "lora_" not in n}
     env, data = prepare(wf, cfg.sandbox)
     engines = build_engines(resolve_rollout(wf, cfg), policies)
-    roll = rollout(wf, env, data["train"][:10], engines, mode="train", samples=8, step=0, seed=3, plan=resolve_rollout(wf, cfg))
+    roll = rollout(plan_of(wf, cfg, samples=8, seed=3), env, data["train"][:10], engines, mode="train", step=0)
     # the namer's samples get advantages (alternating signs within each group: a random tiny
     # model rarely earns a real reward), the copier's none: the copier's adapter must not move
     namer_only = [(1.0 if r.candidate % 2 else -1.0) if r.role == "namer" else 0.0 for r in roll.records]

