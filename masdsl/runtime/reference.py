@@ -5,7 +5,9 @@ scoring reads. `reference_fields` takes them from the `success` line (`correct(s
 task.answer)` -> `answer`), else the `team` line, else the roles' rewards, in that order (a
 `success` that reads no task field, `success solved()`, falls through); when none reads a task
 field (a game env whose `success` is its own), the usual names of a reference, when the task has
-them. `reference_of` is what each record of an episode keeps (`StepRecord.reference`).
+them. A field that holds a whole record (reasoning-gym's `task.entry`, which its scorer reads) gives
+way to the usual names too: the reader wants the answer, and every record of the episode keeps
+a copy. `reference_of` is what each record of an episode keeps (`StepRecord.reference`).
 
 >>> from masdsl.lang.parse import parse_text
 >>> m, _ = parse_text('role a { reward same(x, task.target) }\\nsuccess correct(a.x, task.answer)', "w.mas")
@@ -15,6 +17,8 @@ them. `reference_of` is what each record of an episode keeps (`StepRecord.refere
 {'answer': '7'}
 >>> reference_of((), {"id": "t0", "puzzle": "..", "solution": "123"})
 {'solution': '123'}
+>>> reference_of(("entry",), {"id": "t0", "answer": "42", "entry": {"answer": "42", "answer_cot": "..."}})
+{'answer': '42'}
 """
 
 from __future__ import annotations
@@ -47,8 +51,11 @@ def reference_fields(workflow: Workflow) -> tuple[str, ...]:
 
 
 def reference_of(fields: Iterable[str], task: Mapping[str, Any]) -> dict[str, Any]:
-    """The task's values of `fields` (none given: of the `USUAL` names it has), long text cut."""
-    names = [f for f in fields if f in task] or [n for n in USUAL if n in task]
+    """The task's values of `fields` that are not whole records (none: of the `USUAL` names it
+    has; neither: the records), long text cut."""
+    present = [f for f in fields if f in task]
+    names = ([f for f in present if not isinstance(task[f], Mapping)] or [n for n in USUAL if n in task]
+             or present)
     return {n: _short(task[n]) for n in names}
 
 
