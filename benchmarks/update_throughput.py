@@ -171,6 +171,60 @@ def plain_step(model, optimizer, recs, adv, budget: int, device: str, dtype: str
     optimizer.step()
 
 
+def replayed(path: str, step: int, grouping: str, live_groups: int = 0) -> tuple[list, list[float]]:
+    """A real rollout's rows and the advantages the trainer gave them: step `step`'s records of a
+    run folder's records.jsonl, grouped and scored by masdsl's own `group_records` and
+    `compute_advantages` (flat groups get 0 and stay out of the forward, as in training)."""
+    from masdsl.learner.advantages import compute_advantages
+    from masdsl.learner.grouping import group_records
+    from masdsl.runtime.records import read_records
+
+    recs = [r for r in read_records(Path(path)) if r.step == step]
+    if not recs:
+        raise SystemExit(f"{path}: no records of step {step}")
+    for r in recs:  # one policy, whatever the run called it: the benchmark trains one model
+        r.policy = "p"
+    groups = group_records(recs, grouping)
+    adv, _ = compute_advantages(groups, len(recs))
+    if live_groups:  # N of the groups that train, evenly spread over the step (roles and turns alike)
+        live = [g for g in groups if any(adv[i] != 0.0 for i in g.indices)]
+        chosen = [live[round(j * len(live) / live_groups)] for j in range(min(live_groups, len(live)))]
+        keep = sorted(i for g in chosen for i in g.indices)
+        recs, adv = [recs[i] for i in keep], [adv[i] for i in keep]
+    return recs, adv
+
+
+def alternate(args: argparse.Namespace, policy, optimizer, recs, adv) -> int:
+    """`--alternate KEY=A,B`: masdsl's update with KEY=A, then KEY=B, round after round, in this one
+    process; prints each value's median seconds (and its old-log-prob part) and B's time over A's."""
+    from masdsl.config import resolve_config
+    from masdsl.learner.update import update_policy
+
+    key, values = args.alternate.split("=", 1)
+    base = [f"train.micro_batch_tokens={args.micro_batch_tokens}", f"train.mini_batch_size={args.mini_batch}", *args.set]
+    tcs = {v: resolve_config(overrides=[*base, f"{key}={v}"]).train for v in values.split(",")}
+    seconds: dict[str, list[float]] = {v: [] for v in tcs}
+    old: dict[str, list[float]] = {v: [] for v in tcs}
+    for i in range(args.warmup + args.repeats):
+        for v, tc in tcs.items():
+            t0 = time.perf_counter()
+            stats = update_policy(policy, optimizer, recs, adv, tc)
+            if i >= args.warmup:
+                seconds[v].append(time.perf_counter() - t0)
+                old[v].append(stats.old_logprobs_s)
+            print(f"round {i} {key}={v}: {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    med = {v: statistics.median(t) for v, t in seconds.items()}
+    a, b = list(med)
+    print(json.dumps({"path": "masdsl", "alternate": key, "update_s": {v: round(t, 3) for v, t in med.items()},
+                      "old_logprobs_s": {v: round(statistics.median(t), 3) for v, t in old.items()},
+                      "all_s": {v: [round(x, 3) for x in t] for v, t in seconds.items()},
+                      "b_over_a": round(med[b] / med[a], 4), "rows": len(recs),
+                      "trained_rows": sum(1 for x in adv if x != 0.0),
+                      "response_tokens": sum(len(r.response_ids) for r, x in zip(recs, adv) if x != 0.0),
+                      "peak_gb": round(peak_gb(), 3)}), flush=True)
+    return 0
+
+
 def child(args: argparse.Namespace) -> int:
     import torch
 
@@ -189,22 +243,32 @@ def child(args: argparse.Namespace) -> int:
         rows_, positions = (int(x) for x in args.logits.split("x"))
         LOGITS.set(Chunks(rows=rows_, positions=positions))
     model, tok, folder = load(args)
-    recs, adv = rows(tok, args.prompts, args.k, args.prompt_tokens, args.response_tokens)
+    recs, adv = (replayed(args.records, args.step, args.grouping, args.live_groups) if args.records
+                 else rows(tok, args.prompts, args.k, args.prompt_tokens, args.response_tokens))
     tc = resolve_config(overrides=[f"train.micro_batch_tokens={args.micro_batch_tokens}",
-                                   f"train.mini_batch_size={args.mini_batch}"]).train
+                                   f"train.mini_batch_size={args.mini_batch}", *args.set]).train
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = build_optimizer(trainable, tc)
-    policy = Policy("p", None, ["r"], model, tok, folder, adapter="p" if args.lora else None,
+    policy = Policy("p", None, sorted({r.role for r in recs}), model, tok, folder, adapter="p" if args.lora else None,
                     compute_dtype=args.dtype)
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     if args.device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     load_gb = (torch.cuda.memory_allocated() if args.device == "cuda" else 0) / (1 << 30)
+    if args.alternate:
+        return alternate(args, policy, optimizer, recs, adv)
     times, old_s = [], []
-    for i in range(1 + args.repeats):
+    for i in range(args.warmup + args.repeats):
         sync(args.device)
         t0 = time.perf_counter()
-        if args.path == "masdsl":
+        if args.path == "masdsl" and args.profile and i == args.warmup + args.repeats - 1:  # the last, taken apart
+            from torch.profiler import ProfilerActivity, profile
+
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                stats = update_policy(policy, optimizer, recs, adv, tc)
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.profile), file=sys.stderr)
+            old = stats.old_logprobs_s if stats.old_logprobs_s == stats.old_logprobs_s else 0.0
+        elif args.path == "masdsl":
             stats = update_policy(policy, optimizer, recs, adv, tc)
             sync(args.device)
             old = stats.old_logprobs_s if stats.old_logprobs_s == stats.old_logprobs_s else 0.0
@@ -215,7 +279,7 @@ def child(args: argparse.Namespace) -> int:
             sync(args.device)
             model.eval()
             old = 0.0
-        if i:  # the first is the warm-up
+        if i >= args.warmup:
             times.append(time.perf_counter() - t0)
             old_s.append(old)
     peak = (torch.cuda.max_memory_allocated() / (1 << 30) if args.device == "cuda" else peak_gb())
@@ -253,6 +317,19 @@ def main() -> int:
     ap.add_argument("--logits", default="chunked",
                     help="masdsl's log-prob path: chunked (the default chunk size), ROWSxPOSITIONS (chunks "
                          "of that shape) or whole (the full logits)")
+    ap.add_argument("--records", help="replay a real rollout: a run folder's records.jsonl (with --step)")
+    ap.add_argument("--step", type=int, default=1, help="which step's records --records replays")
+    ap.add_argument("--live-groups", type=int, default=0,
+                    help="with --records: only N of the step's groups that train (0: the whole step)")
+    ap.add_argument("--grouping", default="at", help="how --records' rows are grouped (train.grouping)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a train.* override for masdsl's path (e.g. train.pack_rows=false); repeatable")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed updates first")
+    ap.add_argument("--alternate", help="KEY=A,B: masdsl's path only, one process, updates alternating the "
+                    "train.* setting KEY between A and B (each --warmup + --repeats times): an A/B that load drift "
+                    "on a shared machine hits alike")
+    ap.add_argument("--profile", type=int, default=0,
+                    help="masdsl path: take its last update apart with torch.profiler, print the N costliest ops")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--paths", default="masdsl,plain")
     ap.add_argument("--out", default="benchmarks/results/update_throughput.json")
@@ -265,13 +342,15 @@ def main() -> int:
     for path in args.paths.split(","):
         done = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--child", path], capture_output=True, text=True)
         lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+        if args.profile:
+            sys.stderr.write(done.stderr[-30000:])
         run = json.loads(lines[-1]) if lines else {"path": path, "error": done.stderr[-3000:]}
         run["exit"] = done.returncode
         print(json.dumps(run), flush=True)
         runs.append(run)
     setting = {k: getattr(args, k) for k in ("model", "random_weights", "device", "dtype", "lora", "logits", "prompts", "k",
                                              "prompt_tokens", "response_tokens", "micro_batch_tokens", "repeats",
-                                             "mini_batch")}
+                                             "mini_batch", "records", "step", "grouping", "set", "warmup", "live_groups", "alternate")}
     setting["model"] = Path(args.model).name
     key = json.dumps(setting, sort_keys=True)
     out = Path(args.out)

@@ -26,6 +26,7 @@ from masdsl.config_schema import (  # noqa: F401: the schema is masdsl.config's 
     NAMED_SECTIONS, OLD_LOGPROBS, SAMPLE_RANGES, Config, PolicyOverride, RuntimeConfig, SampleOverride,
     SandboxConfig, TrackingConfig, TrainConfig, train_problems)
 from masdsl.errors import ConfigError, did_you_mean  # noqa: F401 (ConfigError: masdsl.config.ConfigError as well)
+from masdsl.precision import resolve_dtype
 
 if TYPE_CHECKING:  # OmegaConf is imported where it is used: it costs `masdsl check` ~70 ms of start-up
     from omegaconf import DictConfig
@@ -95,7 +96,10 @@ def _values(cfg: DictConfig) -> Config:
             if cfg[section][name] < low:
                 raise ConfigError(f"`{section}.{name}` must be at least {low}; got {cfg[section][name]}",
                                   key=f"{section}.{name}")
-        return OmegaConf.to_object(cfg)
+        out = OmegaConf.to_object(cfg)
+        # `auto` is decided here, once: the run folder, the plan and every process read the dtype that ran
+        out.runtime.dtype = resolve_dtype(out.runtime.dtype, out.runtime.device)
+        return out
     except OmegaConfBaseException as exc:
         msg = str(getattr(exc, "msg", None) or exc).splitlines()[0]
         key = getattr(exc, "full_key", None) or None

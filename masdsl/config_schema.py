@@ -48,6 +48,9 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     weight_decay: float = 0.0
     micro_batch_tokens: int = 4096  # token budget per forward/backward
+    # each prompt group one row, its K replies packed without padding between them (a 4D attention
+    # mask; masdsl.learner.logprobs.packed_logprobs); false: the padded shared-prefix path
+    pack_rows: bool = True
     gradient_checkpointing: bool = False
     eval_every: int = 0  # 0: only at start and end
     eval_tasks: int = 8
@@ -70,7 +73,7 @@ class RuntimeConfig:
     max_prompt_tokens: int = 2048
     truncate_prompts: bool = False  # False: an over-long prompt is an error
     device: str = "cpu"
-    dtype: str = "float32"
+    dtype: str = "float32"  # one of DTYPES; auto: bfloat16 on a GPU or a CPU with AVX512-BF16/AMX, else float32
     runs_dir: str = "runs"
     vllm_gpu_memory_utilization: float = 0.3
     # 0: every policy trains in the driver; N >= 1: each trainable full policy trains on N Ray
@@ -189,6 +192,7 @@ DEFAULT_ADVANTAGE = "grpo"
 ADVANTAGE_MIN_K = {"rloo": 2}  # candidates per group an estimator needs (the others: 1)
 OLD_LOGPROBS = ("auto", "engine", "trainer")
 MASTER_WEIGHTS = ("float32", "compute")
+DTYPES = ("float32", "bfloat16", "float16", "auto")  # auto: masdsl.precision.resolve_dtype
 ENGINES = ("auto", "vllm", "hf", "replay")
 LORA_SYNCS = ("auto", "adapter", "merged")
 ISOLATIONS = ("auto", "bwrap", "unshare", "none")
@@ -203,6 +207,7 @@ CHOICES = {
     ("train", "grouping"): GROUPINGS,
     ("train", "old_logprobs"): OLD_LOGPROBS,
     ("train", "master_weights"): MASTER_WEIGHTS,
+    ("runtime", "dtype"): DTYPES,
     ("runtime", "engine"): ENGINES,
     ("runtime", "lora_sync"): LORA_SYNCS,
     ("sandbox", "isolation"): ISOLATIONS,

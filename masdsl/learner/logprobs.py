@@ -2,6 +2,7 @@
 
     logp, mask = sequence_logprobs(model, prompts, responses, pad_id)            # [B, T] each
     logp, mask = shared_prefix_logprobs(model, distinct_prompts, group_of_row, responses, pad_id)
+    logp, mask = packed_logprobs(model, distinct_prompts, group_of_row, responses, pad_id)   # no padding
 
 What `masdsl.learner.update` trains on (and what tests and benchmarks compare with an engine's
 sampled log-probs). The response positions' logits are never made whole: the LM head runs on
@@ -118,6 +119,124 @@ def shared_prefix_logprobs(model: nn.Module, prompts: Sequence[Sequence[int]], g
             return parts[0] + 0.0 * rest.sum(1, keepdim=True), rmask
         parts.append(rest)
     return torch.cat(parts, dim=1), rmask
+
+
+# attention implementations that honour a custom 4D mask as given: sdpa takes a boolean one
+# (True: attend), eager adds it to the scores (0 or the dtype's lowest value)
+PACKABLE_ATTENTION = ("sdpa", "eager")
+
+
+def packs(model: nn.Module) -> bool:
+    """Whether `packed_logprobs` can run `model`: an attention that reads a custom 4D mask."""
+    config = getattr(model, "config", None)
+    return getattr(config, "_attn_implementation", None) in PACKABLE_ATTENTION
+
+
+@dataclass(frozen=True)
+class Packing:
+    """Where each token of a micro-batch goes when every group is one row without padding inside it.
+
+    A group's row is its prompt but the last token (the body), then, for each of its responses,
+    a segment: the prompt's last token followed by the response but its last token. A segment
+    sees the body and itself (causally), never another segment, and takes the positions the
+    response has after the prompt, so each segment's outputs are the response's log-probs exactly
+    as if it ran alone after the prompt. Rows are left-padded to the longest; only the last
+    `keep` positions (every segment) reach the LM head.
+
+    >>> pk = Packing.of([[5, 6, 7]], [0, 0], [[1, 2], [3]], pad_id=0)
+    >>> pk.ids.tolist(), pk.positions.tolist(), pk.targets.tolist(), pk.keep
+    ([[5, 6, 7, 1, 7]], [[0, 1, 2, 3, 2]], [[1, 2, 3]], 3)
+    >>> pk.allowed[0, 0].int().tolist()  # body: causal; a segment: the body and itself
+    [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 0, 0, 1]]
+    >>> pk.gather.tolist(), pk.mask.tolist()  # each response's log-probs in the kept window
+    ([[0, 1], [2, 0]], [[1.0, 1.0], [1.0, 0.0]])
+    """
+
+    ids: torch.Tensor  # [G, W] token ids
+    positions: torch.Tensor  # [G, W] position ids
+    allowed: torch.Tensor  # [G, 1, W, W] bool: query row attends key column
+    targets: torch.Tensor  # [G, keep] the token each kept position predicts (pad_id where none)
+    keep: int  # kept positions: the longest row's segments
+    gather: torch.Tensor  # [R, T] index into the flattened [G * keep] log-probs, per response token
+    mask: torch.Tensor  # [R, T] 1.0 on real response tokens
+
+    @staticmethod
+    def of(prompts: Sequence[Sequence[int]], group_of_row: Sequence[int], responses: Sequence[Sequence[int]],
+           pad_id: int) -> "Packing":
+        rows_of: list[list[int]] = [[] for _ in prompts]
+        for i, g in enumerate(group_of_row):
+            rows_of[g].append(i)
+        tokens: list[list[int]] = []
+        pos: list[list[int]] = []
+        seg: list[list[int]] = []
+        tgt: list[list[int]] = []
+        for g, prompt in enumerate(prompts):
+            body = list(prompt[:-1])
+            t_ids, t_pos, t_seg, t_tgt = body[:], list(range(len(body))), [-1] * len(body), []
+            for k, i in enumerate(rows_of[g]):
+                r = list(responses[i])
+                t_ids += [prompt[-1], *r[:-1]]
+                t_pos += range(len(body), len(body) + len(r))
+                t_seg += [k] * len(r)
+                t_tgt += r
+            tokens.append(t_ids)
+            pos.append(t_pos)
+            seg.append(t_seg)
+            tgt.append(t_tgt)
+        width, keep = max(len(t) for t in tokens), max(len(t) for t in tgt)
+        n, longest = len(prompts), max(len(r) for r in responses)
+        ids = torch.full((n, width), pad_id, dtype=torch.long)
+        positions = torch.zeros((n, width), dtype=torch.long)
+        segment = torch.full((n, width), -2, dtype=torch.long)  # -2 pad, -1 body, k: response k's segment
+        targets = torch.full((n, keep), pad_id, dtype=torch.long)
+        gather = torch.zeros((len(responses), longest), dtype=torch.long)
+        mask = torch.zeros((len(responses), longest))
+        for g in range(n):
+            off = width - len(tokens[g])
+            ids[g, off:], positions[g, off:] = torch.tensor(tokens[g]), torch.tensor(pos[g])
+            segment[g, off:] = torch.tensor(seg[g])
+            targets[g, keep - len(tgt[g]):] = torch.tensor(tgt[g])
+            col = g * keep + keep - len(tgt[g])  # the group's first segment token in the flat window
+            for i in rows_of[g]:
+                length = len(responses[i])
+                gather[i, :length] = torch.arange(col, col + length)
+                mask[i, :length] = 1.0
+                col += length
+        query, key = segment.unsqueeze(2), segment.unsqueeze(1)  # [G, W, 1], [G, 1, W]
+        causal = torch.ones((width, width), dtype=torch.bool).tril()
+        allowed = causal & (query >= -1) & ((key == -1) | (key == query))
+        allowed |= torch.eye(width, dtype=torch.bool) & (query == -2)  # a pad attends itself: no empty softmax row
+        return Packing(ids, positions, allowed.unsqueeze(1), targets, keep, gather, mask)
+
+
+def packed_logprobs(model: nn.Module, prompts: Sequence[Sequence[int]], group_of_row: Sequence[int],
+                    responses: Sequence[Sequence[int]], pad_id: int, chunks: Chunks | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Like `shared_prefix_logprobs` (each distinct prompt runs once), in one call and with no
+    padding between a group's responses: each group is one row (`Packing`), whose responses see
+    the prompt and themselves only. For K candidates of different lengths, the padded path runs K
+    times the longest; this runs their sum. Needs an attention that reads a 4D mask (`packs`).
+    """
+    device = next(model.parameters()).device
+    pk = Packing.of(prompts, group_of_row, responses, pad_id)
+    allowed = pk.allowed.to(device)
+    if getattr(model.config, "_attn_implementation", None) == "eager":  # added to the scores: 0 or the lowest value
+        dtype = next(model.parameters()).dtype
+        if torch.is_autocast_enabled(device.type):
+            dtype = torch.get_autocast_dtype(device.type)
+        attn = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
+    else:
+        attn = allowed
+    target = pk.targets.to(device)
+    with scoring(model, target, chunks) as chunked:
+        out = model(input_ids=pk.ids.to(device), attention_mask=attn, position_ids=pk.positions.to(device),
+                    logits_to_keep=pk.keep, use_cache=False)
+    if chunked:
+        window = out.logits
+    else:
+        logits = at_least_float32(out.logits)
+        window = logits.gather(-1, target.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    return window.reshape(-1)[pk.gather.to(device)], pk.mask.to(device)
 
 
 def select_cache_rows(cache: Cache, idx: torch.Tensor) -> None:

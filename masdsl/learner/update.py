@@ -5,10 +5,13 @@ response ids. As in the paper's recipe, one rollout gives several optimizer step
 split into mini-batches of `train.mini_batch_size` (16), each an optimizer step, for
 `train.ppo_epochs` passes; the "old" log-probs are fixed before the first step (the sampler's,
 or recomputed by the trainer, `masdsl.plan.old_logprobs.old_logprob_source`). The K candidates of one
-decision share their prompt, so each distinct prompt is run once and its KV cache shared by
-its candidates' responses (`shared_prefix_logprobs`): with K = 4 and prompts as long as the
-responses this is ~40 % less compute than running every row whole. Micro-batches keep
-`groups * longest_prompt + rows * longest_response <= train.micro_batch_tokens`, so peak memory
+decision share their prompt, so each distinct prompt is run once: by default the group is one
+row, its responses packed after the prompt without padding between them (`packed_logprobs`,
+micro-batches of `groups * longest row` tokens: `packed_micro_batches`); otherwise its KV cache
+is shared by the candidates' padded responses (`shared_prefix_logprobs`, micro-batches of
+`groups * longest_prompt + rows * longest_response`). With K = 4 and prompts as long as the
+responses, sharing is ~40 % less compute than running every row whole; packing also drops the
+padding of the shorter responses. Either way micro-batches keep to `train.micro_batch_tokens`, so peak memory
 is bounded by the token budget, not the batch size; the loss is a sum over tokens divided by
 the token count of the whole mini-batch (see `losses.py`), so the gradient does not depend on
 the packing.
@@ -27,7 +30,8 @@ from typing import Any, Hashable, Iterable, Iterator, Mapping, Sequence
 import torch
 
 from masdsl.config import TrainConfig
-from masdsl.learner.logprobs import KLReference, at_least_float32, sequence_logprobs, shared_prefix_logprobs
+from masdsl.learner.logprobs import (KLReference, at_least_float32, packed_logprobs, packs, sequence_logprobs,
+                                     shared_prefix_logprobs)
 from masdsl.learner.losses import LOSS_FNS
 from masdsl.learner.update_metrics import LOSS_KEYS, measure, role_token_counts, sampled_entropy, summarize, zero_totals
 from masdsl.learner.parallel import ONE_PROCESS, Shard
@@ -88,7 +92,50 @@ def micro_batches(prompt_keys: Sequence[Hashable], prompt_lens: Sequence[int], r
     return out
 
 
-def split_groups(records: Sequence[StepRecord], rows: Sequence[int], budget: int) -> tuple[int, int, int]:
+def packed_micro_batches(prompt_keys: Sequence[Hashable], prompt_lens: Sequence[int], resp_lens: Sequence[int],
+                         budget: int) -> list[list[list[int]]]:
+    """`micro_batches` for the packed path (`packed_logprobs`), where a group is one row of its
+    prompt and its responses' sum, so a micro-batch costs `groups * longest row` tokens.
+
+    >>> packed_micro_batches(["a", "a", "b", "b"], [4, 4, 4, 4], [2, 2, 2, 2], budget=8)
+    [[[0, 1]], [[2, 3]]]
+    >>> packed_micro_batches(["a", "a", "b", "b"], [4, 4, 4, 4], [2, 2, 2, 2], budget=16)
+    [[[0, 1], [2, 3]]]
+    >>> packed_micro_batches(["a", "a", "a"], [4, 4, 4], [4, 4, 4], budget=12)   # too big alone: split
+    [[[0, 1]], [[2]]]
+    >>> packed_micro_batches(["a", "b", "b"], [4, 4, 4], [1, 1, 8], budget=16)   # b fits alone: not split
+    [[[0]], [[1, 2]]]
+    """
+    groups: dict[Any, list[int]] = {}
+    for i, key in enumerate(prompt_keys):
+        groups.setdefault(key, []).append(i)
+    out: list[list[list[int]]] = []
+    cur: list[list[int]] = []
+    widths: list[int] = []  # each group's row in `cur`: its prompt and the responses so far
+    for members in groups.values():
+        whole = prompt_lens[members[0]] + sum(resp_lens[i] for i in members)
+        if cur and whole <= budget < (len(cur) + 1) * max(*widths, whole):
+            out.append(cur)  # the group fits a micro-batch of its own: start it there, not split
+            cur, widths = [], []
+        for i in members:
+            new_group = not cur or cur[-1][0] not in members
+            width = (prompt_lens[i] if new_group else widths[-1]) + resp_lens[i]
+            rows_after = len(cur) + (1 if new_group else 0)
+            if cur and rows_after * max(*widths, width) > budget:
+                out.append(cur)
+                cur, widths, new_group, width = [], [], True, prompt_lens[i] + resp_lens[i]
+            if new_group:
+                cur.append([])
+                widths.append(0)
+            cur[-1].append(i)
+            widths[-1] = width
+    if cur:
+        out.append(cur)
+    return out
+
+
+def split_groups(records: Sequence[StepRecord], rows: Sequence[int], budget: int, packed: bool = False
+                 ) -> tuple[int, int, int]:
     """(prompt groups of `rows` that `micro_batches` splits, groups, the largest group's padded
     tokens). It splits exactly the groups of several rows whose own padded cost, prompt + rows x
     longest reply, is over the budget. A split group's prompt runs once per micro-batch it spans
@@ -99,11 +146,13 @@ def split_groups(records: Sequence[StepRecord], rows: Sequence[int], budget: int
     >>> recs = [R(prompt_ids=[1] * 4, response_ids=[2] * 4) for _ in range(3)] + [R(prompt_ids=[3], response_ids=[4])]
     >>> split_groups(recs, range(4), 12), split_groups(recs, range(4), 16)
     ((1, 2, 16), (0, 2, 16))
+
+    `packed`: a group costs its prompt and its replies' sum (`packed_micro_batches`).
     """
     members: dict[tuple[int, ...], list[int]] = {}
     for i in rows:
         members.setdefault(tuple(records[i].prompt_ids), []).append(len(records[i].response_ids))
-    costs = [(len(r), len(k) + len(r) * max(r)) for k, r in members.items()]
+    costs = [(len(r), len(k) + (sum(r) if packed else len(r) * max(r))) for k, r in members.items()]
     return sum(n > 1 and c > budget for n, c in costs), len(costs), max((c for _, c in costs), default=0)
 
 
@@ -207,7 +256,8 @@ def update_policy(
     steps = [(shard.rows([i for i in mb if i in runnable]), sum(len(records[i].response_ids) for i in mb))
              for mb in mbs]
     if not tc.gradient_checkpointing:  # which runs every row with its own prompt anyway
-        _count_split_groups(stats, records, [run for run, _ in steps], tc.micro_batch_tokens)
+        _count_split_groups(stats, records, [run for run, _ in steps], tc.micro_batch_tokens,
+                            packed=packing(policy, tc, shard))
     with policy.lock:
         policy.activate()
         policy.model.train()
@@ -317,8 +367,10 @@ def _forward(policy: Policy, records: Sequence[StepRecord], rows: Sequence[int],
     With a half-precision compute dtype the float32 master weights run under autocast, so the
     optimizer updates float32 weights (an lr 1e-6 step on bfloat16 weights mostly rounds away).
     """
-    plan = micro_batches([tuple(records[i].prompt_ids) for i in rows], [len(records[i].prompt_ids) for i in rows],
-                         [len(records[i].response_ids) for i in rows], tc.micro_batch_tokens)
+    packed = packing(policy, tc, shard)
+    plan = (packed_micro_batches if packed else micro_batches)(
+        [tuple(records[i].prompt_ids) for i in rows], [len(records[i].prompt_ids) for i in rows],
+        [len(records[i].response_ids) for i in rows], tc.micro_batch_tokens)
     device = next(policy.model.parameters()).device
     half = compute_dtype in ("bfloat16", "float16")
 
@@ -332,6 +384,8 @@ def _forward(policy: Policy, records: Sequence[StepRecord], rows: Sequence[int],
         with autocast:
             if tc.gradient_checkpointing:  # HF turns the KV cache off under checkpointing
                 logp, mask = sequence_logprobs(policy.model, [records[i].prompt_ids for i in idx], responses, pad_id)
+            elif packed:
+                logp, mask = packed_logprobs(policy.model, prompts, group_of_row, responses, pad_id)
             else:
                 logp, mask = shared_prefix_logprobs(policy.model, prompts, group_of_row, responses, pad_id,
                                                     two_calls=shard.two_calls)
@@ -340,10 +394,17 @@ def _forward(policy: Policy, records: Sequence[StepRecord], rows: Sequence[int],
     return shard.forward(plan, run)
 
 
+def packing(policy: Policy, tc: TrainConfig, shard: Shard) -> bool:
+    """Whether the update runs each prompt group as one row without padding (`packed_logprobs`):
+    unless `train.pack_rows` is off, gradient checkpointing runs rows whole, FSDP needs the
+    two-call shape every rank shares, or the model's attention cannot take a 4D mask."""
+    return tc.pack_rows and not tc.gradient_checkpointing and not shard.two_calls and packs(policy.model)
+
+
 def _count_split_groups(stats: UpdateStats, records: Sequence[StepRecord], steps: Sequence[Sequence[int]],
-                        budget: int) -> None:
+                        budget: int, packed: bool = False) -> None:
     for run in steps:
-        split, groups, largest = split_groups(records, run, budget)
+        split, groups, largest = split_groups(records, run, budget, packed)
         stats.split_groups, stats.groups = stats.split_groups + split, stats.groups + groups
         stats.largest_group_tokens = max(stats.largest_group_tokens, largest)
 

@@ -110,7 +110,7 @@ def test_update_raises_logprob_of_positive_advantage_and_budget_is_irrelevant(ti
 
     ps, rs = rows(seed=2, prompts=2, k=4)
     results = []
-    for budget in (8, 100_000):
+    for budget, pack in ((8, "true"), (100_000, "true"), (100_000, "false")):
         torch.manual_seed(0)
         model, tok = load_model(tiny_model_dir)
         with torch.no_grad():
@@ -118,7 +118,8 @@ def test_update_raises_logprob_of_positive_advantage_and_budget_is_irrelevant(ti
         recs = [record(p, r, old[i, : len(r)].tolist()) for i, (_, p, r) in enumerate(rs)]
         adv = [1.0, -1.0, 0.5, -0.5, 0.0, 0.0, 0.3, -0.3]
         policy = make_policy(model, tok)
-        tc = resolve_config(overrides=[f"train.micro_batch_tokens={budget}", "train.lr=0.01"]).train
+        tc = resolve_config(overrides=[f"train.micro_batch_tokens={budget}", "train.lr=0.01",
+                                       f"train.pack_rows={pack}"]).train
         opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=0.0)
         stats = update_policy(policy, opt, recs, adv, tc)
         assert stats.rows == 6 and stats.clip_frac == 0.0  # zero-advantage rows skipped; on-policy
@@ -130,6 +131,9 @@ def test_update_raises_logprob_of_positive_advantage_and_budget_is_irrelevant(ti
     assert total(new, 0) > total(old, 0) and total(new, 1) < total(old, 1)
     assert torch.allclose(results[0][0], results[1][0], atol=1e-5)
     assert results[0][1].grad_norm == pytest.approx(results[1][1].grad_norm, rel=1e-4)
+    # packing a group's replies without padding (the default) trains as the padded path does
+    assert torch.allclose(results[1][0], results[2][0], atol=1e-5)
+    assert results[1][1].grad_norm == pytest.approx(results[2][1].grad_norm, rel=1e-4)
     # but a budget below a prompt group splits it: its prompt runs once per micro-batch (reported)
     small, large = results[0][1], results[1][1]
     by_prompt = {}
@@ -138,8 +142,9 @@ def test_update_raises_logprob_of_positive_advantage_and_budget_is_irrelevant(ti
             by_prompt.setdefault(tuple(p), []).append(len(r))
     assert small.groups == large.groups == len(by_prompt) == 2
     assert small.split_groups == 2 and large.split_groups == 0
-    assert small.largest_group_tokens == large.largest_group_tokens == max(
-        len(p) + len(r) * max(r) for p, r in by_prompt.items()) > 8
+    assert small.largest_group_tokens == large.largest_group_tokens == max(  # packed: the prompt and its replies
+        len(p) + sum(r) for p, r in by_prompt.items()) > 8
+    assert results[2][1].largest_group_tokens == max(len(p) + len(r) * max(r) for p, r in by_prompt.items())
 
 
 def test_kl_references_are_the_starting_weights_or_the_base_with_adapters_off(tiny):
