@@ -56,3 +56,27 @@ def test_needed_flops_count_each_prompt_once(bench, tiny_model_dir):
     non_embedding = sum(p.numel() for n, p in model.named_parameters() if "embed" not in n and "lm_head" not in n)
     # only the new responses add FLOPs: 2 (forward) x 2 (LoRA's backward) per token and weight
     assert extra == pytest.approx(4 * responses * (non_embedding + emb.shape[0] * emb.shape[1]))
+
+
+def test_replayed_rows_are_a_steps_records_with_the_trainers_advantages(bench, tmp_path):
+    """`--records`: one step's rows of a run's records.jsonl, scored by masdsl's own grouping;
+    `--live-groups N` keeps N of the groups that train (a flat group never)."""
+    from masdsl.runtime.records import StepRecord, write_records
+
+    def rec(step, episode, role, cand, reward):
+        return StepRecord(step=step, episode=episode, task_id=f"t{episode}", role=role, turn=0, node=role,
+                          candidate=cand, selected=cand == 0, policy="shared", prompt_ids=[episode, 7],
+                          response_ids=[cand + 1] * 3, logprobs=[], reward=reward, reward_team=0.0,
+                          reward_local=reward, finish_reason="stop", parse_ok=True)
+
+    rows = [rec(1, e, role, c, float(c == 0 and role != "flat")) for e in range(3) for role in ("a", "flat")
+            for c in range(2)] + [rec(2, 0, "a", c, float(c)) for c in range(2)]
+    path = tmp_path / "records.jsonl"
+    write_records(path, rows)
+    recs, adv = bench.replayed(str(path), 1, "at")
+    assert len(recs) == 12 and {r.step for r in recs} == {1} and {r.policy for r in recs} == {"p"}
+    assert [a != 0.0 for a in adv] == [r.role == "a" for r in recs]
+    recs, adv = bench.replayed(str(path), 1, "at", live_groups=2)
+    assert len(recs) == 4 and {r.role for r in recs} == {"a"} and all(a != 0.0 for a in adv)
+    with pytest.raises(SystemExit, match="no records of step 5"):
+        bench.replayed(str(path), 5, "at")
