@@ -142,7 +142,6 @@ def test_the_learner_layout_is_the_plans(tiny_model_dir):
     learner it is (no Ray worker starts)."""
     driver = LearnerPlan("driver", device="cpu")
     plan = plan_with(lambda p: dataclasses.replace(p, learner=driver), "runtime.engine=hf", model_dir=tiny_model_dir)
-    plan = dataclasses.replace(plan, config=dataclasses.replace(
-        plan.config, runtime=dataclasses.replace(plan.config.runtime, learner_workers=2)))
+    plan = dataclasses.replace(plan, runtime=dataclasses.replace(plan.runtime, learner_workers=2))
     learners = open_learners(load_policies(plan), plan, print)
     assert set(learners) == {"namer_p", "copier_p"} and all(isinstance(x, LocalLearner) for x in learners.values())

@@ -225,6 +225,7 @@ def test_failed_step_stops_the_run_and_resume_equals_an_uninterrupted_run(wf_dir
     a checkpoint of step 2 (no other checkpoint is due: `checkpoint_every: 0`); the fault gone,
     `--resume` ends with the records, weights and optimizer of a run that never failed."""
     from masdsl.training.trainer import next_batch
+    from tests.support.toy import train_into
 
     model = [f"policy.shared.model={tiny_model_dir}", "runtime.engine=hf", NO_TRACKING,
              "runtime.env_retries=1"]
@@ -290,7 +291,7 @@ def test_failed_evaluation_saves_the_step_and_resume_evaluates_it_first(wf_dir, 
     cfg = _config(wf, f"policy.shared.model={tiny_model_dir}", "runtime.engine=hf", "train.steps=2",
                   "runtime.env_retries=0")
     _faults(wf_dir, None)
-    ref = train(resolve_run(wf, cfg), run_dir=tmp_path / "ref")
+    ref = train_into(resolve_run(wf, cfg), tmp_path / "ref")
 
     def break_eval(step, metrics):  # after step 1 (no eval or checkpoint due): the eval tasks fail
         if step == 1:
@@ -298,7 +299,7 @@ def test_failed_evaluation_saves_the_step_and_resume_evaluates_it_first(wf_dir, 
 
     try:
         with pytest.raises(StepFailed) as info:
-            train(resolve_run(wf, cfg), run_dir=tmp_path / "run", on_step=break_eval)
+            train_into(resolve_run(wf, cfg), tmp_path / "run", on_step=break_eval)
     finally:
         _faults(wf_dir, None)
     msg = str(info.value)
@@ -309,7 +310,7 @@ def test_failed_evaluation_saves_the_step_and_resume_evaluates_it_first(wf_dir, 
     assert state["step"] == 2 and state["extra"] == {"unfinished": True} and [e["step"] for e in state["evals"]] == [0]
     assert not (tmp_path / "run" / "eval" / "step_000002.jsonl").exists()
 
-    done = train(resolve_run(wf, cfg), run_dir=tmp_path / "run", resume=tmp_path / "run")
+    done = train_into(resolve_run(wf, cfg), tmp_path / "run", resume=tmp_path / "run")
     assert done.steps == ref.steps == 2
     assert done.evals == ref.evals and [e["step"] for e in done.evals] == [0, 2]
     assert _records(tmp_path / "ref" / "eval" / "step_000002.jsonl") == _records(tmp_path / "run" / "eval" / "step_000002.jsonl")
