@@ -48,7 +48,7 @@ from masdsl.lang.judge import judge_problems
 from masdsl.lang.workflow import PolicySpec, SampleSpec, Workflow
 from masdsl.models.names import model_problem
 from masdsl.plan.old_logprobs import old_logprobs_line
-from masdsl.plan.placement import REPLAY_CANNOT_TRAIN, Placement, engine_problems, is_trainable, plan_placement, resolve_auto
+from masdsl.plan.placement import REPLAY_CANNOT_TRAIN, Placement, engine_problems, is_trainable, plan_placement
 from masdsl.plan.probes import probe_problem
 from masdsl.plan.schedule import describe, schedule_problems, trains_at
 from masdsl.tracking import validate as check_tracking
@@ -81,6 +81,7 @@ class RunPlan:
     # what it was resolved for, so that nothing below the commands takes a workflow beside its plan
     workflow: Workflow = dataclasses.field(repr=False, compare=False)
     advantages: Mapping[str, str] = dataclasses.field(default_factory=dict)  # role -> its `advantage` estimator
+    lrs: Mapping[str, float] = dataclasses.field(default_factory=dict)  # policy -> its AdamW lr: its own, else train.lr
     # the `policy.*` and `sample.*` overrides as given, for `record` (what runs reads `policies`, `samples`)
     policy_overrides: Mapping[str, PolicyOverride] = dataclasses.field(default_factory=dict)
     sample_overrides: Mapping[str, SampleOverride] = dataclasses.field(default_factory=dict)
@@ -101,11 +102,6 @@ class RunPlan:
         """Whether `policy` updates at `step` (from 1) by its schedule (`masdsl.plan.schedule`)."""
         return trains_at(self.policies[policy], step, self.train.alternate, self.train.alternate_every)
 
-    def lr(self, policy: str) -> float:
-        """The policy's AdamW learning rate: its own `lr`, else `train.lr`."""
-        own = self.policies[policy].lr
-        return float(own) if own is not None else float(self.train.lr)
-
     def max_tokens(self, role: str) -> int:
         """The reply budget of `role`."""
         return self.samples[role].max_tokens
@@ -115,11 +111,6 @@ class RunPlan:
         batch fits in the train split, so every batch holds distinct tasks (`trainer.next_batch`)."""
         if self.train.batch > n_tasks:
             raise ConfigError(f"`train.batch` ({self.train.batch}) is larger than the train split ({n_tasks} tasks)")
-
-    def with_engines_resolved(self, vllm_usable: bool) -> "RunPlan":
-        """This plan with `runtime.engine=auto` decided (`placement.resolve_auto`): what the
-        engine factory then builds. The caller probes vLLM; the plan never does."""
-        return dataclasses.replace(self, placement=resolve_auto(self.placement, self.runtime, vllm_usable))
 
     def with_policies(self, keep: Sequence[str] | None = None, *, models: Mapping[str, str | os.PathLike] | None = None,
                       device: str | None = None) -> "RunPlan":
@@ -146,7 +137,8 @@ class RunPlan:
             dataclasses.replace(self.workflow, policies={n: self.workflow.policies[n] for n in names})
         runtime = self.runtime if device is None else dataclasses.replace(self.runtime, device=device)
         return dataclasses.replace(self, policies=specs, policy_overrides=overrides, workflow=workflow, runtime=runtime,
-                                   placement=plan_placement(workflow, specs, runtime))
+                                   placement=plan_placement(workflow, specs, runtime),
+                                   lrs={name: self.lrs[name] for name in names})
 
     def lines(self) -> list[str]:
         """The plan as `masdsl run --dry-run` prints it: placement, sampling per role, context."""
@@ -208,7 +200,8 @@ def _plan(workflow: Workflow, cfg: Config, specs: dict[str, PolicySpec]) -> RunP
     return RunPlan(policies=specs, samples=samples, max_model_len=int(runtime.max_prompt_tokens) + longest,
                    placement=plan_placement(workflow, specs, runtime), train=train, runtime=runtime, sandbox=sandbox,
                    tracking=tracking, advantages={role: spec.advantage for role, spec in workflow.roles.items()},
-                   workflow=workflow, policy_overrides=copy.deepcopy(dict(cfg.policy or {})),
+                   workflow=workflow, lrs={n: float(s.lr if s.lr is not None else train.lr) for n, s in specs.items()},
+                   policy_overrides=copy.deepcopy(dict(cfg.policy or {})),
                    sample_overrides=copy.deepcopy(dict(cfg.sample or {})))
 
 

@@ -44,7 +44,7 @@ def test_the_plan_shows_and_refuses_schedules(tiny_model_dir):
     wf = two_policies(namer=", lr: 0.003", copier=", train_every: 2, frozen_until: 2")
     assert (wf.policies["a"].lr, wf.policies["b"].train_every, wf.policies["b"].frozen_until) == (0.003, 2, 2)
     plan = resolve_run(wf, config(wf, tiny_model_dir))
-    assert (plan.lr("a"), plan.lr("b")) == (0.003, 0.01)
+    assert (plan.lrs["a"], plan.lrs["b"]) == (0.003, 0.01)
     assert [s for s in range(1, 7) if plan.trains_at("b", s)] == [4, 6]
     lines = plan.lines()
     at = lines.index("training schedule per policy (steps 1..6):")
@@ -52,7 +52,7 @@ def test_the_plan_shows_and_refuses_schedules(tiny_model_dir):
                                     "  b: lr 0.01, updates at steps 4, 6 (2 of 6; train_every 2; frozen_until 2)"]
     over = resolve_run(wf, config(wf, tiny_model_dir, "policy.b.frozen_until=0", "policy.a.lr=0.5",
                                   "train.alternate=[a,b]", "train.alternate_every=2"))
-    assert over.lr("a") == 0.5 and [s for s in range(1, 7) if over.trains_at("b", s)] == [4]
+    assert over.lrs["a"] == 0.5 and [s for s in range(1, 7) if over.trains_at("b", s)] == [4]
     assert [s for s in range(1, 7) if over.trains_at("a", s)] == [1, 2, 5, 6]
     with pytest.raises(RunPlanError) as refused:
         resolve_run(wf, config(wf, tiny_model_dir, "policy.b.frozen_until=6", "train.alternate=[a,c]",
