@@ -176,6 +176,9 @@ def test_the_api_plans_once_per_call(tiny_model_dir, tmp_path):
     with Plans() as plans:
         masdsl.rollout(TOY, _run_args(tiny_model_dir, tmp_path / "runs"), tasks=1)
     assert plans.calls == [("resolve_rollout", "masdsl.api.rollout")]
+    with Plans() as plans:  # a checkpoint's trained policies: its own plan, once, beside the evaluation's
+        masdsl.evaluate(TOY, _run_args(tiny_model_dir, tmp_path / "runs"), tasks=1, checkpoint=tmp_path / "run")
+    assert plans.calls == [("resolve_rollout", "masdsl.api.evaluate")] * 2
 
 
 def test_warm_start_plans_once(tiny_model_dir, tmp_path):

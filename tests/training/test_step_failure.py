@@ -225,7 +225,6 @@ def test_failed_step_stops_the_run_and_resume_equals_an_uninterrupted_run(wf_dir
     a checkpoint of step 2 (no other checkpoint is due: `checkpoint_every: 0`); the fault gone,
     `--resume` ends with the records, weights and optimizer of a run that never failed."""
     from masdsl.training.trainer import next_batch
-    from tests.support.toy import train_into
 
     model = [f"policy.shared.model={tiny_model_dir}", "runtime.engine=hf", NO_TRACKING,
              "runtime.env_retries=1"]
@@ -285,7 +284,7 @@ def test_failed_evaluation_saves_the_step_and_resume_evaluates_it_first(wf_dir, 
     import masdsl
     from masdsl.errors import StepFailed
     from masdsl.plan.run_plan import resolve_run
-    from masdsl.training.trainer import train
+    from tests.support.toy import train_into
 
     wf = masdsl.load(str(wf_dir / "wf.mas"))
     cfg = _config(wf, f"policy.shared.model={tiny_model_dir}", "runtime.engine=hf", "train.steps=2",
