@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import json
 import sys
 from pathlib import Path
 
@@ -170,6 +171,7 @@ def test_the_api_plans_once_per_call(tiny_model_dir, tmp_path):
                               run_dir=tmp_path / "run")
     assert plans.calls == [("resolve_run", "masdsl.api.train")]
     assert (tmp_path / "run" / "workflow.mas").is_file() and result.steps == 1
+    assert json.loads((tmp_path / "run" / "summary.json").read_text()) == result.summary()  # the trainer's RunDir wrote it
     with Plans() as plans:
         masdsl.evaluate(TOY, _run_args(tiny_model_dir, tmp_path / "runs"), tasks=1)
     assert plans.calls == [("resolve_rollout", "masdsl.api.evaluate")]
