@@ -28,6 +28,7 @@ import masdsl
 from masdsl.config import resolve_config
 from masdsl.plan.run_plan import resolve_run
 from masdsl.testing import build_tiny_model
+from masdsl.runtime.rundir import RunDir
 from masdsl.training.trainer import train
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +41,8 @@ def run(mode: int, steps: int, model: Path, out: Path) -> dict:
         *(f"policy.{p}.model={model}" for p in wf.policies), "tracking.enabled=false", "runtime.engine=hf",
         f"train.steps={steps}", "train.eval_every=0", "train.eval_tasks=2", f"train.async_rollout={mode}"])
     t0 = time.perf_counter()
-    result = train(resolve_run(wf, cfg), run_dir=out / f"async{mode}")
+    plan = resolve_run(wf, cfg)
+    result = train(plan, RunDir.open(plan, out / f"async{mode}"))
     wall = time.perf_counter() - t0
     h = result.history
     middle = h[1:-1] if len(h) > 2 else h

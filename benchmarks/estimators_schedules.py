@@ -53,6 +53,7 @@ def run(text: str, seed: int, steps: int, model_dir: Path) -> dict:
     import masdsl
     from masdsl.config import resolve_config
     from masdsl.plan.run_plan import resolve_run
+    from masdsl.runtime.rundir import RunDir
     from masdsl.training.trainer import train
 
     wf = masdsl.loads(text, name="toy_digits", base_dir=TOY.parent)
@@ -60,7 +61,8 @@ def run(text: str, seed: int, steps: int, model_dir: Path) -> dict:
     cfg = resolve_config(wf.train, overrides=[*models, "runtime.engine=hf", "tracking.enabled=false",
                                               f"train.seed={seed}", f"train.steps={steps}", "train.eval_every=10"])
     t0 = time.perf_counter()
-    res = train(resolve_run(wf, cfg), run_dir=Path(tempfile.mkdtemp(prefix=f"est-sched-{seed}-")))
+    plan = resolve_run(wf, cfg)
+    res = train(plan, RunDir.open(plan, Path(tempfile.mkdtemp(prefix=f"est-sched-{seed}-"))))
     curve = [(e["step"], e["success/eval"]) for e in res.evals]
     return {"seed": seed, "curve": curve, "final": curve[-1][1], "wall_s": time.perf_counter() - t0}
 

@@ -35,6 +35,7 @@ def run(mode: str, seed: int, steps: int, model_dir: Path) -> dict:
     import masdsl
     from masdsl.config import resolve_config
     from masdsl.plan.run_plan import resolve_run
+    from masdsl.runtime.rundir import RunDir
     from masdsl.training.trainer import train
 
     wf = masdsl.load(TOY)
@@ -43,7 +44,8 @@ def run(mode: str, seed: int, steps: int, model_dir: Path) -> dict:
         f"train.grouping={mode}", f"train.seed={seed}", f"train.steps={steps}", "train.eval_every=10",
     ])
     t0 = time.perf_counter()
-    res = train(resolve_run(wf, cfg), run_dir=Path(tempfile.mkdtemp(prefix=f"ablation-{mode}-{seed}-")))
+    plan = resolve_run(wf, cfg)
+    res = train(plan, RunDir.open(plan, Path(tempfile.mkdtemp(prefix=f"ablation-{mode}-{seed}-"))))
     curve = [(e["step"], e["success/eval"]) for e in res.evals]
     samples = sum(h["tokens/generated"] for h in res.history)
     return {"mode": mode, "seed": seed, "curve": curve, "final": curve[-1][1], "samples": samples,

@@ -97,6 +97,7 @@ def overrides_for(wf, seed: int, args: argparse.Namespace) -> list[str]:
 def run_arm(arm: str, seed: int, args: argparse.Namespace) -> dict:
     from masdsl.config import resolve_config
     from masdsl.plan.run_plan import resolve_run
+    from masdsl.runtime.rundir import RunDir
     from masdsl.training.trainer import train
 
     wf = load_arm(arm, args)
@@ -105,7 +106,8 @@ def run_arm(arm: str, seed: int, args: argparse.Namespace) -> dict:
         overrides.append("train.grouping=trajectory")
     cfg = resolve_config(wf.train, overrides=overrides)
     t0 = time.perf_counter()
-    res = train(resolve_run(wf, cfg), run_dir=Path(args.out) / f"{arm}-seed{seed}", on_step=lambda step, h: print(
+    plan = resolve_run(wf, cfg)
+    res = train(plan, RunDir.open(plan, Path(args.out) / f"{arm}-seed{seed}"), on_step=lambda step, h: print(
         f"  {arm} seed {seed} step {step}: reward {_mean_reward(h):.3f}, success/train {h['success/train']:.3f}, "
         f"non-flat {h.get('groups/nonflat_frac', float('nan')):.2f}", flush=True))
     n = args.eval_tasks  # the eval split holds exactly these boards

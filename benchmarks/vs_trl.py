@@ -80,6 +80,7 @@ def run_ours(steps: int, engine: str, opts: argparse.Namespace) -> dict:
     import masdsl
     from masdsl.config import resolve_config
     from masdsl.plan.run_plan import resolve_run
+    from masdsl.runtime.rundir import RunDir
     from masdsl.training.trainer import seed_everything, train
 
     wf = masdsl.loads(workflow_text(opts.model, opts.k, opts.max_tokens, opts.lora, opts.reward_cap),
@@ -90,7 +91,8 @@ def run_ours(steps: int, engine: str, opts: argparse.Namespace) -> dict:
                  f"runtime.dtype={compute_dtype(opts)}", *getattr(opts, "overrides", [])]
     cfg = resolve_config(wf.train, overrides=overrides)
     seed_everything(0)
-    result = train(resolve_run(wf, cfg), run_dir=Path(tempfile.mkdtemp(prefix="vs-trl-ours-")))
+    plan = resolve_run(wf, cfg)
+    result = train(plan, RunDir.open(plan, Path(tempfile.mkdtemp(prefix="vs-trl-ours-"))))
     hist = result.history
     step = [h["time/step_s"] - h.get("time/eval_s", 0.0) - h.get("time/checkpoint_s", 0.0) for h in hist]
     out = {"step_s": step, "generate_s": [h["time/rollout_s"] for h in hist],

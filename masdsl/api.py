@@ -30,6 +30,7 @@ from masdsl.runtime.executor import rollout as _rollout
 from masdsl.runtime.inputs import load_split, make_env
 from masdsl.runtime.rundir import RunDir
 from masdsl.training import checkpoint as ckpt
+from masdsl.training.checkpoint_folder import PlannedCheckpoint, checkpoint_config, checkpoint_of, trained_of
 from masdsl.training.evaluation import EvalResult, eval_tasks, run_evaluation
 from masdsl.training.trainer import TrainResult
 from masdsl.training.trainer import train as _train
@@ -78,7 +79,7 @@ def train(workflow: str | os.PathLike | Workflow, overrides: Sequence[str] = (),
     else:
         path, cfg = None, config_of(wf, overrides, config)
     plan = resolve_run(wf, cfg)  # refuse what `masdsl run` refuses before the run folder is made
-    return _train(plan, run_dir=RunDir.open(plan, run_dir), resume=path, on_step=on_step)
+    return _train(plan, RunDir.open(plan, run_dir), resume=path, on_step=on_step)
 
 
 def evaluate(workflow: str | os.PathLike | Workflow, overrides: Sequence[str] = (), tasks: int | None = None,
@@ -89,7 +90,11 @@ def evaluate(workflow: str | os.PathLike | Workflow, overrides: Sequence[str] = 
     trained policies instead of the models the workflow names. Writes its own run folder."""
     wf = workflow_of(workflow)
     plan = resolve_rollout(wf, config_of(wf, overrides, config))
-    return run_evaluation(plan, eval_tasks(wf, plan.train, tasks), checkpoint=checkpoint)
+    trained = None
+    if checkpoint is not None:  # the checkpoint's own plan, from the configuration saved with it
+        path = checkpoint_of(wf, checkpoint)
+        trained = PlannedCheckpoint(path, resolve_rollout(wf, checkpoint_config(path)).with_policies(trained_of(wf, path)))
+    return run_evaluation(plan, eval_tasks(wf, plan.train, tasks), checkpoint=trained)
 
 
 def rollout(workflow: str | os.PathLike | Workflow, overrides: Sequence[str] = (), split: str = "eval",

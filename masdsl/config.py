@@ -182,6 +182,27 @@ def flatten(cfg: Config) -> dict[str, Any]:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+    """What a run records of its configuration (`masdsl.plan.run_plan.RunPlan.record`): the text of
+    the run folder's and each checkpoint's `config.yaml`, which `resolve_config(None, PATH)` loads
+    back into the same configuration (`--resume`, `masdsl export`, `eval --checkpoint`); MLflow's
+    parameters (dotted key -> value) and `config/resolved.yaml`; the `tracking` section MLflow obeys.
+
+    >>> record = RunRecord.of(resolve_config(overrides=["train.steps=3"]))
+    >>> record.params["train.steps"], "steps: 3" in record.yaml, record.tracking.enabled
+    (3, True, True)
+    """
+
+    yaml: str
+    params: dict[str, Any]
+    tracking: TrackingConfig
+
+    @classmethod
+    def of(cls, cfg: Config) -> "RunRecord":
+        return cls(yaml=to_yaml(cfg), params=flatten(cfg), tracking=dataclasses.replace(cfg.tracking))
+
+
 def check_names(cfg: Config, workflow: Workflow) -> None:
     """`sample.<role>` and `policy.<name>` must name roles / policies of `workflow` (`sample."*"`:
     every role, `policy."*"`: every policy); a name a `--config` file gave is reported at its

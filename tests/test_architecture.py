@@ -273,9 +273,9 @@ def test_no_getattr_probes_on_policies():
 
 
 # Where `cfg.policy` / `cfg.sample` may be touched: the config layer that defines and resolves them
-# (`policy_override`, the name check), the plan's builder, and the two commands that write a
-# checkpoint's model into a configuration before it is planned. Everyone else reads the plan's answer.
-OVERRIDE_OWNERS = {"masdsl.config", "masdsl.plan.run_plan", "masdsl.training.evaluation", "masdsl.training.export"}
+# (`policy_override`, the name check) and the plan's builder. Everyone else reads the plan's answer
+# (a checkpoint's models go in with `RunPlan.with_policies`).
+OVERRIDE_OWNERS = {"masdsl.config", "masdsl.plan.run_plan"}
 
 
 def test_only_the_plan_and_config_read_policy_and_sample_overrides():
@@ -306,7 +306,7 @@ PLAN_CONSUMERS = [
     ("masdsl.training.trainer", "train", "plan"),
     ("masdsl.training.evaluation", "run_evaluation", "plan"),
     ("masdsl.training.warm_start", "warm_start", "plan"),
-    ("masdsl.training.export", "export_checkpoint", "plan"),
+    ("masdsl.training.export", "export_final", "plan"),
     ("masdsl.runtime.rundir", "open", "plan"),
 ]
 

@@ -19,17 +19,20 @@ pass@k for k = 1, 2, 4, ... and N; it is meant with `--temperature T > 0`
 (without FILE: on the workflow the run folder keeps, `masdsl.runtime.run_files`):
 they are exported to a temporary folder (`masdsl.training.export`, LoRA merged) and evaluated
 as `policy.NAME.model=FOLDER`; the other settings come from the file and the overrides, as
-without it. `--json` prints `{"workflow", "run_dir", "tasks", "checkpoint", "metrics"}` on stdout
+without it. This light half plans both, once each: the evaluation from the file and the
+overrides, and the checkpoint's trained policies from the configuration saved with it
+(`masdsl.training.checkpoint_folder`). `--json` prints `{"workflow", "run_dir", "tasks", "checkpoint", "metrics"}` on stdout
 (the progress bar and warnings stay on stderr). The evaluation itself is
 `masdsl.training.evaluation.run_evaluation`, shared with `masdsl.evaluate`.
 
-This module is the light half (the arguments, the configuration and the plan: no torch);
-`masdsl.commands.eval_body` evaluates the plan it hands over.
+This module is the light half (the arguments, the configuration and the plans: no torch);
+`masdsl.commands.eval_body` evaluates the plans it hands over.
 """
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from typing import Any
 
 from masdsl.commands import split_options as split
@@ -38,6 +41,8 @@ from masdsl.errors import UserError
 from masdsl.lang import load
 from masdsl.lang.workflow import Workflow
 from masdsl.plan.run_plan import RunPlan, resolve_rollout
+from masdsl.training.checkpoint_folder import (PlannedCheckpoint, checkpoint_config, checkpoint_of, find_checkpoint,
+                                               run_workflow, trained_of)
 
 BODY = "masdsl.commands.eval_body"  # the evaluation (engines, torch): imported by the CLI once the plan is made
 
@@ -168,18 +173,30 @@ def _workflow(args: argparse.Namespace) -> Workflow:
         return load(args.file)
     if not args.checkpoint:
         raise UserError("masdsl eval: name the workflow file (masdsl eval FILE), or a run with --checkpoint RUN_DIR")
-    from masdsl.training.export import find_checkpoint, run_workflow  # heavy: torch, only for --checkpoint without FILE
-
     return run_workflow(find_checkpoint(args.checkpoint).parent.parent)
 
 
-def prepare(args: argparse.Namespace) -> RunPlan:
-    """The workflow, the configuration and the plan: names, ranges and engine options, every
-    refusal before any model loads."""
+@dataclass(frozen=True)
+class Planned:
+    """What the light half hands the body: the evaluation's plan, and with `--checkpoint` the
+    checkpoint's (its trained policies, rebuilt from the configuration saved with them)."""
+
+    plan: RunPlan
+    checkpoint: PlannedCheckpoint | None = None
+
+
+def prepare(args: argparse.Namespace) -> Planned:
+    """The workflow, the configuration and the plans: names, ranges and engine options, and with
+    `--checkpoint` the checkpoint's folder, workflow and configuration; every refusal before any
+    model loads."""
     split_options(args)  # vLLM's logging: as quiet as `masdsl run` (vllm/environment.py), --verbose shows it
     workflow = _workflow(args)
     cfg = resolve_config(workflow.train, args.config, [*args.overrides, *flag_overrides(args)])
     plan = resolve_rollout(workflow, cfg)
     if args.tasks is not None and args.tasks < 0:
         raise UserError("--tasks must be 0 (all) or more")
-    return plan
+    if not args.checkpoint:
+        return Planned(plan)
+    path = checkpoint_of(workflow, args.checkpoint)  # weights of a workflow that meant something else: refused
+    trained = resolve_rollout(workflow, checkpoint_config(path)).with_policies(trained_of(workflow, path))
+    return Planned(plan, PlannedCheckpoint(path, trained))

@@ -10,8 +10,9 @@ its copies of the source and of every file it reads, checked against their sha25
 `--workflow FILE` names another (a run folder of an earlier version kept only `workflow.mas`).
 See `masdsl.training.export`.
 
-This module is the light half (the arguments; `--workflow FILE` is loaded and checked before
-torch); `masdsl.commands.export_body` exports.
+This module is the light half (the arguments, the workflow, the checkpoint and its plan, once:
+its saved configuration, on the CPU, its trained policies; no torch); `masdsl.commands.export_body`
+exports what it planned.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from __future__ import annotations
 import argparse
 
 from masdsl.lang import load
-from masdsl.lang.workflow import Workflow
+from masdsl.plan.run_plan import resolve_rollout
+from masdsl.training.checkpoint_folder import (PlannedCheckpoint, checkpoint_config, checkpoint_of, find_checkpoint,
+                                               run_workflow, trained_of)
 
 BODY = "masdsl.commands.export_body"  # the export (torch): imported by the CLI after `prepare`
 
@@ -33,6 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the .mas file the run trained (default: the run folder's own copy, files.json)")
 
 
-def prepare(args: argparse.Namespace) -> Workflow | None:
-    """The workflow `--workflow FILE` names (None: the run folder's own copy), checked before torch."""
-    return load(args.workflow) if args.workflow else None
+def prepare(args: argparse.Namespace) -> PlannedCheckpoint:
+    """The checkpoint (the newest, or `--step N`'s) and its plan, from the workflow `--workflow FILE`
+    names or else the run folder's own copy; every refusal before torch."""
+    workflow = load(args.workflow) if args.workflow else run_workflow(find_checkpoint(args.run_dir, args.step).parent.parent)
+    path = checkpoint_of(workflow, args.run_dir, args.step)  # weights of a workflow that meant something else: refused
+    return PlannedCheckpoint(path, resolve_rollout(workflow, checkpoint_config(path)).with_policies(trained_of(workflow, path)))

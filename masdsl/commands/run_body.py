@@ -1,5 +1,5 @@
 """The body of `masdsl run` (`masdsl.commands.run` is its light half): train the plan the light
-half accepted, in a fresh run folder or the resumed run's own, and write `summary.json`.
+half accepted, in a fresh run folder or the resumed run's own (the trainer writes `summary.json` there).
 
 Imported by the CLI only once the run goes ahead: it imports the trainer, hence torch.
 """
@@ -40,16 +40,10 @@ def main(args: argparse.Namespace, accepted: Accepted) -> int:
     err = output.console(stderr=True, warnings_only=output.quiet())  # -q: the warnings and the final table only
     err.print(f"run folder {run_dir}", highlight=False, markup=False)
     try:
-        result = train(plan, run_dir=folder, resume=ck, console=err)
+        result = train(plan, folder, resume=ck, console=err)
     except KeyboardInterrupt:  # the trainer has closed its engines and marked the MLflow run KILLED
         print(resume_hint(args, run_dir), file=sys.stderr, flush=True)
         raise
-    summary = {
-        "workflow": plan.workflow.name, "steps": result.steps, "eval_before": result.eval_before,
-        "eval_after": result.eval_after, "checkpoints": [str(p) for p in result.checkpoints],
-        "mlflow_run_id": result.mlflow_run_id, "wall_s": round(result.wall_s, 2),
-    }
-    (Path(run_dir) / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     if getattr(args, "json", None):
-        print(json.dumps({"run_dir": str(run_dir), **summary}, indent=2), flush=True)
+        print(json.dumps({"run_dir": str(run_dir), **result.summary()}, indent=2), flush=True)
     return 0

@@ -98,7 +98,7 @@ def open_learners(policies: Mapping[str, Policy], plan: RunPlan, log: Log) -> di
                 learners[p.name] = group
             else:
                 reference = references({p.name: p}, plan)[p.name] if plan.train.kl_coef > 0 else None
-                learners[p.name] = LocalLearner(build_optimizer(p.parameters(), plan.train, plan.lr(p.name)), plan.train,
+                learners[p.name] = LocalLearner(build_optimizer(p.parameters(), plan.train, plan.lrs[p.name]), plan.train,
                                                 reference)
     except BaseException:
         close_learners(learners)

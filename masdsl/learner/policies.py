@@ -111,7 +111,8 @@ def load_policies(plan: RunPlan) -> dict[str, Policy]:
         path = str(resolve_model(spec.model))
         roles = workflow.roles_of_policy(name)
         if not spec.lora:
-            model, tok = load_model(path, dtype=master_dtype(plan) if is_trainable(spec, roles) else rt.dtype, device=rt.device)
+            trains = plan.placement.of(name).trainable  # the plan's answer: not frozen, and some role acts with it
+            model, tok = load_model(path, dtype=master_dtype(plan) if trains else rt.dtype, device=rt.device)
             if spec.frozen:
                 model.requires_grad_(False)
             policies[name] = Policy(name, spec, roles, model, tok, path, compute_dtype=rt.dtype)

@@ -133,7 +133,7 @@ class LearnerWorker:
         model = self.shard.wrap(model)
         self.policy = Policy(shell["name"], shell["spec"], shell["roles"], model, tok, shell["model_path"],
                              compute_dtype=plan.runtime.dtype)
-        self.optimizer = build_optimizer(self.policy.parameters(), plan.train, plan.lr(self.policy.name))
+        self.optimizer = build_optimizer(self.policy.parameters(), plan.train, plan.lrs[self.policy.name])
         self._states = (0, self.shard.full_optimizer_state(self.optimizer), None)  # empty: no collective
         self.plan = plan
         if plan.train.kl_coef > 0:

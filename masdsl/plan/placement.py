@@ -109,6 +109,12 @@ class PolicyPlan:
 @dataclass(frozen=True)
 class Placement:
     policies: tuple[PolicyPlan, ...]
+    # an evaluation's engines, model -> its plan (`evaluation_engines`): what `build_engines`
+    # builds when no learner's weights are handed to it
+    evaluation: Mapping[str, EnginePlan] = dataclasses.field(default_factory=dict)
+    # under `runtime.engine=auto`, this placement with either kind decided (`resolve_auto`):
+    # "vllm" and "hf"; the engine factory takes the one its probe of vLLM names (`backends.auto_kind`)
+    auto: Mapping[str, "Placement"] = dataclasses.field(default_factory=dict)
 
     def of(self, policy: str) -> PolicyPlan:
         return next(p for p in self.policies if p.policy == policy)
@@ -178,7 +184,18 @@ def engine_gpus(rt: RuntimeConfig, n_models: int) -> float:
     return 1.0 / max(1, n_models)
 
 
-def evaluation_engines(placement: Placement, rt: RuntimeConfig) -> dict[str, EnginePlan]:
+def placed(policies: Sequence[PolicyPlan], rt: RuntimeConfig) -> Placement:
+    """The placement of `policies` with what it decides beside them: its evaluation's engines
+    (`evaluation_engines`) and, while an engine's kind waits for `runtime.engine=auto`, the
+    placement for either kind (`resolve_auto`), so that the runtime only picks one."""
+    placement = Placement(tuple(policies), evaluation_engines(policies, rt))
+    if rt.engine == "auto" and any(p.engine.source == "auto" for p in placement.policies):
+        placement = dataclasses.replace(placement, auto={kind: resolve_auto(placement, rt, kind == "vllm")
+                                                         for kind in ("vllm", "hf")})
+    return placement
+
+
+def evaluation_engines(policies: Sequence[PolicyPlan], rt: RuntimeConfig) -> dict[str, EnginePlan]:
     """An evaluation's engines, model -> its `EnginePlan`: one per distinct model (policies on one
     model act with the same weights, so they share it), of the kind the placement names
     (`resolve_auto` decided `auto`), loaded by the model's name (nothing trains, so no weights
@@ -192,13 +209,13 @@ def evaluation_engines(placement: Placement, rt: RuntimeConfig) -> dict[str, Eng
     >>> wf = Workflow("w", "", "code", nx.DiGraph(), roles={"a": RoleSpec("a", "p", ""), "b": RoleSpec("b", "q", "")},
     ...               policies={"p": PolicySpec("p", "m"), "q": PolicySpec("q", "m", lora={"r": 4})}, data={})
     >>> rt = resolve_config(overrides=["runtime.engine=hf", "runtime.ray=true", "runtime.engine_replicas=2"]).runtime
-    >>> [(m, e.kind, e.in_ray, e.replicas, e.source) for m, e in evaluation_engines(plan_placement(wf, wf.policies, rt), rt).items()]
+    >>> [(m, e.kind, e.in_ray, e.replicas, e.source) for m, e in plan_placement(wf, wf.policies, rt).evaluation.items()]
     [('m', 'hf', True, 2, 'name')]
     """
     ray = bool(rt.ray)
-    gpus = engine_gpus(rt, len({p.model for p in placement.policies})) if ray else 0.0
+    gpus = engine_gpus(rt, len({p.model for p in policies})) if ray else 0.0
     out: dict[str, EnginePlan] = {}
-    for p in placement.policies:
+    for p in policies:
         if p.model not in out:
             e = p.engine
             out[p.model] = e if e.source == "replay" else EnginePlan(
@@ -232,7 +249,7 @@ def plan_placement(workflow: Workflow, specs: Mapping[str, PolicySpec], rt: Runt
         if kind == "auto":  # not built until `resolve_auto` says which kind
             eng = dataclasses.replace(eng, source="auto")
         out.append(PolicyPlan(name, roles, weights_kind(spec), spec.model, eng, _learner(spec, roles, rt), judges, spec))
-    return Placement(tuple(out))
+    return placed(out, rt)
 
 
 def resolve_auto(placement: Placement, rt: RuntimeConfig, vllm_usable: bool) -> Placement:
@@ -246,8 +263,8 @@ def resolve_auto(placement: Placement, rt: RuntimeConfig, vllm_usable: bool) -> 
     ...               policies={"p": PolicySpec("p", "m", lora={"r": 4})}, data={})
     >>> rt = resolve_config(overrides=["runtime.lora_sync=merged"]).runtime
     >>> auto = plan_placement(wf, wf.policies, rt)
-    >>> auto.of("p").engine.source, resolve_auto(auto, rt, True).of("p").engine.source, resolve_auto(auto, rt, False).of("p").engine.source
-    ('auto', 'merged', 'merged')
+    >>> auto.of("p").engine.source, auto.auto["vllm"].of("p").engine.kind, auto.auto["hf"].of("p").engine.source
+    ('auto', 'vllm', 'merged')
     """
     if rt.engine != "auto":
         return placement
@@ -255,8 +272,8 @@ def resolve_auto(placement: Placement, rt: RuntimeConfig, vllm_usable: bool) -> 
     specs = {p.policy: p.spec for p in placement.policies if p.spec is not None}
     in_ray = [n for n, s in specs.items() if not s.lora] if rt.ray else []
     gpus = engine_gpus(rt, len(in_ray))
-    return Placement(tuple(dataclasses.replace(p, engine=_engine(p.policy, p.spec, specs, rt, kind, in_ray, gpus))
-                           for p in placement.policies if p.spec is not None))
+    return placed([dataclasses.replace(p, engine=_engine(p.policy, p.spec, specs, rt, kind, in_ray, gpus))
+                   for p in placement.policies if p.spec is not None], rt)
 
 
 def _engine(name: str, spec: PolicySpec, specs: Mapping[str, PolicySpec], rt: RuntimeConfig, kind: str,

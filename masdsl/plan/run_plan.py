@@ -2,20 +2,19 @@
 
 The one arrow from the configuration to the runtime and the learner. A `RunPlan` holds what a
 run will run: the policies after `policy.<name>.*`, each role's sampling after `sample.*`, the
-engines' context length, where each policy acts and learns, and the configuration's sections
-it accepted (`train`, `runtime`, `sandbox`, `tracking`). The engine factory, the rollout, the
-learner session, the placement, the GPU plan and `masdsl.api` take the plan; only this module
-(and the config layer that resolves them) reads `policy.*` and `sample.*` overrides.
+engines' context length, where each policy acts and learns, and its own copies of the sections
+it accepted (`train`, `runtime`, `sandbox`, `tracking`); `record()` is what the run folder,
+each checkpoint and MLflow keep of it. Only this module (and the config layer) reads `policy.*`
+and `sample.*` overrides; `with_policies` derives a plan for a checkpoint's models or policies.
 
 `resolve_run` is the pre-flight of `masdsl run`: `masdsl run` (also with `--dry-run`),
-`masdsl check FILE [overrides]`, `masdsl graph` and `masdsl.train` call it, once each, so each
-refuses exactly what a run refuses, with the same message, and hands the plan down (the trainer
-takes it; the plan carries its workflow). `resolve_rollout` plans a rollout or
-an evaluation (`masdsl eval`, `masdsl.rollout`): the same names, ranges and engine options, none
-of the training checks. Neither reads data, loads a model or starts an engine, Ray or MLflow:
-model names are only looked up (`masdsl.models.names.model_problem`). What needs the data
-(`train.batch` larger than the train split) the plan checks when the session hands it the
-split's size (`RunPlan.check_train_split`).
+`masdsl check FILE [overrides]`, `masdsl graph`, `masdsl sweep` (per trial) and `masdsl.train`
+call it, once each, so each refuses exactly what a run refuses, with the same message, and
+hands the plan down. `resolve_rollout` plans a rollout or an evaluation (`masdsl eval`,
+`masdsl export`, `masdsl.rollout`): the same names, ranges and engine options, none of the
+training checks. Neither reads data, loads a model or starts an engine, Ray or MLflow: model
+names are only looked up (`masdsl.models.names.model_problem`). `train.batch` larger than the
+train split the plan checks when the session hands it the split's size (`check_train_split`).
 
 >>> import masdsl
 >>> from masdsl.config import resolve_config
@@ -40,15 +39,16 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from masdsl.config import (ALL_ROLES, Config, ConfigError, PolicyOverride, RuntimeConfig, SandboxConfig, TrackingConfig,
-                           TrainConfig, check_names, policy_override, train_problems)
+from masdsl.config import (ALL_POLICIES, ALL_ROLES, Config, ConfigError, PolicyOverride, RunRecord, RuntimeConfig,
+                           SampleOverride, SandboxConfig, TrackingConfig, TrainConfig, check_names, policy_override,
+                           train_problems)
 from masdsl.config_schema import ADVANTAGE_MIN_K
 from masdsl.errors import UserError, did_you_mean
 from masdsl.lang.judge import judge_problems
 from masdsl.lang.workflow import PolicySpec, SampleSpec, Workflow
 from masdsl.models.names import model_problem
 from masdsl.plan.old_logprobs import old_logprobs_line
-from masdsl.plan.placement import REPLAY_CANNOT_TRAIN, Placement, engine_problems, is_trainable, plan_placement, resolve_auto
+from masdsl.plan.placement import REPLAY_CANNOT_TRAIN, Placement, engine_problems, is_trainable, plan_placement
 from masdsl.plan.probes import probe_problem
 from masdsl.plan.schedule import describe, schedule_problems, trains_at
 from masdsl.tracking import validate as check_tracking
@@ -68,47 +68,39 @@ class RunPlanError(ConfigError):
 
 @dataclass(frozen=True)
 class RunPlan:
-    """What a run will run, decided before anything starts."""
+    """What a run will run, decided before anything starts; also the run's record (`record`)."""
 
-    config: Config  # what the plan was resolved from: kept only as the record the run folder and MLflow save
     policies: Mapping[str, PolicySpec]  # the file's policies with `policy.<name>.*` applied
     samples: Mapping[str, SampleSpec]  # role -> its `sample { }` settings after `sample.*` overrides
     max_model_len: int  # an evaluation engine's context: runtime.max_prompt_tokens + the longest max_tokens
     placement: Placement  # per policy: its engine and its learner
+    train: TrainConfig  # the configuration's sections the plan accepted, its own copies
+    runtime: RuntimeConfig
+    sandbox: SandboxConfig
+    tracking: TrackingConfig
     # what it was resolved for, so that nothing below the commands takes a workflow beside its plan
     workflow: Workflow = dataclasses.field(repr=False, compare=False)
     advantages: Mapping[str, str] = dataclasses.field(default_factory=dict)  # role -> its `advantage` estimator
+    lrs: Mapping[str, float] = dataclasses.field(default_factory=dict)  # policy -> its AdamW lr: its own, else train.lr
+    # the `policy.*` and `sample.*` overrides as given, for `record` (what runs reads `policies`, `samples`)
+    policy_overrides: Mapping[str, PolicyOverride] = dataclasses.field(default_factory=dict)
+    sample_overrides: Mapping[str, SampleOverride] = dataclasses.field(default_factory=dict)
 
     def __getstate__(self) -> dict[str, Any]:
-        # a plan sent to a Ray actor (learner workers, engine actors) leaves its workflow behind:
-        # the functions a workflow imports from its own .py files load only in the process that
-        # loaded the file, and nothing on the actors' side reads the workflow
+        # a plan sent to a Ray actor (learner workers, engine actors, a sweep's trial) leaves its
+        # workflow behind: the functions a workflow imports from its own .py files load only in the
+        # process that loaded the file (a trial loads it again: `masdsl.sweep.runner.run_trial`)
         return {**self.__dict__, "workflow": None}
 
-    @property
-    def train(self) -> TrainConfig:
-        return self.config.train
-
-    @property
-    def runtime(self) -> RuntimeConfig:
-        return self.config.runtime
-
-    @property
-    def sandbox(self) -> SandboxConfig:
-        return self.config.sandbox
-
-    @property
-    def tracking(self) -> TrackingConfig:
-        return self.config.tracking
+    def record(self) -> RunRecord:
+        """What the run folder's `config.yaml`, each checkpoint's and MLflow keep of this plan: the
+        configuration it was resolved from, which `resolve_config(None, PATH)` loads back."""
+        return RunRecord.of(Config(train=self.train, runtime=self.runtime, tracking=self.tracking, sandbox=self.sandbox,
+                                   policy=dict(self.policy_overrides), sample=dict(self.sample_overrides)))
 
     def trains_at(self, policy: str, step: int) -> bool:
         """Whether `policy` updates at `step` (from 1) by its schedule (`masdsl.plan.schedule`)."""
         return trains_at(self.policies[policy], step, self.train.alternate, self.train.alternate_every)
-
-    def lr(self, policy: str) -> float:
-        """The policy's AdamW learning rate: its own `lr`, else `train.lr`."""
-        own = self.policies[policy].lr
-        return float(own) if own is not None else float(self.train.lr)
 
     def max_tokens(self, role: str) -> int:
         """The reply budget of `role`."""
@@ -120,31 +112,33 @@ class RunPlan:
         if self.train.batch > n_tasks:
             raise ConfigError(f"`train.batch` ({self.train.batch}) is larger than the train split ({n_tasks} tasks)")
 
-    def with_engines_resolved(self, vllm_usable: bool) -> "RunPlan":
-        """This plan with `runtime.engine=auto` decided (`placement.resolve_auto`): what the
-        engine factory then builds. The caller probes vLLM; the plan never does."""
-        return dataclasses.replace(self, placement=resolve_auto(self.placement, self.runtime, vllm_usable))
-
-    def with_models(self, models: Mapping[str, str | os.PathLike]) -> "RunPlan":
-        """This plan with `policy.NAME.model=FOLDER` for each of `models` (a checkpoint's exported
-        policies, `masdsl eval --checkpoint`): the policies, placement and the config it records
-        change, nothing is checked again (a model's name is never checked by a rollout's plan).
+    def with_policies(self, keep: Sequence[str] | None = None, *, models: Mapping[str, str | os.PathLike] | None = None,
+                      device: str | None = None) -> "RunPlan":
+        """This plan for the policies `keep` only (default: all; its workflow narrowed to them: a
+        checkpoint's frozen judge is not loaded for nothing), with `policy.NAME.model=FOLDER` for
+        each of `models` (`eval --checkpoint`'s exported policies), on `device` (`runtime.device`);
+        nothing is checked again (a model's name is never checked by a rollout's plan).
 
         >>> import masdsl
         >>> from masdsl.config import resolve_config
         >>> wf = masdsl.load("workflows/coder_tester.mas")
-        >>> plan = resolve_rollout(wf, resolve_config(wf.train)).with_models({"shared": "/tmp/trained"})
-        >>> plan.policies["shared"].model, plan.config.policy["shared"].model, plan.placement.lines()[0][-13:]
+        >>> plan = resolve_rollout(wf, resolve_config(wf.train)).with_policies(models={"shared": "/tmp/trained"})
+        >>> plan.policies["shared"].model, plan.policy_overrides["shared"].model, plan.placement.lines()[0][-13:]
         ('/tmp/trained', '/tmp/trained', '/tmp/trained)')
         """
-        cfg = copy.deepcopy(self.config)
-        cfg.policy = dict(cfg.policy or {})
-        for name, folder in models.items():
-            cfg.policy[name] = dataclasses.replace(cfg.policy.get(name) or PolicyOverride(), model=str(folder))
-        specs = {name: dataclasses.replace(spec, model=str(models[name])) if name in models else spec
-                 for name, spec in self.policies.items()}
-        return dataclasses.replace(self, config=cfg, policies=specs,
-                                   placement=plan_placement(self.workflow, specs, cfg.runtime))
+        names = list(self.policies) if keep is None else [n for n in self.policies if n in keep]
+        folders = {name: str(folder) for name, folder in (models or {}).items()}
+        overrides = {k: v for k, v in self.policy_overrides.items() if k in names or k == ALL_POLICIES}
+        for name, folder in folders.items():
+            overrides[name] = dataclasses.replace(overrides.get(name) or PolicyOverride(), model=folder)
+        specs = {name: dataclasses.replace(self.policies[name], model=folders[name]) if name in folders
+                 else self.policies[name] for name in names}
+        workflow = self.workflow if len(names) == len(self.policies) else \
+            dataclasses.replace(self.workflow, policies={n: self.workflow.policies[n] for n in names})
+        runtime = self.runtime if device is None else dataclasses.replace(self.runtime, device=device)
+        return dataclasses.replace(self, policies=specs, policy_overrides=overrides, workflow=workflow, runtime=runtime,
+                                   placement=plan_placement(workflow, specs, runtime),
+                                   lrs={name: self.lrs[name] for name in names})
 
     def lines(self) -> list[str]:
         """The plan as `masdsl run --dry-run` prints it: placement, sampling per role, context."""
@@ -201,9 +195,14 @@ def resolve_rollout(workflow: Workflow, cfg: Config) -> RunPlan:
 def _plan(workflow: Workflow, cfg: Config, specs: dict[str, PolicySpec]) -> RunPlan:
     samples = {role: SampleSpec.of(role_sample(workflow, cfg, role)) for role in workflow.roles}
     longest = max((s.max_tokens for s in samples.values()), default=DEFAULT_MAX_TOKENS)
-    return RunPlan(config=cfg, policies=specs, samples=samples, max_model_len=int(cfg.runtime.max_prompt_tokens) + longest,
-                   placement=plan_placement(workflow, specs, cfg.runtime),
-                   advantages={role: spec.advantage for role, spec in workflow.roles.items()}, workflow=workflow)
+    # the plan's own copies of the sections: a caller changing its `Config` later changes no plan
+    train, runtime, sandbox, tracking = copy.deepcopy((cfg.train, cfg.runtime, cfg.sandbox, cfg.tracking))
+    return RunPlan(policies=specs, samples=samples, max_model_len=int(runtime.max_prompt_tokens) + longest,
+                   placement=plan_placement(workflow, specs, runtime), train=train, runtime=runtime, sandbox=sandbox,
+                   tracking=tracking, advantages={role: spec.advantage for role, spec in workflow.roles.items()},
+                   workflow=workflow, lrs={n: float(s.lr if s.lr is not None else train.lr) for n, s in specs.items()},
+                   policy_overrides=copy.deepcopy(dict(cfg.policy or {})),
+                   sample_overrides=copy.deepcopy(dict(cfg.sample or {})))
 
 
 def run_problems(workflow: Workflow, cfg: Config, specs: Mapping[str, PolicySpec]) -> list[str]:
@@ -235,7 +234,7 @@ def run_problems(workflow: Workflow, cfg: Config, specs: Mapping[str, PolicySpec
         if problem is not None:
             errors.append(f"policy `{name}`: {problem}")
     try:
-        check_tracking(cfg)
+        check_tracking(cfg.tracking)
     except UserError as exc:  # a malformed tracking.uri: refused now, not after the models load
         errors.append(str(exc))
     return errors

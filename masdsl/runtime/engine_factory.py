@@ -6,12 +6,13 @@ evaluations inside a run.
     close_engines(engines)
 
 Both build what the plan decided (`RunPlan.placement`, one `PolicyPlan` per policy), and
-nothing here decides it again; `runtime.engine=auto` is decided once, into the plan (`resolved`).
+nothing here decides it again; under `runtime.engine=auto` the plan placed both kinds and the
+one rule picks one, once (`placement_of`).
 Training: each `EnginePlan.source` says how that policy's engine gets its weights.
 
-Evaluation (`weights=None`): the placement's engines as an evaluation has them
-(`placement.evaluation_engines`): one per distinct model (policies on the same model act with
-the same weights, so they share it), of the placement's kind, loaded by name (under `auto`,
+Evaluation (`weights=None`): the engines the placement decided for an evaluation (its
+`evaluation`, `placement.evaluation_engines`): one per distinct model (policies on one model act
+with the same weights, so they share it), of the placement's kind, loaded by name (under `auto`,
 falling back to hf when vLLM fails to start: `backends.start_auto`); a replay placement serves
 every policy from `runtime.replay_file`. Training (`weights`: `{policy: LiveWeights}`, the learner's loaded
 policies): `hf` engines hold the very model object the learner trains (for a LoRA policy the
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from masdsl.config import ConfigError
 from masdsl.lang.workflow import LoraSettings, PolicySpec
-from masdsl.plan.placement import REPLAY_CANNOT_TRAIN, EnginePlan, evaluation_engines
+from masdsl.plan.placement import REPLAY_CANNOT_TRAIN, EnginePlan, Placement
 from masdsl.plan.run_plan import RunPlan
 from masdsl.runtime import actors
 from masdsl.runtime.backends import auto_kind, build_engine, engine_kwargs, hf_engine_on, start_auto, vllm_engine
@@ -60,22 +61,20 @@ class LiveWeights(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
 
-def resolved(plan: RunPlan) -> RunPlan:
-    """The plan with `runtime.engine=auto` decided, by the one rule (`backends.auto_kind`: vllm
-    when it imports and runs, else hf)."""
-    if plan.runtime.engine != "auto":
-        return plan
-    return plan.with_engines_resolved(auto_kind() == "vllm")
+def placement_of(plan: RunPlan) -> Placement:
+    """The plan's placement as it runs here: under `runtime.engine=auto` the one the plan placed
+    for the kind the one rule picks (`backends.auto_kind`: vllm when it imports and runs, else hf)."""
+    return plan.placement.auto[auto_kind()] if plan.placement.auto else plan.placement
 
 
 def build_engines(plan: RunPlan, weights: Mapping[str, LiveWeights] | None = None) -> dict[str, Engine]:
     """{policy: Engine}: from the plan's policies' model names, or sampling from the learner's
-    `weights`; either way the engines the placement names, `auto` decided once (`resolved`)."""
-    plan = resolved(plan)
+    `weights`; either way the engines the placement names, `auto` decided once (`placement_of`)."""
+    placement = placement_of(plan)
     if weights is not None:
-        return _training_engines(weights, plan)
+        return _training_engines(weights, plan, placement)
     rt = plan.runtime
-    planned = evaluation_engines(plan.placement, rt)
+    planned = placement.evaluation
     if all(e.source == "replay" for e in planned.values()):
         from masdsl.runtime.backends.replay import ReplayEngine  # only replay runs need it
 
@@ -101,10 +100,9 @@ def _from_name(kind: str, model: str, plan: RunPlan) -> Engine:
     return build_engine(kind, model, **kw)
 
 
-def _training_engines(weights: Mapping[str, LiveWeights], plan: RunPlan) -> dict[str, Engine]:
+def _training_engines(weights: Mapping[str, LiveWeights], plan: RunPlan, placement: Placement) -> dict[str, Engine]:
     """Each policy's engine as its `EnginePlan` says (`placement.plan_placement`): built here,
     decided there."""
-    placement = plan.placement
     kw = engine_kwargs(plan.runtime, plan.train.seed)
     engines: dict[str, Engine] = {}
     lora_bases: dict[str, LoRAHost] = {}  # model path -> the vLLM engine with LoRA on

@@ -2,12 +2,14 @@
 
     records.jsonl   one StepRecord per line, appended as episodes finish (never held whole)
     graph.mmd       the compiled flow as mermaid text
-    config.yaml     the resolved configuration (`masdsl.config.to_yaml`)
+    config.yaml     the plan's record: the resolved configuration (`RunPlan.record`)
     workflow.mas    the source text of the workflow
     files/, files.json  the source and every local file it reads, copied, with their sha256
                     (`masdsl.runtime.run_files`: export and eval load the workflow from them)
-    summary.json    the metrics of the run (written at the end by the command)
-    eval/step_N.jsonl  a training run's evaluations after N steps (`masdsl.training.evaluation.eval_dir`)
+    summary.json    the metrics of the run (written at its end: `write_summary`)
+    eval/step_N.jsonl  a training run's evaluations after N steps (`write_evaluation`)
+
+`RunDir` is the one writer of these files: records, evaluations and the summary go in through it.
 
 >>> import tempfile
 >>> from masdsl.runtime.records import StepRecord
@@ -20,11 +22,11 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from masdsl.config import to_yaml
 from masdsl.errors import UserError
 from masdsl.lang.graph import to_mermaid
 from masdsl.lang.workflow import Workflow
@@ -70,7 +72,7 @@ class RunDir:
                 i += 1
                 path = base / f"{stamp}-{i}"
         rd = cls(Path(path))
-        (rd.path / CONFIG).write_text(to_yaml(plan.config), encoding="utf-8")
+        (rd.path / CONFIG).write_text(plan.record().yaml, encoding="utf-8")
         if not (rd.path / SOURCE).is_file():  # a resumed run keeps the source it started from
             (rd.path / GRAPH).write_text(mermaid(workflow), encoding="utf-8")
             (rd.path / SOURCE).write_text(workflow.source or "", encoding="utf-8")
@@ -85,6 +87,38 @@ class RunDir:
         self.n_records += write_records(self.records_path, records)
 
     __call__ = write_records
+
+    def truncate_records(self, step: int) -> None:
+        """Drop records of steps > `step` (written after the checkpoint a run resumes from: the
+        checkpoint of step N covers the rollouts of updates 1..N, labelled 1..N).
+
+        Streams line by line into a temporary file that replaces the old one (a kill here never
+        loses the records the checkpoint covers; memory stays flat however long the run was).
+        A line that does not parse is the torn last write of a killed run: it is dropped.
+        """
+        path = self.records_path
+        if not path.is_file():
+            return
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(path, encoding="utf-8") as src, open(tmp, "w", encoding="utf-8") as dst:
+            for line in src:
+                try:
+                    keep = json.loads(line)["step"] <= step
+                except (ValueError, KeyError, TypeError):  # blank or torn
+                    continue
+                if keep:
+                    dst.write(line if line.endswith("\n") else line + "\n")
+            dst.flush()
+            os.fsync(dst.fileno())
+        os.replace(tmp, path)
+
+    def write_evaluation(self, step: int, records: Iterable[StepRecord]) -> Path:
+        """A training run's evaluation after `step` updates: `eval/step_N.jsonl`."""
+        folder = self.path / EVAL_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        out = folder / f"step_{step:06d}.jsonl"
+        write_records(out, records)
+        return out
 
     def records(self) -> Iterator[StepRecord]:
         return read_records(self.records_path) if self.records_path.exists() else iter(())

@@ -15,20 +15,23 @@ local machine, so they run one after another here; on a cluster with room, side 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from rich.console import Console
 
 from masdsl.config import TrackingConfig, resolve_config
 from masdsl.errors import UserError
 from masdsl.lang import load
+from masdsl.lang.fingerprint import changes, fingerprint
 from masdsl.lang.workflow import Workflow
 from masdsl.plan.run_plan import RunPlan, resolve_run
+from masdsl.runtime.rundir import RunDir
 from masdsl.startup import start_owned_process
 from masdsl.sweep.compare import compare, markdown_table, summarise
 from masdsl.sweep.grid import Trial, expand, trials
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
 RESULTS, SPEC, PROGRESS_LOG = "results.jsonl", "sweep.json", "progress.log"
 PROGRESS_EVERY_S = 60.0  # how often a running sweep says how far its trials got
 CURVES = ("success/eval", "reward/eval", "groups/nonflat_frac")  # one image each
+SHOWN_CHANGES = 12  # the changed parts a trial's refusal lists
 
 
 @dataclass(frozen=True)
@@ -64,22 +68,28 @@ def default_name(file: str, overrides: Sequence[str], seeds: Sequence[int], conf
     return hashlib.sha256(key.encode()).hexdigest()[:8]
 
 
-def run_trial(file: str, configs: Sequence[str], trial: Trial, overrides: Sequence[str], run_dir: str,
+def run_trial(file: str, plan: RunPlan, meant: Mapping[str, str], trial: Trial, run_dir: str,
               resume: str | None = None) -> dict[str, Any]:
-    """One trial, in a Ray worker: an ordinary training run; its row of `results.jsonl` (plain
-    data: a pickled `TrainResult` would tie the driver to the worker's module paths). The worker is a
-    process of its own that loads the workflow again (a workflow's imported functions do not
-    cross to it), so it plans the trial once itself; the driver refused the bad trials already.
-    `resume`: the checkpoint a cut-off trial continues from, with the configuration it saved."""
+    """One trial, in a Ray worker: an ordinary training run of the plan the driver made for it;
+    its row of `results.jsonl` (plain data: a pickled `TrainResult` would tie the driver to the
+    worker's module paths). The plan crosses without its workflow (a workflow's imported functions
+    do not cross to another process): the worker loads the file again and checks that it still
+    means what the driver planned (`meant`, its `masdsl.lang.fingerprint`). `resume`: the
+    checkpoint a cut-off trial continues from (the driver's plan is the configuration it saved)."""
     start_owned_process()  # the worker runs this one trial only (`max_calls=1`)
     from masdsl.training.trainer import train  # heavy: torch; `masdsl sweep` plans every trial before any runs
 
     workflow = load(file)
-    sources = [str(Path(resume) / "config.yaml")] if resume else list(configs) or None
-    plan = resolve_run(workflow, resolve_config(workflow.train, sources, list(overrides)))
+    changed = changes(meant, fingerprint(workflow))
+    if changed:
+        raise UserError(f"`{file}` changed after the sweep planned trial {trial.id}; it now means something else:\n  - "
+                        + "\n  - ".join(changed[:SHOWN_CHANGES]) + "\nrun the sweep again (the same command "
+                        "continues it, planning every trial anew)")
+    plan = dataclasses.replace(plan, workflow=workflow)
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     with (Path(run_dir) / PROGRESS_LOG).open("a", encoding="utf-8") as log:  # a file: one flushed line per phase
-        return summarise(train(plan, run_dir=run_dir, resume=resume, console=Console(file=log, width=240)), trial)
+        return summarise(train(plan, RunDir.open(plan, run_dir), resume=resume, console=Console(file=log, width=240)),
+                         trial)
 
 
 def read_rows(folder: Path) -> list[dict]:
@@ -123,7 +133,7 @@ def run_sweep(file: str, overrides: Sequence[str], seeds: Sequence[int], *, conf
     common, grid = expand(overrides)
     todo = trials(grid, seeds, common)
     workflow = load(file)  # the workflow's mistakes before any trial starts
-    # every trial is planned once (what `run` would refuse) before any starts
+    # every trial is planned once (what `run` would refuse) before any starts; its worker runs that plan
     plans = [resolve_run(workflow, resolve_config(workflow.train, list(configs) or None, t.overrides)) for t in todo]
     plan = plans[0]  # the settings the sweep itself reads: runs_dir, tracking, Ray, steps
     name = name or default_name(file, overrides, seeds, configs)
@@ -132,15 +142,16 @@ def run_sweep(file: str, overrides: Sequence[str], seeds: Sequence[int], *, conf
                                "seeds": list(seeds), "configs": [str(Path(c).resolve()) for c in configs],
                                "trials": [t.id for t in todo], "parent_run_id": None})
     mlflow, parent, uri = _open_tracking(plan.tracking, workflow, folder, spec, grid, seeds)
-    extra = [f"tracking.uri={uri}"] if uri else []
+    if uri:  # every trial logs into the store the parent run is in, wherever its worker runs
+        plans = [dataclasses.replace(p, tracking=dataclasses.replace(p.tracking, uri=uri)) for p in plans]
     done = {r["id"]: r for r in read_rows(folder)}
-    remaining = [t for t in todo if t.id not in done]
+    remaining = [(t, p) for t, p in zip(todo, plans) if t.id not in done]
     say(f"sweep {name}: {len(todo)} trials ({len(grid)} arms x {len(seeds)} seeds), {len(done)} done, "
         f"{len(remaining)} to run; folder {folder}")
     ran: list[str] = []
     status = "FAILED"
     try:
-        for trial, row in _run_on_ray(spec["file"], spec["configs"], remaining, folder, extra, plan, trial_cpus,
+        for trial, row in _run_on_ray(spec["file"], fingerprint(workflow), remaining, folder, plan, trial_cpus,
                                       trial_gpus, say):
             if mlflow is not None and parent is not None and row["mlflow_run_id"]:
                 adopt(mlflow, parent, row["mlflow_run_id"], trial)
@@ -185,10 +196,10 @@ def _open_tracking(tracking: TrackingConfig, workflow: Workflow, folder: Path, s
     return mlflow, parent, uri
 
 
-def _run_on_ray(file: str, configs: list[str], remaining: list[Trial], folder: Path, extra: list[str], plan: RunPlan,
-                trial_cpus: float | None, trial_gpus: float, say: Callable[[str], None]
+def _run_on_ray(file: str, meant: Mapping[str, str], remaining: list[tuple[Trial, RunPlan]], folder: Path,
+                plan: RunPlan, trial_cpus: float | None, trial_gpus: float, say: Callable[[str], None]
                 ) -> Iterator[tuple[Trial, dict[str, Any]]]:
-    """Yield (trial, its results row) as trials finish, each a Ray task."""
+    """Yield (trial, its results row) as trials finish, each a Ray task running its plan."""
     if not remaining:
         return
     import ray  # heavy: ray is optional (the train extra); only sweeps and `runtime.ray` runs need it
@@ -202,15 +213,14 @@ def _run_on_ray(file: str, configs: list[str], remaining: list[Trial], folder: P
     # allocator caches are gone before the next starts (a reused worker had 9.3 GB resident in its second trial)
     task = ray.remote(max_calls=1)(run_trial).options(num_cpus=cpus, num_gpus=trial_gpus, max_retries=0)
     pending = {}
-    for trial in remaining:
+    for trial, trial_plan in remaining:
         run_dir = folder / "trials" / trial.folder
         resume = ckpt.latest(run_dir) if run_dir.exists() else None
         if run_dir.exists() and resume is None:  # cut off by an earlier kill before a checkpoint: start again
             shutil.rmtree(run_dir)
         if resume is not None:
             say(f"trial {trial.id}: continues from {resume.name}")
-        ref = task.remote(file, configs, trial, [*trial.overrides, *extra], str(run_dir.resolve()),
-                          str(resume.resolve()) if resume else None)
+        ref = task.remote(file, trial_plan, meant, trial, str(run_dir.resolve()), str(resume.resolve()) if resume else None)
         pending[ref] = trial
     say(f"submitted {len(pending)} trials to Ray ({cpus:g} CPUs, {trial_gpus:g} GPUs each)")
     steps = plan.train.steps

@@ -1,6 +1,6 @@
 """MLflow experiment tracking for `masdsl run` and `masdsl eval`.
 
-    tracker = start_run(workflow, cfg, kind="run", run_dir=Path("runs/x"))
+    tracker = start_run(workflow, plan.record(), kind="run", run_dir=Path("runs/x"))
     tracker.log_metrics({"success/train": 0.5, "loss/shared": 0.1}, step=0)
     tracker.log_text(transcript, "transcripts/eval_step0/episode0.md")
     tracker.finish()                      # or use it as a context manager
@@ -8,8 +8,8 @@
 One parent run per command in the experiment named after the workflow, one child run per policy;
 see docs/tracking.md. mlflow is imported only when tracking is on.
 
->>> from masdsl.config import resolve_config
->>> t = start_run(None, resolve_config(overrides=["tracking.enabled=false"]), kind="run", run_dir=Path("."))
+>>> from masdsl.config import RunRecord, resolve_config
+>>> t = start_run(None, RunRecord.of(resolve_config(overrides=["tracking.enabled=false"])), kind="run", run_dir=Path("."))
 >>> t.run_id, t.ui_command()
 (None, '')
 >>> t.log_metrics({"loss/p": 1.0}, step=0); t.log_models({"p": Path("nowhere")}); t.finish()
@@ -26,7 +26,7 @@ from masdsl.tracking.store import TrackingError, apply_http_defaults, resolve_ur
 from masdsl.tracking.tracker import Tracker
 
 if TYPE_CHECKING:
-    from masdsl.config import Config
+    from masdsl.config import RunRecord, TrackingConfig
     from masdsl.lang.workflow import Workflow
 
 __all__ = ["start_run", "validate", "Tracker", "NullTracker", "TrackingError", "resolve_uri", "ui_command"]
@@ -67,24 +67,25 @@ class NullTracker(Tracker):
         return ""
 
 
-def validate(cfg: Config) -> None:
+def validate(tracking: TrackingConfig) -> None:
     """Check the tracking settings without contacting any store (cheap: call it before loading
     models). Raises TrackingError for a malformed `tracking.uri`.
 
     >>> from masdsl.config import resolve_config
-    >>> validate(resolve_config(overrides=["tracking.uri=http://127.0.0.1:5000"]))
-    >>> validate(resolve_config(overrides=["tracking.uri=mlflow.db"]))
+    >>> validate(resolve_config(overrides=["tracking.uri=http://127.0.0.1:5000"]).tracking)
+    >>> validate(resolve_config(overrides=["tracking.uri=mlflow.db"]).tracking)
     Traceback (most recent call last):
     ...
     masdsl.tracking.store.TrackingError: `tracking.uri` has an unknown scheme `mlflow.db` in `mlflow.db` (did you mean `sqlite:///mlflow.db`?)
     """
-    if cfg.tracking.enabled:
-        resolve_uri(cfg.tracking.uri)
+    if tracking.enabled:
+        resolve_uri(tracking.uri)
 
 
-def start_run(workflow: Workflow, cfg: Config, *, kind: Literal["run", "eval"], run_dir: Path,
+def start_run(workflow: Workflow, record: RunRecord, *, kind: Literal["run", "eval"], run_dir: Path,
               resume: bool = False) -> Tracker:
-    """Open the MLflow runs for one command; never raises once the settings are valid.
+    """Open the MLflow runs for one command; never raises once the settings are valid. `record`:
+    the run's plan's record (`RunPlan.record()`): its parameters, its configuration, its tracking settings.
 
     `resume`: `masdsl run --resume` continues the MLflow run the run folder names (`mlflow.json`,
     written when a training run's parent run is created): one run per training, its curves
@@ -93,11 +94,11 @@ def start_run(workflow: Workflow, cfg: Config, *, kind: Literal["run", "eval"], 
     Raises TrackingError (a UserError) for a malformed `tracking.uri` or a missing mlflow.
     An unreachable server is not an error: calls are buffered until it answers.
     """
-    if not cfg.tracking.enabled:
+    if not record.tracking.enabled:
         return NullTracker()
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
-    uri = resolve_uri(cfg.tracking.uri)
+    uri = resolve_uri(record.tracking.uri)
     try:
         import mlflow  # noqa: F401 - optional: mlflow (masdsl[train]); is it installed?
     except ImportError:
@@ -105,4 +106,4 @@ def start_run(workflow: Workflow, cfg: Config, *, kind: Literal["run", "eval"], 
             "tracking needs mlflow: install `masdsl[train]`, or set `tracking.enabled=false`"
         ) from None
     apply_http_defaults()
-    return Tracker(workflow, cfg, kind=kind, run_dir=Path(run_dir), uri=uri, resume=resume)
+    return Tracker(workflow, record, kind=kind, run_dir=Path(run_dir), uri=uri, resume=resume)

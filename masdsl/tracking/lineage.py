@@ -1,6 +1,6 @@
 """What a run records about where it came from: params, tags, metric routing, start artifacts.
 
-Pure functions of the `Workflow` and the resolved `Config`, so they are cheap to test; the
+Pure functions of the `Workflow` and the run's record (`masdsl.config.RunRecord`), so they are cheap to test; the
 tracker only ships what they return.
 """
 
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from masdsl.lang.graph import to_dot, to_mermaid
 
 if TYPE_CHECKING:
-    from masdsl.config import Config
+    from masdsl.config import RunRecord
     from masdsl.lang.workflow import Workflow
 
 PARAM_VALUE_LIMIT = 6000  # MLflow rejects longer param values
@@ -126,14 +126,14 @@ def git_commit(folder: Path | None) -> str | None:
     return sha if out.returncode == 0 and len(sha) == 40 else None
 
 
-def parent_tags(workflow: Workflow, cfg: Config, kind: str) -> dict[str, str]:
+def parent_tags(workflow: Workflow, record: RunRecord, kind: str) -> dict[str, str]:
     """Tags of the parent run: the workflow's identity and which roles train which policy."""
     tags = {
         "masdsl.kind": kind,
         "masdsl.workflow": workflow.name,
         "masdsl.env": workflow.env,
         "masdsl.file_hash": workflow.file_hash or "",
-        "masdsl.grouping": cfg.train.grouping,
+        "masdsl.grouping": str(record.params["train.grouping"]),
         "masdsl.policies": ",".join(workflow.policies),
     }
     for policy in workflow.policies:

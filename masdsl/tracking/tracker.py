@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from masdsl.config import Config, flatten, to_yaml
+from masdsl.config import RunRecord
 from masdsl.tracking import lineage, plot, store
 from masdsl.tracking.outbox import Op, Outbox, short
 from masdsl.tracking.sender import Sender
@@ -49,15 +49,15 @@ def now_ms() -> int:
 class Tracker:
     """Logs one masdsl run to MLflow. Create it with `masdsl.tracking.start_run`."""
 
-    def __init__(self, workflow: Workflow, cfg: Config, *, kind: str, run_dir: Path, uri: str,
+    def __init__(self, workflow: Workflow, record: RunRecord, *, kind: str, run_dir: Path, uri: str,
                  finish_wait_s: float = 10.0, retry_every_s: float = 5.0, resume: bool = False) -> None:
         from mlflow.tracking import MlflowClient  # heavy, optional: mlflow, only when tracking is on
 
-        self.workflow, self.cfg, self.kind = workflow, cfg, kind
+        self.workflow, self.record, self.kind = workflow, record, kind
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.uri = uri
-        self.experiment_name = cfg.tracking.experiment or workflow.name
+        self.experiment_name = record.tracking.experiment or workflow.name
         self.history: dict[str, list[tuple[int, float]]] = {}
         self.metrics_file = self.run_dir / "metrics.jsonl"
         self.finish_wait_s = finish_wait_s
@@ -93,7 +93,7 @@ class Tracker:
     def wants_models(self) -> bool:
         """Whether the run should hand `log_models` its policies (`tracking.log_models` or
         `tracking.register`): exporting folders costs time and disk, so only when asked."""
-        return bool(self.cfg.tracking.log_models or self.cfg.tracking.register)
+        return bool(self.record.tracking.log_models or self.record.tracking.register)
 
     # -- start -------------------------------------------------------------------------------
     def _resumed_run(self) -> str | None:
@@ -124,9 +124,9 @@ class Tracker:
                    "run_name": f"{kind} {self.run_dir.name}", "resume_run_id": resume_run_id,
                    "tags": {"masdsl.run_dir": str(self.run_dir.resolve())}}, "create parent run", essential=True)
         # resumed: a param the overrides changed (train.steps=20) cannot be logged again; the sender keeps it as a tag
-        self._put({"op": "params", "params": lineage.params_of(flatten(self.cfg)), "resume": bool(resume_run_id)},
+        self._put({"op": "params", "params": lineage.params_of(self.record.params), "resume": bool(resume_run_id)},
                   "log params")
-        self._put({"op": "tags", "tags": lineage.parent_tags(wf, self.cfg, kind)}, "set tags")
+        self._put({"op": "tags", "tags": lineage.parent_tags(wf, self.record, kind)}, "set tags")
         for policy in wf.policies:
             self._put({"op": "create_child", "policy": policy, "start_time": self._started_ms,
                        "tags": lineage.child_tags(wf, policy, kind), "params": lineage.child_params(wf, policy)},
@@ -139,7 +139,7 @@ class Tracker:
             say(f"could not render the workflow graph: {short(exc)}")
         for name, text in graphs.items():
             self.log_text(text, f"graph/{name}")
-        self.log_text(to_yaml(self.cfg), "config/resolved.yaml")
+        self.log_text(self.record.yaml, "config/resolved.yaml")
 
     def _log_source(self) -> None:
         wf = self.workflow
@@ -155,7 +155,7 @@ class Tracker:
     def _start_system_metrics(self) -> None:
         """MLflow's system metrics (`system/cpu_utilization_percentage`, memory, disk, network,
         GPU) on a training run's parent run, sampled in a thread that `finish()` stops."""
-        if self.kind != "run" or not self.cfg.tracking.system_metrics or self.monitor is not None:
+        if self.kind != "run" or not self.record.tracking.system_metrics or self.monitor is not None:
             return
         try:
             import psutil  # noqa: F401 - optional: MLflow's CPU and memory monitors need it
@@ -239,7 +239,7 @@ class Tracker:
                 elif not (folder / "config.json").is_file():
                     say(f"log_models: {folder} is not a Hugging Face model folder (no config.json); skipped")
                 else:
-                    name = f"{self.workflow.name}-{policy}" if self.cfg.tracking.register else None
+                    name = f"{self.workflow.name}-{policy}" if self.record.tracking.register else None
                     self._put({"op": "model", "policy": policy, "folder": str(folder), "step": int(step or 0),
                                "registered_name": name, "tags": lineage.model_tags(self.workflow, policy, step)},
                               f"log model {policy}")
@@ -265,7 +265,7 @@ class Tracker:
                 say(f"could not draw the progress plot: {exc}")
             if png is not None:
                 self.log_artifact(png, "plots")
-            if self.cfg.tracking.log_weights and self.kind == "run" and status == "FINISHED":
+            if self.record.tracking.log_weights and self.kind == "run" and status == "FINISHED":
                 self._log_final_weights(checkpoint)
             self._put({"op": "end", "status": status, "end_time": now_ms()}, "end runs")
             self._drain(self.finish_wait_s)

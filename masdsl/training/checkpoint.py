@@ -9,9 +9,11 @@ A checkpoint is a folder `RUN_DIR/checkpoints/step_000012/` holding
 - `rng.pt`               python, numpy and torch RNG states
 - `state.json`           step, data cursor, workflow name, text hash and fingerprint (what it
   means, `masdsl.lang.fingerprint`), metrics history, eval results
-- `config.yaml`          the resolved configuration
+- `config.yaml`          the run plan's record (`RunPlan.record`: the resolved configuration)
 It is written to a hidden temporary folder and renamed into place (atomic on POSIX), so a kill
-during a save never leaves a folder `latest()` would pick; `state.json` is written last.
+during a save never leaves a folder `latest()` would pick; `state.json` is written last. What
+reads a folder without torch (where it is, its state, its configuration, its trained policies)
+is `masdsl.training.checkpoint_folder`.
 
 >>> checkpoint_name(12)
 'step_000012'
@@ -28,7 +30,6 @@ import os
 import random
 import shutil
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -39,57 +40,12 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from masdsl.errors import CheckpointError
-from masdsl.lang.fingerprint import FORMAT_KEY, changed_parts, changes, fingerprint, is_setting
-from masdsl.lang.workflow import Workflow
-from masdsl.runtime.rundir import SOURCE
+# the folder's torch-free half, also `checkpoint.<name>` (the commands' light halves import it alone)
+from masdsl.training.checkpoint_folder import (WEIGHTS, TrainState, checkpoint_name, checkpoints_dir, find,  # noqa: F401
+                                               latest, list_complete, read_state, trained_policies)
 
-SHOWN_CHANGES = 12  # changed parts a refusal lists
 KEEP = 2  # newest checkpoints kept on disk (older ones are deleted after a successful save)
-WEIGHTS = ".safetensors"  # policies/<name>.safetensors; `.pt` in checkpoints of earlier versions
 _ALIASES = "masdsl_aliases"  # metadata key: {name: name of the stored tensor it shares memory with}
-
-
-def checkpoint_name(step: int) -> str:
-    return f"step_{step:06d}"
-
-
-def checkpoints_dir(run_dir: str | os.PathLike) -> Path:
-    return Path(run_dir) / "checkpoints"
-
-
-def list_complete(run_dir: str | os.PathLike) -> list[Path]:
-    """Complete checkpoints of a run, oldest first (a folder counts once its state.json exists)."""
-    root = checkpoints_dir(run_dir)
-    if not root.is_dir():
-        return []
-    found = [p for p in root.iterdir() if p.name.startswith("step_") and (p / "state.json").is_file()]
-    return sorted(found, key=lambda p: int(p.name.split("_")[1]))
-
-
-def latest(run_dir: str | os.PathLike) -> Path | None:
-    done = list_complete(run_dir)
-    return done[-1] if done else None
-
-
-@dataclass
-class TrainState:
-    """The small, JSON-safe part of a checkpoint."""
-
-    step: int  # optimizer steps completed
-    cursor: int  # tasks consumed from the train split (see trainer.next_batch)
-    workflow: str
-    workflow_hash: str  # sha256 of the .mas text (all an earlier masdsl compared)
-    history: list[dict[str, Any]] = field(default_factory=list)  # per-step metrics
-    evals: list[dict[str, Any]] = field(default_factory=list)  # {"step", "success", ...}
-    extra: dict[str, Any] = field(default_factory=dict)
-    # `fingerprint(workflow)`: what the workflow meant, part by part; {} in checkpoints of earlier versions
-    workflow_fingerprint: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def fresh(cls, workflow: Workflow) -> "TrainState":
-        """Step 0 of `workflow`."""
-        return cls(step=0, cursor=0, workflow=workflow.name, workflow_hash=workflow.file_hash,
-                   workflow_fingerprint=fingerprint(workflow))
 
 
 def rng_state() -> dict[str, Any]:
@@ -137,65 +93,6 @@ def save(
     for old in list_complete(run_dir)[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return final
-
-
-def read_state(path: str | os.PathLike, workflow: Workflow | None = None, *, settings: bool = True) -> TrainState:
-    """The JSON part of a checkpoint. With `workflow`, refuses (CheckpointError) a checkpoint whose
-    workflow meant something else: the message names each changed part. Comments and layout do not
-    count. `settings=False` (evaluating or exporting trained weights) leaves out the parts the
-    command line overrides anyway (`train { }` keys, `sample { }` blocks)."""
-    path = Path(path)
-    try:
-        state = TrainState(**json.loads((path / "state.json").read_text()))
-    except (OSError, ValueError, TypeError) as exc:
-        raise CheckpointError(f"checkpoint `{path}` is incomplete or unreadable: {exc}") from None
-    if workflow is not None:
-        _same_workflow(path, state, workflow, settings)
-    return state
-
-
-def _same_workflow(path: Path, state: TrainState, workflow: Workflow, settings: bool) -> None:
-    kept = path.parent.parent / SOURCE  # `masdsl run` keeps the source it started from
-    as_it_was = f"use the workflow as it was (the run folder keeps it: {kept}), or start a new run"
-    now = fingerprint(workflow)
-    if state.workflow_fingerprint.get(FORMAT_KEY) != now[FORMAT_KEY]:
-        # written by a masdsl that kept only the text's hash (or another fingerprint format):
-        # the same text is the same workflow; any other text cannot be told apart from a change
-        if state.workflow_hash != workflow.file_hash:
-            raise CheckpointError(
-                f"checkpoint `{path}` of workflow `{state.workflow}` was written by an earlier masdsl, which kept "
-                f"only the hash of the .mas text ({state.workflow_hash[:12]}), and this file's text differs "
-                f"({workflow.file_hash[:12]}; even a comment counts for such a checkpoint): {as_it_was}")
-        return
-    ignore = None if settings else is_setting
-    parts = changed_parts(state.workflow_fingerprint, now, ignore)
-    if not parts:
-        return
-    hint = as_it_was
-    if all(p.startswith("train.") for p in parts):  # only the file's train { } block: an override says it
-        overrides = " ".join(f"{p}={now[p]}" for p in parts if p in now and not now[p].startswith("sha256:"))
-        hint = ("a resumed run continues with the configuration saved in the checkpoint, not the file's `train { }` "
-                f"block: restore the block and give the change as an override ({overrides or 'train.KEY=VALUE'}), "
-                "or start a new run")
-    lines = changes(state.workflow_fingerprint, now, ignore)
-    if len(lines) > SHOWN_CHANGES:  # another workflow altogether: its first differences say enough
-        lines = lines[:SHOWN_CHANGES - 1] + [f"... and {len(lines) - SHOWN_CHANGES + 1} more parts"]
-    raise CheckpointError(f"checkpoint `{path}` was trained on workflow `{state.workflow}` as it was then, and this "
-                          "file means something else (comments and layout do not count):\n  - "
-                          + "\n  - ".join(lines) + f"\n{hint}")
-
-
-def find(run_dir: str | os.PathLike) -> Path:
-    """The newest complete checkpoint of `run_dir` (a run folder or a checkpoint folder)."""
-    run_dir = Path(run_dir)
-    if (run_dir / "state.json").is_file():
-        return run_dir
-    if not run_dir.is_dir():
-        raise CheckpointError(f"`{run_dir}` is not a run folder")
-    path = latest(run_dir)
-    if path is None:
-        raise CheckpointError(f"run folder `{run_dir}` has no complete checkpoint under checkpoints/")
-    return path
 
 
 def restore(path: str | os.PathLike, *, policies: Mapping[str, Any], optimizers: Mapping[str, Any]) -> None:
@@ -270,10 +167,3 @@ def policy_weights(path: str | os.PathLike, name: str) -> dict[str, torch.Tensor
         except Exception as exc:  # noqa: BLE001 - torch raises many types for a bad file
             raise CheckpointError(f"weights file `{folder / name}.pt` is unreadable: {exc}") from None
     raise CheckpointError(f"checkpoint `{path}` has no weights for policy `{name}`")
-
-
-def trained_policies(path: str | os.PathLike) -> list[str]:
-    """The names of the policies whose weights the checkpoint folder `path` holds."""
-    folder = Path(path) / "policies"
-    files = sorted(folder.glob(f"*{WEIGHTS}")) + sorted(folder.glob("*.pt")) if folder.is_dir() else []
-    return list(dict.fromkeys(f.name.rsplit(".", 1)[0] for f in files))

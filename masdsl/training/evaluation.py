@@ -5,16 +5,16 @@ their numbers with the same `metrics.eval_metrics`.
 
 - `run_evaluation`: a stand-alone evaluation, the one code path of `masdsl eval` and
   `masdsl.evaluate`: engines up, the rollout, records, metrics, summary and MLflow in a fresh
-  run folder; with `checkpoint=RUN_DIR` the checkpoint's trained policies are exported to a
-  temporary folder (LoRA merged, `masdsl.training.export`) and evaluated as `policy.NAME.model=`;
-- `evaluate`: what the trainer does at a step (records under `<run_dir>/eval/`, MLflow metrics,
-  a transcript);
+  run folder; with `checkpoint=` (a `PlannedCheckpoint` the caller planned) the checkpoint's
+  trained policies are exported to a temporary folder (LoRA merged, `masdsl.training.export`)
+  and evaluated as `policy.NAME.model=` (`RunPlan.with_policies`);
+- `evaluate`: what the trainer does at a step (records in the run folder's `eval/`, MLflow
+  metrics, a transcript);
 - `greedy_repeats_warning`: the warning both commands print for greedy repeats.
 """
 
 from __future__ import annotations
 
-import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,11 +30,11 @@ from masdsl.runtime.engine_factory import build_engines, close_engines
 from masdsl.runtime.executor import Hooks, rollout
 from masdsl.runtime.inputs import load_split, make_env
 from masdsl.runtime.judge import judge_metrics
-from masdsl.runtime.records import StepRecord, write_records
+from masdsl.runtime.records import StepRecord
 from masdsl.runtime.rundir import RunDir
 from masdsl.tracking import Tracker, start_run
-from masdsl.training import checkpoint as ckpt
-from masdsl.training.export import checkpoint_plan, export_checkpoint
+from masdsl.training.checkpoint_folder import PlannedCheckpoint
+from masdsl.training.export import export_checkpoint
 from masdsl.training.interrupt import deferred
 from masdsl.training.metrics import eval_metrics, reply_counts
 from masdsl.training.skills import SkillCounts, skill_counts
@@ -66,21 +66,19 @@ def eval_tasks(workflow: Workflow, train: TrainConfig, n: int | None = None) -> 
 
 
 def run_evaluation(plan: RunPlan, tasks: Sequence[dict] | None = None, *,
-                   checkpoint: str | os.PathLike | None = None,
+                   checkpoint: PlannedCheckpoint | None = None,
                    progress: Callable[[int], None] | None = None) -> EvalResult:
     """Evaluate the plan's workflow (its policies' models, or a checkpoint's trained weights) on
     `tasks` (default: `eval_tasks`): `train.eval_samples` episodes per task at
-    `train.eval_temperature`. The caller resolved `plan` (`masdsl.plan.run_plan.resolve_rollout`),
-    once; a checkpoint's exported policies are put in with `RunPlan.with_models`."""
-    workflow = plan.workflow
-    tasks = eval_tasks(workflow, plan.train) if tasks is None else list(tasks)
+    `train.eval_temperature`. The caller resolved `plan` (`masdsl.plan.run_plan.resolve_rollout`)
+    and the checkpoint's plan (`masdsl.training.checkpoint_folder`), once each; the exported
+    policies go into `plan` with `RunPlan.with_policies(models=...)`."""
+    tasks = eval_tasks(plan.workflow, plan.train) if tasks is None else list(tasks)
     if checkpoint is None:
         return _evaluate_models(plan, tasks, progress, None)
-    path = ckpt.find(checkpoint)
-    ckpt.read_state(path, workflow, settings=False)  # weights of a workflow that meant something else: refuse
     with tempfile.TemporaryDirectory(prefix="masdsl-eval-") as tmp:
-        exported = export_checkpoint(checkpoint_plan(workflow, path), path, Path(tmp), merge=True)
-        return _evaluate_models(plan.with_models(exported), tasks, progress, path)
+        exported = export_checkpoint(checkpoint, tmp, merge=True)
+        return _evaluate_models(plan.with_policies(models=exported), tasks, progress, checkpoint.path)
 
 
 def _evaluate_models(plan: RunPlan, tasks: list[dict], progress: Callable[[int], None] | None,
@@ -92,7 +90,7 @@ def _evaluate_models(plan: RunPlan, tasks: list[dict], progress: Callable[[int],
     tc, tracker = plan.train, None
     try:
         run_dir = RunDir.open(plan)
-        tracker = start_run(workflow, plan.config, kind="eval", run_dir=run_dir.path)
+        tracker = start_run(workflow, plan.record(), kind="eval", run_dir=run_dir.path)
         replies: dict[str, list[int]] = {}  # role -> replies, cut, parse failed: the records go to disk
         skills: SkillCounts = {}
 
@@ -121,14 +119,14 @@ def _evaluate_models(plan: RunPlan, tasks: list[dict], progress: Callable[[int],
 
 
 def evaluate(env: Env, tasks: Sequence[dict], engines: Mapping[str, Engine], plan: RunPlan,
-             step: int, run_dir: Path, tracker: Tracker,
+             step: int, run_dir: RunDir, tracker: Tracker,
              progress: Callable[[int], None] | None = None) -> dict[str, float]:
     """Plain sampling (one candidate, `train.eval_temperature`) on the eval tasks, `train.eval_samples`
     independent episodes per task (mean@N and pass@k when N > 1)."""
     roll = rollout(plan, env, tasks, engines, mode="eval", step=step, hooks=Hooks(progress=progress))
     for r in roll.records:
         r.weights_step = step  # the engines were synced to this step's weights
-    write_records(eval_dir(run_dir) / f"step_{step:06d}.jsonl", roll.records)
+    run_dir.write_evaluation(step, roll.records)
     result = {"step": step, **eval_metrics(roll.records, roll.episodes), "reward_errors/eval": float(roll.reward_errors),
               "env_lost/eval": float(roll.env_lost), **judge_metrics(roll, "/eval")}
     with deferred():  # an interrupt inside MLflow's store would leave it locked (training/interrupt.py)
@@ -150,12 +148,6 @@ def greedy_repeats_warning(train: TrainConfig) -> str | None:
         return (f"warning: {n} samples per task at train.eval_temperature=0 (greedy) are {n} identical episodes; "
                 "pass --temperature 0.6 (or set train.eval_temperature) for pass@k")
     return None
-
-
-def eval_dir(run_dir: Path) -> Path:
-    d = Path(run_dir) / "eval"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
 
 
 def transcript(records: Sequence[StepRecord]) -> str:

@@ -13,14 +13,13 @@ For each policy the checkpoint holds weights of (trained, not frozen), a folder
 - `README.md`: a model card naming the workflow, the roles the policy played, the step, and the
   evaluation results before and after training (from the checkpoint's state).
 Default `out`: `RUN_DIR/export/step_N/`. The models are built as the trainer builds them
-(`policies.load_policies` with the checkpoint's configuration, on the CPU), so an export computes
-the same log-probs as the checkpoint's policy.
+(`policies.load_policies` with the checkpoint's plan: its saved configuration, on the CPU, only
+its trained policies), so an export computes the same log-probs as the checkpoint's policy.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import os
 import shutil
@@ -28,17 +27,14 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from masdsl.config import ALL_POLICIES, Config, TrainConfig, resolve_config
-from masdsl.errors import CheckpointError, UserError
-from masdsl.lang import loads
+from masdsl.config import TrainConfig
 from masdsl.lang.workflow import Workflow
 from masdsl.learner.policies import Policy, load_policies
 from masdsl.models.load import load_model
-from masdsl.plan.placement import plan_placement
 from masdsl.plan.run_plan import RunPlan, resolve_rollout
-from masdsl.runtime import run_files
-from masdsl.runtime.rundir import SOURCE
 from masdsl.training import checkpoint as ckpt
+from masdsl.training.checkpoint_folder import (PlannedCheckpoint, checkpoint_config, checkpoint_of, find_checkpoint,
+                                               run_workflow, trained_of)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -46,88 +42,33 @@ if TYPE_CHECKING:
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
 
-def find_checkpoint(run_dir: str | os.PathLike, step: int | None = None) -> Path:
-    """The checkpoint folder of `run_dir` (a run folder or one checkpoint): the newest, or `step`'s."""
-    path = ckpt.find(run_dir)
-    if step is None or ckpt.read_state(path).step == step:
-        return path
-    run = path.parent.parent
-    wanted = ckpt.checkpoints_dir(run) / ckpt.checkpoint_name(step)
-    if not (wanted / "state.json").is_file():
-        have = ", ".join(str(ckpt.read_state(p).step) for p in ckpt.list_complete(run)) or "none"
-        raise CheckpointError(f"run `{run}` has no complete checkpoint of step {step}; steps with one: {have}")
-    return wanted
-
-
-def run_workflow(run_dir: str | os.PathLike) -> Workflow:
-    """The workflow a run trained, from the copies the run folder keeps (`masdsl.runtime.run_files`:
-    the source and its imports and data files, hash-checked); a folder of an earlier version: its
-    `workflow.mas`."""
-    run_dir = Path(run_dir)
-    kept = run_files.load(run_dir)
-    if kept is not None:
-        return kept
-    source = run_dir / SOURCE
-    if not source.is_file() or not source.read_text().strip():
-        raise UserError(f"`{run_dir}` has no {SOURCE}; name the workflow file (masdsl export RUN_DIR --workflow FILE)")
-    try:
-        return loads(source.read_text(), name=str(source), base_dir=run_dir)
-    except UserError as exc:  # e.g. an `import "env.py"` relative to the original file
-        raise UserError(f"the workflow kept in {source} does not load here ({str(exc).splitlines()[0]}); "
-                        "name the original file: masdsl export RUN_DIR --workflow FILE") from None
-
-
 def export_run(run_dir: str | os.PathLike, *, workflow: Workflow | None = None, step: int | None = None,
                out: str | os.PathLike | None = None, merge: bool = False) -> dict[str, Path]:
-    """Export every trained policy of a run's checkpoint; {policy: folder}."""
-    path = find_checkpoint(run_dir, step)
-    run = path.parent.parent
+    """Export every trained policy of a run's checkpoint (the Python API; `masdsl export` plans in
+    its light half and calls `export_checkpoint`); {policy: folder}."""
     if workflow is None:
-        workflow = run_workflow(run)
-    state = ckpt.read_state(path, workflow, settings=False)
-    out = Path(out) if out is not None else run / "export" / ckpt.checkpoint_name(state.step)
-    return export_checkpoint(checkpoint_plan(workflow, path), path, out, merge=merge)
+        workflow = run_workflow(find_checkpoint(run_dir, step).parent.parent)
+    path = checkpoint_of(workflow, run_dir, step)
+    plan = resolve_rollout(workflow, checkpoint_config(path)).with_policies(trained_of(workflow, path))
+    return export_checkpoint(PlannedCheckpoint(path, plan), out, merge=merge)
 
 
 def export_final(plan: RunPlan, run_dir: Path, step: int) -> dict[str, Path]:
     """What a run logs with `tracking.log_models`: its policies at its last checkpoint (`step`),
-    merged, into `run_dir/export/step_N/`, rebuilt from the run's own plan (`narrowed`)."""
+    merged, into `run_dir/export/step_N/`, derived from the run's own plan as a checkpoint's
+    configuration is planned (`with_policies`: its trained policies, on the CPU), not planned again."""
     path = find_checkpoint(run_dir, step)
-    return export_checkpoint(narrowed(plan, path), path, run_dir / "export" / ckpt.checkpoint_name(step), merge=True)
+    trained = plan.with_policies(trained_of(plan.workflow, path), device="cpu")
+    return export_checkpoint(PlannedCheckpoint(path, trained), None, merge=True)
 
 
-def checkpoint_config(path: Path) -> Config:
-    """The configuration a checkpoint was trained with, on the CPU."""
-    return resolve_config(None, path / "config.yaml", ["runtime.device=cpu"])
-
-
-def checkpoint_plan(workflow: Workflow, path: Path) -> RunPlan:
-    """The plan a checkpoint's trained policies are rebuilt with: the configuration saved with it
-    (`checkpoint_config`), narrowed to those policies (no frozen judge is loaded for nothing). The
-    caller checked that `path` is a checkpoint of `workflow` (`checkpoint.read_state`)."""
-    return resolve_rollout(*_only(workflow, checkpoint_config(path), _trained(workflow, path)))
-
-
-def narrowed(plan: RunPlan, path: Path) -> RunPlan:
-    """`checkpoint_plan` of a checkpoint saved from `plan`, derived from it instead of planning the
-    saved configuration again: the same policies, narrowed the same way, on the CPU."""
-    only, cfg = _only(plan.workflow, plan.config, _trained(plan.workflow, path))
-    cfg.runtime.device = "cpu"  # as `checkpoint_config`
-    specs = {name: plan.policies[name] for name in only.policies}
-    return dataclasses.replace(plan, config=cfg, workflow=only, policies=specs,
-                               placement=plan_placement(only, specs, cfg.runtime))
-
-
-def _trained(workflow: Workflow, path: Path) -> list[str]:
-    names = [n for n in ckpt.trained_policies(path) if n in workflow.policies]
-    if not names:
-        raise CheckpointError(f"checkpoint `{path}` holds no trained policy of workflow `{workflow.name}`")
-    return names
-
-
-def export_checkpoint(plan: RunPlan, path: Path, out: Path, *, merge: bool = False) -> dict[str, Path]:
-    """Export the policies of one checkpoint folder (`plan`: its `checkpoint_plan`) into `out/<policy>/`."""
+def export_checkpoint(checkpoint: PlannedCheckpoint, out: str | os.PathLike | None = None, *,
+                      merge: bool = False) -> dict[str, Path]:
+    """Export the policies of one checkpoint folder, as its plan names them, into `out/<policy>/`
+    (default `RUN_DIR/export/step_N/`)."""
+    plan, path = checkpoint.plan, checkpoint.path
     workflow, state = plan.workflow, ckpt.read_state(path)
+    out = Path(out) if out is not None else path.parent.parent / "export" / ckpt.checkpoint_name(state.step)
     policies = load_policies(plan)
     done = {}
     for name in plan.policies:
@@ -151,13 +92,6 @@ def export_checkpoint(plan: RunPlan, path: Path, out: Path, *, merge: bool = Fal
         (folder / "README.md").write_text(model_card(workflow, plan.train, state, p, kind))
         done[name] = folder
     return done
-
-
-def _only(workflow: Workflow, cfg: Config, names: list[str]) -> tuple[Workflow, Config]:
-    """The workflow and configuration narrowed to `names` (no frozen judge is loaded for nothing)."""
-    cfg = copy.deepcopy(cfg)
-    cfg.policy = {k: v for k, v in (cfg.policy or {}).items() if k in names or k == ALL_POLICIES}
-    return dataclasses.replace(workflow, policies={n: workflow.policies[n] for n in names}), cfg
 
 
 def _save_full(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, folder: Path) -> None:

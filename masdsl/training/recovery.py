@@ -34,7 +34,7 @@ class Recovery:
         wf = session.workflow
         file = wf.path if wf.path is not None else f"{wf.name}.mas"
         raise StepFailed(f"{self.label} failed: {exc}. Saved checkpoint {path}; continue with: "
-                         f"masdsl run {file} --resume {session.run_dir}" + _sync_from_here(session), role=exc.role, task_id=exc.task_id,
+                         f"masdsl run {file} --resume {session.run_dir.path}" + _sync_from_here(session), role=exc.role, task_id=exc.task_id,
                          turn=exc.turn, error=exc.error, checkpoint=path) from None
 
 

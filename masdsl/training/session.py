@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from masdsl.config import to_yaml
 from masdsl.envs.base import Env
 from masdsl.lang.fingerprint import fingerprint
 from masdsl.lang.workflow import Workflow
@@ -25,8 +24,8 @@ from masdsl.runtime.actors import start_ray
 from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.engine_factory import build_engines, close_engines, sleep_engines, wake_engines
 from masdsl.runtime.inputs import prepare
-from masdsl.runtime.records import StepRecord, write_records
-from masdsl.runtime.rundir import RECORDS
+from masdsl.runtime.records import StepRecord
+from masdsl.runtime.rundir import RunDir
 from masdsl.training import checkpoint as ckpt
 from masdsl.training.display import Progress, role_budgets
 
@@ -35,7 +34,7 @@ from masdsl.training.display import Progress, role_budgets
 class TrainSession:
     workflow: Workflow
     plan: RunPlan
-    run_dir: Path
+    run_dir: RunDir
     show: Progress
     env: Env
     train_rows: list[dict]
@@ -52,7 +51,7 @@ class TrainSession:
     def keep_records(self, records: Sequence[StepRecord]) -> None:
         """Append a step's records to the run folder's records.jsonl (before its update, so a step
         that fails keeps what it sampled)."""
-        write_records(self.run_dir / RECORDS, records)
+        self.run_dir.write_records(records)
 
     @contextlib.contextmanager
     def engines_asleep(self) -> Iterator[None]:
@@ -78,8 +77,8 @@ class TrainSession:
         """A checkpoint of `state` with every policy's weights, optimizer and RNG, and the plan's
         configuration (what `--resume` continues with): the trainer's every M steps and what a
         failed step saves (`masdsl.training.recovery.Recovery`)."""
-        return ckpt.save(self.run_dir, state, policies=self.policies, optimizers=self.learners,
-                         config_yaml=to_yaml(self.plan.config))
+        return ckpt.save(self.run_dir.path, state, policies=self.policies, optimizers=self.learners,
+                         config_yaml=self.plan.record().yaml)
 
     def close(self) -> None:
         try:
@@ -88,7 +87,7 @@ class TrainSession:
             close_engines(self.engines)
 
 
-def open_session(plan: RunPlan, run_dir: Path, show: Progress) -> TrainSession:
+def open_session(plan: RunPlan, run_dir: RunDir, show: Progress) -> TrainSession:
     """Data and env, models, engines, and a learner per trainable policy (`open_learners`)."""
     tc, workflow = plan.train, plan.workflow
     show.budgets = role_budgets(plan)  # named in the warning when a role's replies are cut

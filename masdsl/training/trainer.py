@@ -1,4 +1,4 @@
-"""`train(plan, run_dir=...)`: AT-GRPO, read top to bottom like nanoGPT's train.py.
+"""`train(plan, run_dir)`: AT-GRPO, read top to bottom like nanoGPT's train.py.
 
     rollout (tree sampling, K candidates per role step) -> group by (task, role, turn)
     -> advantages (optionally leaving out flat or low groups) -> per policy, PPO-clip
@@ -34,7 +34,7 @@ from masdsl.config import ConfigError
 from masdsl.errors import StepFailed
 from masdsl.learner.ahead import RESUME_REFUSED, Ahead
 from masdsl.plan.run_plan import RunPlan
-from masdsl.runtime.rundir import RECORDS, RunDir
+from masdsl.runtime.rundir import RunDir
 from masdsl.tracking import Tracker, start_run
 from masdsl.training import checkpoint as ckpt
 from masdsl.training.display import Progress, print_summary
@@ -61,6 +61,12 @@ class TrainResult:
     ui_command: str = ""
     wall_s: float = 0.0
 
+    def summary(self) -> dict[str, Any]:
+        """The run folder's `summary.json` (`masdsl run --json` prints it with `run_dir`)."""
+        return {"workflow": self.workflow, "steps": self.steps, "eval_before": self.eval_before,
+                "eval_after": self.eval_after, "checkpoints": [str(p) for p in self.checkpoints],
+                "mlflow_run_id": self.mlflow_run_id, "wall_s": round(self.wall_s, 2)}
+
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
@@ -86,16 +92,16 @@ def next_batch(n: int, batch: int, seed: int, cursor: int) -> tuple[list[int], i
     return [int(i) for i in order[pos : pos + batch]], cursor + batch
 
 
-def train(plan: RunPlan, *, run_dir: RunDir | str | Path, resume: str | Path | None = None,
+def train(plan: RunPlan, run_dir: RunDir, *, resume: str | Path | None = None,
           console: Any = None, on_step: Callable[[int, dict], None] | None = None) -> TrainResult:
-    """Train the plan's workflow with AT-GRPO; write records, metrics and checkpoints under `run_dir`
-    (a `RunDir` the caller opened, or a folder: `RunDir.open(plan, run_dir)`). The caller resolved
-    `plan` (`masdsl.plan.run_plan.resolve_run`), once, so every config mistake is refused before this."""
+    """Train the plan's workflow with AT-GRPO; records, evaluations, checkpoints and at the end
+    `summary.json` go into `run_dir` (the caller opened it: `RunDir.open(plan, ...)`). The caller
+    resolved `plan` (`masdsl.plan.run_plan.resolve_run`), once, so every config mistake is refused
+    before this."""
     t_start = time.perf_counter()
     workflow = plan.workflow
     if resume is not None and plan.train.async_rollout:
         raise ConfigError(RESUME_REFUSED)
-    run_dir = (run_dir if isinstance(run_dir, RunDir) else RunDir.open(plan, run_dir)).path
     seed_everything(plan.train.seed)
     show = Progress(console, plan.train.steps)
     for line in [*plan.placement.lines(), greedy_repeats_warning(plan.train)]:
@@ -105,28 +111,29 @@ def train(plan: RunPlan, *, run_dir: RunDir | str | Path, resume: str | Path | N
     tracker, status = None, "FAILED"
     try:
         state = start_state(session, resume)  # 2. fresh start, or the newest complete checkpoint
-        _truncate_records(run_dir / RECORDS, state.step)
-        tracker = start_run(workflow, plan.config, kind="run", run_dir=run_dir, resume=resume is not None)
+        run_dir.truncate_records(state.step)
+        tracker = start_run(workflow, plan.record(), kind="run", run_dir=run_dir.path, resume=resume is not None)
         for point in [*state.history, *state.evals]:  # resumed: the plot at the end draws the whole run
             tracker.remember({k: v for k, v in point.items() if k != "step"}, step=point["step"])
         with show.live(), interruptible():
             saved = _loop(session, state, tracker, on_step)  # 3. evaluate, then step until train.steps
         if tracker.wants_models and saved:  # tracking.log_models / register: HF folders of the final policies
-            tracker.log_models(export_final(plan, run_dir, state.step), step=state.step)
+            tracker.log_models(export_final(plan, run_dir.path, state.step), step=state.step)
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
         raise
     finally:
         if tracker is not None:
-            log_view(run_dir, tracker, plan.train.grouping, plan.advantages)  # the artifact view/view.html
-            tracker.finish(status, checkpoint=ckpt.latest(run_dir))
+            log_view(run_dir.path, tracker, plan.train.grouping, plan.advantages)  # the artifact view/view.html
+            tracker.finish(status, checkpoint=ckpt.latest(run_dir.path))
         session.close()
     result = TrainResult(
-        workflow.name, run_dir, state.step, _strip(state.evals[0]), _strip(state.evals[-1]),
-        [p for p in ckpt.list_complete(run_dir)], state.history, state.evals,
+        workflow.name, run_dir.path, state.step, _strip(state.evals[0]), _strip(state.evals[-1]),
+        [p for p in ckpt.list_complete(run_dir.path)], state.history, state.evals,
         getattr(tracker, "run_id", None), tracker.ui_command(), time.perf_counter() - t_start,
     )
+    run_dir.write_summary(result.summary())
     if console is not None:
         print_summary(console, result)
     return result
@@ -249,27 +256,3 @@ def _generated(state: ckpt.TrainState) -> float:
 
 def _strip(ev: dict[str, Any]) -> dict[str, float]:
     return {k: v for k, v in ev.items() if k != "step"}
-
-
-def _truncate_records(path: Path, step: int) -> None:
-    """Drop records of steps > `step` (written after the checkpoint a run resumes from: the
-    checkpoint of step N covers the rollouts of updates 1..N, labelled 1..N).
-
-    Streams line by line into a temporary file that replaces the old one (a kill here never
-    loses the records the checkpoint covers; memory stays flat however long the run was).
-    A line that does not parse is the torn last write of a killed run: it is dropped.
-    """
-    if not path.is_file():
-        return
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(path, encoding="utf-8") as src, open(tmp, "w", encoding="utf-8") as dst:
-        for line in src:
-            try:
-                keep = json.loads(line)["step"] <= step
-            except (ValueError, KeyError, TypeError):  # blank or torn
-                continue
-            if keep:
-                dst.write(line if line.endswith("\n") else line + "\n")
-        dst.flush()
-        os.fsync(dst.fileno())
-    os.replace(tmp, path)

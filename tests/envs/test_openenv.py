@@ -291,11 +291,11 @@ def test_env_openenv_refuses_a_field_the_server_lacks_and_pickles_without_its_se
 
 def test_masdsl_trains_one_step_on_an_openenv_server(tmp_path, plan_path_server, tiny_model_dir, one_thread):
     from masdsl.plan.run_plan import resolve_run
-    from masdsl.training.trainer import train
+    from tests.support.toy import train_into
     from tests.support.toy import toy_config
 
     wf = workflow(tmp_path, env=f'openenv("{plan_path_server}")', **OPENENV)
-    result = train(resolve_run(wf, toy_config(wf, tiny_model_dir)), run_dir=tmp_path / "run")
+    result = train_into(resolve_run(wf, toy_config(wf, tiny_model_dir)), tmp_path / "run")
     assert result.steps == 1
     records = [json.loads(line) for line in (tmp_path / "run" / "records.jsonl").read_text().splitlines()]
     assert len(records) >= 2 * 3 and all("A" in r["prompt_text"] and "G" in r["prompt_text"] for r in records)

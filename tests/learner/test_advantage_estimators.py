@@ -102,7 +102,7 @@ def test_a_role_s_estimator_reaches_the_update(tiny_model_dir, tmp_path, one_thr
     from masdsl.plan.run_plan import resolve_run
     from masdsl.runtime.records import read_records
     from masdsl.training import checkpoint
-    from masdsl.training.trainer import train
+    from tests.support.toy import train_into
 
     base = TOY.read_text().replace("max_tokens: 1", "max_tokens: 4")
     base = base.replace("reward same(digit, task.target)", "reward len(output)")
@@ -113,7 +113,7 @@ def test_a_role_s_estimator_reaches_the_update(tiny_model_dir, tmp_path, one_thr
         assert wf.roles["namer"].advantage == name and wf.roles["copier"].advantage == "grpo"
         cfg = resolve_config(wf.train, overrides=[*tiny_hf(tiny_model_dir), "train.steps=1", "train.samples=4",
                                                   "train.batch=3", "train.eval_tasks=1", "train.lr=0.01"])
-        result = train(resolve_run(wf, cfg), run_dir=tmp_path / name)
+        result = train_into(resolve_run(wf, cfg), tmp_path / name)
         recs = [(r.task_id, r.role, r.candidate, r.response_ids, r.reward) for r in read_records(tmp_path / name / "records.jsonl")]
         runs[name] = (recs, checkpoint.load_weights(result.checkpoints[-1] / "policies" / "shared.safetensors"))
     assert runs["grpo"][0] == runs["drgrpo"][0]  # one rollout

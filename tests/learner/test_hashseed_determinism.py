@@ -61,6 +61,7 @@ torch.set_num_threads(2)
 import masdsl
 from masdsl.config import resolve_config
 from masdsl.plan.run_plan import resolve_run
+from masdsl.runtime.rundir import RunDir
 from masdsl.training.checkpoint import policy_weights
 from masdsl.training.trainer import train
 
@@ -68,7 +69,8 @@ model_dir, toy_dir, out = sys.argv[1:4]
 wf = masdsl.loads(sys.stdin.read(), name="hashseed_probe", base_dir=toy_dir)
 cfg = resolve_config(wf.train, overrides=[f"policy.shared.model={model_dir}", "tracking.enabled=false",
                                           "runtime.engine=hf", "train.seed=3"])
-result = train(resolve_run(wf, cfg), run_dir=out)
+plan = resolve_run(wf, cfg)
+result = train(plan, RunDir.open(plan, out))
 rows = [json.loads(line) for line in open(f"{out}/records.jsonl")]
 for r in rows:
     r.pop("gen_s"), r.pop("env_s")

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from masdsl.plan.run_plan import resolve_run
-from masdsl.training.trainer import train
+from tests.support.toy import train_into
 from tests.support.workers import (RTOL, RTOL_TWO_STEPS, assert_close_weights, assert_same_records,
                                    kill_rank_1_after_step_1, records, shared_toy, weights, workers_config)
 
@@ -28,8 +28,8 @@ EXTRA = ("train.steps=2", "train.batch=2", "train.mini_batch_size=1", "runtime.l
 def runs(tiny_model_dir, tmp_path_factory, local_ray):
     """The same 2-step run on 2 data-parallel workers and on 2 FSDP workers."""
     wf, root = shared_toy(), tmp_path_factory.mktemp("fsdp")
-    return {fsdp: train(resolve_run(wf, workers_config(wf, tiny_model_dir, *EXTRA, f"runtime.learner_fsdp={fsdp}")),
-                        run_dir=root / f"fsdp_{fsdp}") for fsdp in (False, True)}
+    return {fsdp: train_into(resolve_run(wf, workers_config(wf, tiny_model_dir, *EXTRA, f"runtime.learner_fsdp={fsdp}")),
+                             root / f"fsdp_{fsdp}") for fsdp in (False, True)}
 
 
 def optim(ck, name="shared"):
@@ -69,7 +69,7 @@ def test_an_fsdp_checkpoint_resumes_with_or_without_workers(runs, tiny_model_dir
     shutil.copytree(runs[True].run_dir, run)
     shutil.rmtree(run / "checkpoints" / "step_000002")
     extra = [*EXTRA[:-1], f"runtime.learner_workers={resume_workers}", f"runtime.learner_fsdp={resume_workers > 0}"]
-    resumed = train(resolve_run(wf, workers_config(wf, tiny_model_dir, *extra)), run_dir=run, resume=run)
+    resumed = train_into(resolve_run(wf, workers_config(wf, tiny_model_dir, *extra)), run, resume=run)
     assert resumed.steps == 2
     assert_close_weights(weights(runs[True].checkpoints[-1], "shared"), weights(resumed.checkpoints[-1], "shared"),
                          rtol=RTOL)
@@ -98,14 +98,14 @@ def test_engine_actors_load_the_new_weights_from_the_object_store(tiny_model_dir
     monkeypatch.setattr(actors.RemoteEngine, "update_weights", spy_update)
     monkeypatch.setattr(workers.LearnerGroup, "fetch", spy_fetch)
     extra = ("train.steps=2", "train.checkpoint_every=0", "runtime.ray=true")
-    base = train(resolve_run(wf, workers_config(wf, tiny_model_dir, *extra)), run_dir=tmp_path / "w0")
+    base = train_into(resolve_run(wf, workers_config(wf, tiny_model_dir, *extra)), tmp_path / "w0")
     del sent[:]
 
     def kill_engine(step, metrics):
         if step == 1:
             local_ray.kill(engines[-1].actor, no_restart=False)
 
-    dist = train(resolve_run(wf, workers_config(wf, tiny_model_dir, *extra, "runtime.learner_workers=2")), run_dir=tmp_path / "w2",
+    dist = train_into(resolve_run(wf, workers_config(wf, tiny_model_dir, *extra, "runtime.learner_workers=2")), tmp_path / "w2",
                  on_step=kill_engine)
     assert sent == ["ObjectRef", "ObjectRef"]  # each step's weights, by ref
     assert fetched == ["shared"]  # only the final checkpoint needed them in the driver
@@ -124,7 +124,7 @@ def test_an_fsdp_group_with_a_killed_worker_is_restarted(runs, tiny_model_dir, t
 
     wf, printed = shared_toy(), io.StringIO()
     cfg = workers_config(wf, tiny_model_dir, *EXTRA, "runtime.learner_fsdp=true", "runtime.learner_restarts=1")
-    done = train(resolve_run(wf, cfg), run_dir=tmp_path / "run", console=Console(file=printed, width=400),
+    done = train_into(resolve_run(wf, cfg), tmp_path / "run", console=Console(file=printed, width=400),
                  on_step=kill_rank_1_after_step_1(printed))
     assert done.steps == 2 and "restarted learner shared: 2 workers (FSDP)" in printed.getvalue()
     assert_close_weights(weights(runs[True].checkpoints[-1], "shared"), weights(done.checkpoints[-1], "shared"),

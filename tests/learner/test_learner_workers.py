@@ -41,8 +41,8 @@ import masdsl
 from masdsl.config import ConfigError, resolve_config
 from masdsl.learner import workers
 from masdsl.plan.run_plan import resolve_run
-from masdsl.training.trainer import train
-from tests.support.toy import TOY_DIR, TOY_LORA, dense_reward, toy_text
+
+from tests.support.toy import TOY_DIR, TOY_LORA, dense_reward, toy_text, train_into
 from tests.support.workers import (RTOL, RTOL_TWO_STEPS, assert_close_weights, assert_same_records,
                                    kill_rank_1_after_step_1, records, shared_toy, weights, workers_config)
 
@@ -118,8 +118,8 @@ def shared_runs(tiny_model_dir, tmp_path_factory, local_ray):
     out = {}
     for n in (0, 2):
         cfg = workers_config(wf, tiny_model_dir, "train.steps=2", f"runtime.learner_workers={n}")
-        out[n] = train(resolve_run(wf, cfg),
-                       run_dir=root / f"w{n}", console=Console(file=printed, width=400) if n else None)
+        out[n] = train_into(resolve_run(wf, cfg),
+                            root / f"w{n}", console=Console(file=printed, width=400) if n else None)
     return out, printed.getvalue().splitlines()
 
 
@@ -160,7 +160,7 @@ def test_resume_with_workers_continues_from_the_checkpoint(shared_runs, tiny_mod
     run = tmp_path / "resumed"
     shutil.copytree(runs[2].run_dir, run)
     shutil.rmtree(run / "checkpoints" / "step_000002")
-    resumed = train(resolve_run(wf, workers_config(wf, tiny_model_dir, "train.steps=2", "runtime.learner_workers=2")), run_dir=run,
+    resumed = train_into(resolve_run(wf, workers_config(wf, tiny_model_dir, "train.steps=2", "runtime.learner_workers=2")), run,
                     resume=run)
     assert resumed.steps == 2
     assert_close_weights(weights(runs[0].checkpoints[-1], "shared"), weights(resumed.checkpoints[-1], "shared"),
@@ -179,9 +179,9 @@ def test_per_role_policies_update_concurrently(tiny_model_dir, tmp_path, local_r
 
     monkeypatch.setattr(workers.LearnerGroup, "collect", timed)
     extra = ("train.steps=2", "train.old_logprobs=trainer", "train.ppo_epochs=2")
-    base = train(resolve_run(wf, workers_config(wf, tiny_model_dir, *extra)), run_dir=tmp_path / "w0")
+    base = train_into(resolve_run(wf, workers_config(wf, tiny_model_dir, *extra)), tmp_path / "w0")
     t0 = time.time()
-    dist = train(resolve_run(wf, workers_config(wf, tiny_model_dir, *extra, "runtime.learner_workers=2")), run_dir=tmp_path / "w2")
+    dist = train_into(resolve_run(wf, workers_config(wf, tiny_model_dir, *extra, "runtime.learner_workers=2")), tmp_path / "w2")
     (s1, e1), (s2, e2) = intervals["namer_p"], intervals["copier_p"]
     assert t0 < s1 and max(s1, s2) < min(e1, e2), intervals  # the two groups' updates overlap in time
     # each engine sampled step 2 from its own policy's new weights: the records match the driver run's
@@ -214,9 +214,9 @@ def test_a_killed_worker_fails_the_step_and_resume_continues(shared_runs, tiny_m
             os.kill(int(pid), signal.SIGKILL)
 
     with pytest.raises(StepFailed, match="learner worker of policy `shared` failed") as failed:
-        train(resolve_run(wf, cfg), run_dir=tmp_path / "run", console=Console(file=printed, width=400), on_step=kill_rank_1)
+        train_into(resolve_run(wf, cfg), tmp_path / "run", console=Console(file=printed, width=400), on_step=kill_rank_1)
     assert failed.value.checkpoint.name == "step_000001"
-    resumed = train(resolve_run(wf, cfg), run_dir=tmp_path / "run", resume=tmp_path / "run")
+    resumed = train_into(resolve_run(wf, cfg), tmp_path / "run", resume=tmp_path / "run")
     assert resumed.steps == 2
     assert_close_weights(weights(runs[2].checkpoints[-1], "shared"), weights(resumed.checkpoints[-1], "shared"),
                          rtol=RTOL)
@@ -234,7 +234,7 @@ def test_a_group_with_a_killed_worker_is_restarted_and_the_step_redone(shared_ru
     runs, _ = shared_runs
     wf, printed = shared_toy(), io.StringIO()
     cfg = workers_config(wf, tiny_model_dir, "train.steps=2", "runtime.learner_workers=2", "runtime.learner_restarts=1")
-    done = train(resolve_run(wf, cfg), run_dir=tmp_path / "run", console=Console(file=printed, width=400),
+    done = train_into(resolve_run(wf, cfg), tmp_path / "run", console=Console(file=printed, width=400),
                  on_step=kill_rank_1_after_step_1(printed))
     assert done.steps == 2
     assert "restarting the group and redoing its update" in printed.getvalue()

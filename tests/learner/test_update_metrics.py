@@ -19,8 +19,8 @@ from masdsl.plan.run_plan import resolve_run
 from masdsl.runtime.episodes import EpisodeResult
 from masdsl.runtime.records import StepRecord
 from masdsl.training.metrics import role_metrics
-from masdsl.training.trainer import train
-from tests.support.toy import dense_toy, toy_config
+
+from tests.support.toy import dense_toy, toy_config, train_into
 from tests.support.updates import make_policy, rollout_rows
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
@@ -135,7 +135,7 @@ def test_a_training_step_with_kl_off_logs_entropy_kl_roles_and_phase_times(tiny_
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cfg = toy_config(wf, tiny_model_dir, "train.steps=1", "train.samples=4", "train.batch=5", "train.eval_tasks=2",
                  "train.kl_coef=0", "tracking.enabled=true", f"tracking.uri={uri}", "tracking.experiment=m")
-    result = train(resolve_run(wf, cfg), run_dir=tmp_path / "run")
+    result = train_into(resolve_run(wf, cfg), tmp_path / "run")
     h = result.history[-1]
     for p in ("namer_p", "copier_p"):
         assert math.isfinite(h[f"entropy/{p}"]) and h[f"entropy/{p}"] > 0

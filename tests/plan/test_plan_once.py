@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import json
 import sys
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import masdsl
 import masdsl.api  # noqa: F401  (imported before the wrapping, so it holds the original functions)
 import masdsl.commands.check  # noqa: F401  (the commands import the plan's functions at their top: as above)
 import masdsl.commands.eval  # noqa: F401
+import masdsl.commands.export  # noqa: F401
 import masdsl.commands.graph  # noqa: F401
 import masdsl.commands.run  # noqa: F401
 import masdsl.commands.warm_start  # noqa: F401
@@ -26,9 +28,11 @@ import masdsl.training.export  # noqa: F401
 import masdsl.training.trainer  # noqa: F401
 import masdsl.training.warm_start  # noqa: F401
 import masdsl.plan.run_plan as plan_module
+import masdsl.sweep.runner  # noqa: F401
 from masdsl.cli import main
-from masdsl.config import resolve_config, to_yaml
-from masdsl.plan.run_plan import resolve_rollout
+from masdsl.config import resolve_config
+from masdsl.errors import UserError
+from masdsl.plan.run_plan import RunPlan, resolve_rollout
 from tests.support.overrides import NO_TRACKING
 from tests.support.paths import ADDER_DIR, TOY_DIR
 
@@ -100,18 +104,20 @@ def test_resume_plans_once_and_records_the_configuration_it_continues_with(train
     assert "steps: 2" in (run_dir / "config.yaml").read_text()
 
 
-def test_eval_of_a_checkpoint_plans_the_command_once_and_the_checkpoint_once(trained, tmp_path):
+def test_eval_of_a_checkpoint_plans_the_command_and_the_checkpoint_once_each_in_its_light_half(trained, tmp_path):
     """`eval --checkpoint`: the command's plan, and the plan the checkpoint's own configuration
-    rebuilds its policies with (a different configuration: the record of the run); the exported
-    models go in with `RunPlan.with_models`, not by planning a third time."""
+    rebuilds its trained policies with (a different configuration: the record of the run), each
+    once, both in the light half (`prepare`); the exported models go in with
+    `RunPlan.with_policies(models=...)`, not by planning a third time. `export`: the checkpoint's
+    plan once, in its light half."""
     with Plans() as plans:
         assert main(["eval", str(TOY), "--checkpoint", str(trained[0]), "--tasks", "1", "runtime.engine=hf",
                      NO_TRACKING, f"runtime.runs_dir={tmp_path}", "--json"]) == 0
-    assert plans.calls == [("resolve_rollout", "masdsl.commands.eval.prepare"),
-                           ("resolve_rollout", "masdsl.training.export.checkpoint_plan")]
+    assert plans.calls == [("resolve_rollout", "masdsl.commands.eval.prepare")] * 2
     with Plans() as plans:
         assert main(["export", str(trained[0]), "--out", str(tmp_path / "out")]) == 0
-    assert plans.calls == [("resolve_rollout", "masdsl.training.export.checkpoint_plan")]
+    assert plans.calls == [("resolve_rollout", "masdsl.commands.export.prepare")]
+    assert (tmp_path / "out" / "shared" / "config.json").is_file()
 
 
 @pytest.mark.parametrize("argv, caller", [
@@ -127,10 +133,10 @@ def test_the_commands_that_only_plan_plan_once(argv, caller, capsys):
 
 @pytest.mark.parametrize("judge", [False, True])
 def test_the_final_export_of_a_run_derives_its_plan_from_the_runs_plan(trained, judge):
-    """What the trainer exports for `tracking.log_models` is rebuilt from the run's own plan,
-    narrowed as `checkpoint_plan` narrows the configuration saved in the checkpoint (to the
-    trained policies: a frozen judge is left out), not planned again."""
-    from masdsl.training.export import checkpoint_plan, narrowed
+    """What the trainer exports for `tracking.log_models` is derived from the run's own plan
+    (`with_policies`: the trained policies, on the CPU), as the light halves plan the
+    configuration saved in the checkpoint (a frozen judge is left out), not planned again."""
+    from masdsl.training.checkpoint_folder import checkpoint_config, trained_of
 
     run_dir, _ = trained
     text = TOY.read_text()
@@ -142,12 +148,13 @@ def test_the_final_export_of_a_run_derives_its_plan_from_the_runs_plan(trained, 
     assert len(wf.policies) == (2 if judge else 1)
     run_plan = resolve_rollout(wf, resolve_config(None, run_dir / "config.yaml"))
     with Plans() as plans:
-        derived = narrowed(run_plan, checkpoint)
+        derived = run_plan.with_policies(trained_of(wf, checkpoint), device="cpu")
     assert plans.calls == []
-    planned = checkpoint_plan(wf, checkpoint)
-    assert derived == planned and to_yaml(derived.config) == to_yaml(planned.config)
+    planned = resolve_rollout(wf, checkpoint_config(checkpoint)).with_policies(trained_of(wf, checkpoint))
+    assert derived == planned and derived.record() == planned.record()
     assert derived.placement.lines() == planned.placement.lines() and derived.runtime.device == "cpu"
     assert list(derived.workflow.policies) == list(planned.workflow.policies) == ["shared"]
+    assert list(derived.policy_overrides) == list(planned.policy_overrides) == ["shared"]
 
 
 def test_eval_plans_once(tmp_path):
@@ -164,12 +171,16 @@ def test_the_api_plans_once_per_call(tiny_model_dir, tmp_path):
                               run_dir=tmp_path / "run")
     assert plans.calls == [("resolve_run", "masdsl.api.train")]
     assert (tmp_path / "run" / "workflow.mas").is_file() and result.steps == 1
+    assert json.loads((tmp_path / "run" / "summary.json").read_text()) == result.summary()  # the trainer's RunDir wrote it
     with Plans() as plans:
         masdsl.evaluate(TOY, _run_args(tiny_model_dir, tmp_path / "runs"), tasks=1)
     assert plans.calls == [("resolve_rollout", "masdsl.api.evaluate")]
     with Plans() as plans:
         masdsl.rollout(TOY, _run_args(tiny_model_dir, tmp_path / "runs"), tasks=1)
     assert plans.calls == [("resolve_rollout", "masdsl.api.rollout")]
+    with Plans() as plans:  # a checkpoint's trained policies: its own plan, once, beside the evaluation's
+        masdsl.evaluate(TOY, _run_args(tiny_model_dir, tmp_path / "runs"), tasks=1, checkpoint=tmp_path / "run")
+    assert plans.calls == [("resolve_rollout", "masdsl.api.evaluate")] * 2
 
 
 def test_warm_start_plans_once(tiny_model_dir, tmp_path):
@@ -180,37 +191,82 @@ def test_warm_start_plans_once(tiny_model_dir, tmp_path):
     assert plans.calls == [("resolve_rollout", "masdsl.commands.warm_start.main")]
 
 
-def test_a_sweep_plans_each_trial_once_before_any_starts_and_each_trial_once_in_its_worker(tiny_model_dir, tmp_path,
-                                                                                           monkeypatch):
-    """The driver plans every trial before any starts; each trial's worker, a process of its own
-    that loads the workflow again, plans its trial once. Here the trials run in this process
-    through the worker's own `run_trial`, one after the other, instead of as Ray tasks."""
+def _trials_in_this_process(monkeypatch, edit=None):
+    """Run a sweep's trials in this process, one after the other, through the worker's own
+    `run_trial` and with each plan pickled as a Ray task's argument is (it leaves its workflow
+    behind); `edit(file)` runs first (the file changing between the driver's plan and a trial)."""
+    import pickle
+
     from masdsl.sweep import runner as sweep_runner
 
-    def in_this_process(file, configs, remaining, folder, extra, plan, cpus, gpus, say):
-        for trial in remaining:
-            yield trial, sweep_runner.run_trial(file, configs, trial, [*trial.overrides, *extra],
-                                                str(folder / "trials" / trial.folder))
+    def in_this_process(file, meant, remaining, folder, plan, cpus, gpus, say):
+        if edit is not None:
+            edit(file)
+        for trial, trial_plan in remaining:
+            sent = pickle.loads(pickle.dumps(trial_plan))
+            assert sent.workflow is None
+            yield trial, sweep_runner.run_trial(file, sent, meant, trial, str(folder / "trials" / trial.folder))
 
     monkeypatch.setattr(sweep_runner, "_run_on_ray", in_this_process)
+    return sweep_runner
+
+
+def test_a_sweep_plans_each_trial_once_and_its_worker_runs_that_plan(tiny_model_dir, tmp_path, monkeypatch):
+    """The driver plans every trial before any starts; each trial's worker, a process of its own
+    that loads the workflow again, runs the plan it was sent: one plan per trial in all."""
+    sweep_runner = _trials_in_this_process(monkeypatch)
     with Plans() as plans:
         result = sweep_runner.run_sweep(str(TOY), ["train.lr=1e-5,3e-5", *_run_args(tiny_model_dir, tmp_path / "runs"),
                                                    "train.steps=1"], [0], out=tmp_path / "sweep", say=lambda line: None)
     assert len(result.rows) == 2 and result.ran == [row["id"] for row in result.rows]
-    assert plans.calls == [("resolve_run", "masdsl.sweep.runner.run_sweep")] * 2 \
-        + [("resolve_run", "masdsl.sweep.runner.run_trial")] * 2
+    assert plans.calls == [("resolve_run", "masdsl.sweep.runner.run_sweep")] * 2
+    saved = sorted((tmp_path / "sweep" / "trials").glob("*/config.yaml"))
+    assert len(saved) == 2 and ["lr: 1.0e-05" in p.read_text() for p in saved].count(True) == 1
 
 
-def test_with_models_is_the_plan_of_the_config_with_those_models():
-    """`RunPlan.with_models` derives what planning `policy.NAME.model=FOLDER` again gives."""
+def test_a_sweep_trial_refuses_a_workflow_changed_since_it_was_planned(tiny_model_dir, tmp_path, monkeypatch):
+    copy = tmp_path / "toy_digits.mas"
+    copy.write_text(TOY.read_text())
+    for name in ("toy_env.py", "toy_data"):
+        src = TOY_DIR / name
+        if src.exists():
+            (tmp_path / name).symlink_to(src)
+
+    def edit(file):
+        Path(file).write_text(Path(file).read_text().replace("max_tokens: 1", "max_tokens: 2"))
+
+    sweep_runner = _trials_in_this_process(monkeypatch, edit)
+    with pytest.raises(UserError, match=r"changed after the sweep planned trial .*\n  - .*max_tokens"):
+        sweep_runner.run_sweep(str(copy), ["train.lr=1e-5,3e-5", *_run_args(tiny_model_dir, tmp_path / "runs"),
+                                           "train.steps=1"], [0], out=tmp_path / "sweep", say=lambda line: None)
+
+
+def test_with_policies_is_the_plan_of_the_config_with_those_models_and_policies():
+    """`RunPlan.with_policies` derives what planning `policy.NAME.model=FOLDER` (and the
+    configuration narrowed to some policies) again gives: plan and record."""
     wf = masdsl.load(TOY)
     base = ["runtime.engine=hf", "sample.*.max_tokens=3"]
-    derived = resolve_rollout(wf, resolve_config(wf.train, overrides=base)).with_models({"shared": "/models/trained"})
+    derived = resolve_rollout(wf, resolve_config(wf.train, overrides=base)).with_policies(models={"shared": "/models/trained"})
     again = resolve_rollout(wf, resolve_config(wf.train, overrides=[*base, "policy.shared.model=/models/trained"]))
     assert derived == again and derived.workflow is wf
     assert derived.placement.lines() == again.placement.lines()
-    assert to_yaml(derived.config) == to_yaml(again.config)
+    assert derived.record() == again.record()
     assert [f.name for f in dataclasses.fields(derived)] == [f.name for f in dataclasses.fields(again)]
+
+
+def test_the_plan_has_no_config_and_its_record_loads_back_into_the_same_plan(tmp_path):
+    """`RunPlan` holds its sections itself (no `Config` inside, no `config` attribute); its record
+    is the run folder's `config.yaml` as before: loaded back (`--resume`, `export`, `eval
+    --checkpoint`), it plans the same run, and records the same text again."""
+    wf = masdsl.load(TOY)
+    overrides = ["runtime.engine=hf", "sample.*.max_tokens=3", "policy.shared.lr=2e-5", "train.steps=7", NO_TRACKING]
+    plan = resolve_rollout(wf, resolve_config(wf.train, overrides=overrides))
+    assert "config" not in {f.name for f in dataclasses.fields(RunPlan)} and not hasattr(plan, "config")
+    (tmp_path / "config.yaml").write_text(plan.record().yaml)
+    again = resolve_rollout(wf, resolve_config(None, tmp_path / "config.yaml"))
+    assert again == plan and again.record() == plan.record()
+    assert again.policies["shared"].lr == 2e-5 and again.samples["namer"].max_tokens == 3 and again.train.steps == 7
+    assert again.record().params["policy.shared.lr"] == 2e-5 and not again.tracking.enabled
 
 
 def test_a_plan_sent_to_a_ray_actor_loads_there_without_its_workflow(tmp_path):
@@ -237,13 +293,8 @@ TAKES_A_CONFIG = {
     "config.py": "*", "config_overrides.py": "*", "config_file.py": "*", "config_aliases.py": "*",
     # the planner: the one arrow from a Config to a RunPlan
     "plan/run_plan.py": "*",
-    # the record of a run: MLflow logs the configuration as the run's parameters
-    "tracking/__init__.py": {"validate", "start_run"}, "tracking/tracker.py": {"__init__"},
-    "tracking/lineage.py": {"parent_tags"},
     # the sandbox's one converter to Limits takes a `sandbox` block in any of its forms
     "sandbox/limits.py": {"_values", "limits_from_config"},
-    # narrows a checkpoint's saved configuration to its trained policies before it is planned
-    "training/export.py": {"_only"},
 }
 
 
@@ -290,24 +341,27 @@ def test_no_function_takes_a_workflow_beside_its_plan():
     assert found == allowed, "read `plan.workflow` instead of taking both"
 
 
-# Where a plan's `Config` is read: only to save it (the run folder, a checkpoint, MLflow) or to derive a plan.
-READS_PLAN_CONFIG = {
+# Where a plan's record is taken: only to save it (the run folder, a checkpoint, MLflow).
+TAKES_THE_RECORD = {
     "runtime/rundir.py": "RunDir.open writes config.yaml",
     "training/session.py": "TrainSession.save_checkpoint writes the checkpoint's config.yaml",
     "training/trainer.py": "start_run logs it to MLflow",
     "training/evaluation.py": "start_run logs it to MLflow",
-    "training/export.py": "narrowed derives the export's plan from it",
 }
 
 
-def test_the_plan_keeps_its_config_only_as_the_record():
-    readers = []
+def test_the_plan_is_read_by_its_sections_and_its_record_only_saved():
+    readers, takers = [], []
     for path in sorted(ROOT.rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Attribute) and node.attr == "config" and ast.unparse(node.value).endswith("plan"):
-                readers.append(rel)
-    assert sorted(set(readers)) == sorted(READS_PLAN_CONFIG), "read the plan's sections (plan.train, plan.runtime, ...)"
+            if isinstance(node, ast.Attribute) and ast.unparse(node.value).endswith("plan"):
+                if node.attr == "config":
+                    readers.append(rel)
+                if node.attr == "record":
+                    takers.append(rel)
+    assert readers == [], "read the plan's sections (plan.train, plan.runtime, ...)"
+    assert sorted(set(takers)) == sorted(TAKES_THE_RECORD), "the record is what is saved, not what runs"
 
 
 def test_one_owner_writes_the_record_and_the_checkpoint_call_is_written_once():

@@ -183,7 +183,7 @@ def test_sleep_mode_frees_gpu_memory_and_wakes_with_the_same_weights(tiny_model_
 @pytest.mark.slow
 def test_training_with_sleep_mode_sleeps_around_each_update(tiny_model_dir, tmp_path, monkeypatch):
     from masdsl.runtime.backends.vllm import VLLMEngine
-    from masdsl.training.trainer import train
+    from tests.support.toy import train_into
 
     calls: list[str] = []
     real_sleep, real_wake = VLLMEngine.sleep, VLLMEngine.wake_up
@@ -193,7 +193,7 @@ def test_training_with_sleep_mode_sleeps_around_each_update(tiny_model_dir, tmp_
     cfg = resolve_config(wf.train, None, ["runtime.engine=vllm", "runtime.device=cuda", "runtime.vllm_sleep_mode=true",
                                           f"policy.shared.model={tiny_model_dir}", NO_TRACKING,
                                           "train.steps=2", "runtime.vllm_gpu_memory_utilization=0.2"])
-    run = train(resolve_run(wf, cfg), run_dir=tmp_path / "run")
+    run = train_into(resolve_run(wf, cfg), tmp_path / "run")
     assert run.steps == 2 and calls == ["sleep", "wake"] * 2
 
 

@@ -12,7 +12,7 @@ import masdsl
 from masdsl.config import resolve_config
 from masdsl.learner.learners import LocalLearner, open_learners
 from masdsl.learner.policies import load_policies
-from masdsl.plan.placement import EnginePlan, LearnerPlan, Placement, evaluation_engines
+from masdsl.plan.placement import EnginePlan, LearnerPlan, placed
 from masdsl.plan.run_plan import resolve_run
 from masdsl.runtime.backends.hf import HFEngine
 from masdsl.runtime.engine_factory import build_engines, close_engines
@@ -24,7 +24,7 @@ TOY = TOY_DIR
 def plan_with(placement_change, *overrides, model_dir):
     wf = masdsl.load(TOY / "toy_digits_lora.mas")
     plan = resolve_run(wf, resolve_config(wf.train, overrides=[f"policy.*.model={model_dir}", *overrides]))
-    return dataclasses.replace(plan, placement=Placement(tuple(placement_change(p) for p in plan.placement.policies)))
+    return dataclasses.replace(plan, placement=placed([placement_change(p) for p in plan.placement.policies], plan.runtime))
 
 
 def test_the_factory_builds_the_engine_the_plan_names_not_the_one_the_settings_would(tiny_model_dir):
@@ -49,7 +49,7 @@ def test_evaluation_engines_are_the_placements_too(tiny_model_dir):
     vllm is never started."""
     hf = EnginePlan("hf", False, note="", source="learner_object")
     plan = plan_with(lambda p: dataclasses.replace(p, engine=hf), "runtime.engine=vllm", model_dir=tiny_model_dir)
-    assert [(e.kind, e.source) for e in evaluation_engines(plan.placement, plan.runtime).values()] == [("hf", "name")]
+    assert [(e.kind, e.source) for e in plan.placement.evaluation.values()] == [("hf", "name")]
     engines = build_engines(plan)
     try:
         assert set(engines) == {"namer_p", "copier_p"} and engines["namer_p"] is engines["copier_p"]
@@ -97,10 +97,10 @@ def test_auto_is_decided_into_the_plan():
     wf = masdsl.load(TOY / "toy_digits_lora.mas")
     plan = resolve_run(wf, resolve_config(wf.train, overrides=["runtime.engine=auto", "runtime.lora_sync=merged"]))
     assert {p.engine.source for p in plan.placement.policies} == {"auto"}  # the dry run does not probe vLLM
-    on_vllm, on_hf = plan.with_engines_resolved(True), plan.with_engines_resolved(False)
-    assert {(p.engine.kind, p.engine.source) for p in on_vllm.placement.policies} == {("vllm", "merged")}
-    assert {(p.engine.kind, p.engine.source) for p in on_hf.placement.policies} == {("hf", "merged")}
-    assert on_hf.placement.of("namer_p").trainable and on_hf.placement.of("namer_p").lora.r == 4
+    on_vllm, on_hf = plan.placement.auto["vllm"], plan.placement.auto["hf"]  # placed for either; the factory picks
+    assert {(p.engine.kind, p.engine.source) for p in on_vllm.policies} == {("vllm", "merged")}
+    assert {(p.engine.kind, p.engine.source) for p in on_hf.policies} == {("hf", "merged")}
+    assert on_hf.of("namer_p").trainable and on_hf.of("namer_p").lora.r == 4 and not on_hf.auto
 
 
 def _callers_of(name: str) -> dict[str, set[str]]:
@@ -118,20 +118,20 @@ def _callers_of(name: str) -> dict[str, set[str]]:
 
 def test_auto_is_decided_once_by_one_rule(tiny_model_dir, monkeypatch, capsys):
     """`runtime.engine=auto` is decided by `backends.auto_kind` alone: a training plan's placement
-    (`engine_factory.resolved`) and an engine built from a model's name follow it, and nothing
+    (`engine_factory.placement_of`) and an engine built from a model's name follow it, and nothing
     else asks whether vLLM is usable (`start_auto` only for the warning's reason; `vllm_engine`
     to refuse `runtime.engine=vllm` on a machine without it)."""
     from masdsl.runtime import backends
-    from masdsl.runtime.engine_factory import resolved
+    from masdsl.runtime.engine_factory import placement_of
 
     assert _callers_of("vllm_available") == {"runtime/backends/__init__.py": {"auto_kind", "start_auto", "vllm_engine"}}
     assert _callers_of("auto_kind") == {"runtime/backends/__init__.py": {"auto_engine"},
-                                        "runtime/engine_factory.py": {"resolved"}}
+                                        "runtime/engine_factory.py": {"placement_of"}}
     monkeypatch.setenv("MASDSL_NO_VLLM", "1")
     monkeypatch.setattr(backends, "_vllm_status", None)  # the probe's answer is cached per process
     assert backends.auto_kind() == "hf"
     plan = plan_with(lambda p: p, "runtime.engine=auto", model_dir=tiny_model_dir)
-    assert {p.engine.kind for p in resolved(plan).placement.policies} == {"hf"}
+    assert {p.engine.kind for p in placement_of(plan).policies} == {"hf"}
     engine = backends.build_engine("auto", tiny_model_dir)
     assert isinstance(engine, HFEngine)
     assert "vllm not usable (MASDSL_NO_VLLM is set); using hf" in capsys.readouterr().err
@@ -142,7 +142,6 @@ def test_the_learner_layout_is_the_plans(tiny_model_dir):
     learner it is (no Ray worker starts)."""
     driver = LearnerPlan("driver", device="cpu")
     plan = plan_with(lambda p: dataclasses.replace(p, learner=driver), "runtime.engine=hf", model_dir=tiny_model_dir)
-    plan = dataclasses.replace(plan, config=dataclasses.replace(
-        plan.config, runtime=dataclasses.replace(plan.config.runtime, learner_workers=2)))
+    plan = dataclasses.replace(plan, runtime=dataclasses.replace(plan.runtime, learner_workers=2))
     learners = open_learners(load_policies(plan), plan, print)
     assert set(learners) == {"namer_p", "copier_p"} and all(isinstance(x, LocalLearner) for x in learners.values())

@@ -130,7 +130,7 @@ def test_training_with_two_replicas_syncs_new_weights_into_both(local_ray, tiny_
     from masdsl.models.load import load_model
     from masdsl.training import session
     from masdsl.training.checkpoint import policy_weights
-    from masdsl.training.trainer import train
+    from tests.support.toy import train_into
 
     log = tmp_path / "served.log"
     build, _ = logged_factory(str(tiny_model_dir), str(log))
@@ -151,7 +151,7 @@ def test_training_with_two_replicas_syncs_new_weights_into_both(local_ray, tiny_
         seen["replicas"] = [r.generate(probe) for r in engine.replicas]
         seen["served"] = list(engine.served)
 
-    run = train(resolve_run(wf, cfg), run_dir=tmp_path / "run", on_step=after_step)
+    run = train_into(resolve_run(wf, cfg), tmp_path / "run", on_step=after_step)
     assert run.steps == 1 and min(seen["served"]) > 0
     trained = policy_weights(tmp_path / "run" / "checkpoints" / "step_000001", "shared")
 

@@ -54,12 +54,20 @@ def toy_config(wf, model_dir, *extra: str):
     return resolve_config(wf.train, overrides=[*tiny_hf(model_dir, wf.policies), *extra])
 
 
+def train_into(plan, folder, **kw):
+    """`train(plan, RunDir.open(plan, folder), **kw)`: a test's run in a folder of its own (or,
+    with `resume=`, continued in it); the trainer takes a `RunDir` only."""
+    from masdsl.runtime.rundir import RunDir
+    from masdsl.training.trainer import train  # torch and the trainer only for the tests that train
+
+    return train(plan, RunDir.open(plan, folder), **kw)
+
+
 def run_short(wf, model_dir, run_dir, *extra: str, **kw):
     """`train` a `SHORT` run of `wf` (then `extra`) into `run_dir`; `kw` go to `train`."""
     from masdsl.plan.run_plan import resolve_run
-    from masdsl.training.trainer import train  # torch and the trainer only for the tests that train
 
-    return train(resolve_run(wf, toy_config(wf, model_dir, *SHORT, *extra)), run_dir=run_dir, **kw)
+    return train_into(resolve_run(wf, toy_config(wf, model_dir, *SHORT, *extra)), run_dir, **kw)
 
 
 def records_without_timings(run_dir: Path) -> list:

@@ -7,7 +7,7 @@ which sorts before every lowercase prefix, and says so in the run's description.
 
 from __future__ import annotations
 
-from masdsl.config import resolve_config
+from masdsl.config import RunRecord, resolve_config
 from masdsl.tracking import lineage, start_run
 from tests.support.tracking import unique
 
@@ -34,7 +34,7 @@ def test_a_tracked_run_logs_them_and_its_description_points_at_them(mlflow_serve
     from mlflow.tracking import MlflowClient
 
     wf = make_workflow(unique("key"))
-    tracker = start_run(wf, resolve_config(overrides=[f"tracking.uri={mlflow_server.uri}"]), kind="run",
+    tracker = start_run(wf, RunRecord.of(resolve_config(overrides=[f"tracking.uri={mlflow_server.uri}"])), kind="run",
                         run_dir=tmp_path / "run")
     for step in (1, 2):
         tracker.log_metrics({**STEP, "success/train": step / 4}, step=step)

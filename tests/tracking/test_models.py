@@ -7,7 +7,7 @@ import threading
 import time
 from pathlib import Path
 
-from masdsl.config import resolve_config
+from masdsl.config import RunRecord, resolve_config
 from masdsl.tracking import start_run
 
 from tests.support.tracking import children, unique
@@ -21,7 +21,7 @@ def test_log_models_logs_each_policy_in_its_child_run_and_registers_it(mlflow_se
 
     wf = make_workflow(unique("models"))
     cfg = resolve_config(overrides=[f"tracking.uri={mlflow_server.uri}", "tracking.register=true"])
-    tracker = start_run(wf, cfg, kind="run", run_dir=tmp_path / "run")
+    tracker = start_run(wf, RunRecord.of(cfg), kind="run", run_dir=tmp_path / "run")
     assert tracker.wants_models
     tracker.log_models({"writer": tiny_model_dir, "checker": tiny_model_dir, "nobody": tiny_model_dir,
                         }, step=3)
@@ -74,7 +74,7 @@ def test_log_models_without_register_logs_only(make_workflow, tiny_model_dir, tm
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     wf = make_workflow(unique("noreg"))
-    tracker = start_run(wf, resolve_config(overrides=[f"tracking.uri={uri}", "tracking.log_models=true"]),
+    tracker = start_run(wf, RunRecord.of(resolve_config(overrides=[f"tracking.uri={uri}", "tracking.log_models=true"])),
                         kind="run", run_dir=tmp_path / "run")
     assert tracker.wants_models
     tracker.log_models({"checker": tiny_model_dir})
@@ -84,7 +84,7 @@ def test_log_models_without_register_logs_only(make_workflow, tiny_model_dir, tm
     assert len(client.get_run(kids["checker"].info.run_id).outputs.model_outputs) == 1
     assert not client.get_run(kids["writer"].info.run_id).outputs.model_outputs
     assert not client.search_registered_models()
-    off = start_run(wf, resolve_config(overrides=[f"tracking.uri={uri}"]), kind="run", run_dir=tmp_path / "r2")
+    off = start_run(wf, RunRecord.of(resolve_config(overrides=[f"tracking.uri={uri}"])), kind="run", run_dir=tmp_path / "r2")
     assert not off.wants_models  # the default: nothing exported, nothing logged
     off.finish()
 
@@ -100,7 +100,7 @@ def test_system_metrics_are_logged_on_training_runs_and_stopped_by_finish(mlflow
     monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.5")
     wf = make_workflow(unique("system"))
     uri = [f"tracking.uri={mlflow_server.uri}"]
-    tracker = start_run(wf, resolve_config(overrides=uri), kind="run", run_dir=tmp_path / "run")
+    tracker = start_run(wf, RunRecord.of(resolve_config(overrides=uri)), kind="run", run_dir=tmp_path / "run")
     assert tracker.monitor is not None and len(monitor_threads()) == 1
     deadline = time.monotonic() + 60
     client = MlflowClient(mlflow_server.uri)
@@ -113,8 +113,8 @@ def test_system_metrics_are_logged_on_training_runs_and_stopped_by_finish(mlflow
     assert {"system/cpu_utilization_percentage", "system/system_memory_usage_megabytes"} <= set(metrics)
     assert 0.0 <= metrics["system/cpu_utilization_percentage"] <= 100.0 * 64
 
-    evaluation = start_run(wf, resolve_config(overrides=uri), kind="eval", run_dir=tmp_path / "eval")
-    off = start_run(wf, resolve_config(overrides=[*uri, "tracking.system_metrics=false"]), kind="run",
+    evaluation = start_run(wf, RunRecord.of(resolve_config(overrides=uri)), kind="eval", run_dir=tmp_path / "eval")
+    off = start_run(wf, RunRecord.of(resolve_config(overrides=[*uri, "tracking.system_metrics=false"])), kind="run",
                     run_dir=tmp_path / "off")
     assert evaluation.monitor is None and off.monitor is None and monitor_threads() == []
     evaluation.finish()

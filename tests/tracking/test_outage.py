@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from masdsl.config import flatten, resolve_config
+from masdsl.config import RunRecord, flatten, resolve_config
 from masdsl.tracking import start_run
 from masdsl.tracking.resend import main as resend_main
 
@@ -21,7 +21,7 @@ def test_run_with_the_server_away_from_start_to_end_is_created_by_resend(make_wo
     wf = make_workflow(unique("away"))
     cfg = resolve_config(overrides=[f"tracking.uri={server.uri}", "tracking.register=true"])
     run_dir = tmp_path / "run"
-    tracker = start_run(wf, cfg, kind="run", run_dir=run_dir)
+    tracker = start_run(wf, RunRecord.of(cfg), kind="run", run_dir=run_dir)
     for step in range(3):
         tracker.log_metrics(step_metrics(step), step=step)
     tracker.log_text("## episode 0\ncoder: print(1)\n", "traces/eval_step000002.md")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from masdsl.config import flatten, resolve_config, to_yaml
+from masdsl.config import RunRecord, flatten, resolve_config, to_yaml
 from masdsl.errors import UserError
 from masdsl.tracking import NullTracker, Tracker, TrackingError, start_run
 from tests.support.overrides import NO_TRACKING
@@ -28,7 +28,7 @@ def test_run_records_parent_children_params_tags_metrics_artifacts(mlflow_server
     wf = make_workflow(unique("wf"))
     cfg = resolve_config(train_block={"samples": 2, "grouping": "agent"},
                          overrides=[f"tracking.uri={mlflow_server.uri}"])
-    tracker = start_run(wf, cfg, kind="run", run_dir=tmp_path / "run")
+    tracker = start_run(wf, RunRecord.of(cfg), kind="run", run_dir=tmp_path / "run")
     assert isinstance(tracker, Tracker) and tracker.run_id
     for step in range(3):
         tracker.log_metrics(step_metrics(step), step=step)
@@ -103,7 +103,7 @@ def test_server_outage_mid_run_buffers_and_flushes(mlflow_server, make_workflow,
 
     wf = make_workflow(unique("outage"))
     cfg = resolve_config(overrides=[f"tracking.uri={mlflow_server.uri}"])
-    tracker = start_run(wf, cfg, kind="run", run_dir=tmp_path / "run")
+    tracker = start_run(wf, RunRecord.of(cfg), kind="run", run_dir=tmp_path / "run")
     tracker.outbox.retry_every_s = 0.5  # retry sooner than the default so the test is short
     tracker.log_metrics(step_metrics(0), step=0)
     mlflow_server.stop()
@@ -160,7 +160,7 @@ def test_run_ending_during_an_outage_is_completed_by_resend(mlflow_server, make_
 
     wf = make_workflow(unique("resend"))
     run_dir = tmp_path / "run"
-    tracker = start_run(wf, resolve_config(overrides=[f"tracking.uri={mlflow_server.uri}"]), kind="run",
+    tracker = start_run(wf, RunRecord.of(resolve_config(overrides=[f"tracking.uri={mlflow_server.uri}"])), kind="run",
                         run_dir=run_dir)
     tracker.log_metrics(step_metrics(0), step=0)
     mlflow_server.stop()
@@ -195,7 +195,7 @@ def test_unreachable_from_the_start_never_raises(make_workflow, tmp_path, capsys
     wf = make_workflow(unique("down"))
     cfg = resolve_config(overrides=[f"tracking.uri=http://127.0.0.1:{port}"])
     t0 = time.monotonic()
-    tracker = start_run(wf, cfg, kind="eval", run_dir=tmp_path / "run")
+    tracker = start_run(wf, RunRecord.of(cfg), kind="eval", run_dir=tmp_path / "run")
     for step in range(5):
         tracker.log_metrics(step_metrics(step), step=step)
     tracker.log_text("t", "transcripts/x.md")
@@ -218,7 +218,7 @@ def test_default_store_is_sqlite_in_the_working_directory(make_workflow, tmp_pat
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(tmp_path)
     wf = make_workflow(unique("local"))
-    with start_run(wf, resolve_config(), kind="eval", run_dir=Path("runs/e1")) as tracker:
+    with start_run(wf, RunRecord.of(resolve_config()), kind="eval", run_dir=Path("runs/e1")) as tracker:
         tracker.log_metrics({"success/eval": 0.75, "reward/coder/turn0": 1.0}, step=0)
     db = tmp_path / "mlflow.db"
     assert db.exists()
@@ -236,7 +236,7 @@ def test_failed_run_is_marked_failed(mlflow_server, make_workflow, tmp_path):
     uri = mlflow_server.uri
     cfg = resolve_config(overrides=[f"tracking.uri={uri}", "tracking.experiment=custom_name"])
     with pytest.raises(RuntimeError):
-        with start_run(make_workflow(unique("fail")), cfg, kind="run", run_dir=tmp_path / "r") as tracker:
+        with start_run(make_workflow(unique("fail")), RunRecord.of(cfg), kind="run", run_dir=tmp_path / "r") as tracker:
             raise RuntimeError("training crashed")
     client = MlflowClient(uri)
     run = client.get_run(tracker.run_id)
@@ -255,14 +255,14 @@ def test_log_weights_stores_each_policy_of_the_checkpoint_it_is_given(make_workf
     ckpt = tmp_path / "somewhere" / "step_000002"
     (ckpt / "policies").mkdir(parents=True)
     (ckpt / "policies" / "writer.safetensors").write_bytes(b"weights of writer")
-    tracker = start_run(make_workflow(unique("weights")), cfg, kind="run", run_dir=tmp_path / "r")
+    tracker = start_run(make_workflow(unique("weights")), RunRecord.of(cfg), kind="run", run_dir=tmp_path / "r")
     tracker.finish(checkpoint=ckpt)
     client = MlflowClient(uri)
     kids = children(client, client.get_run(tracker.run_id))
     assert artifact_paths(client, kids["writer"].info.run_id) == {"weights/writer.safetensors"}
     assert artifact_paths(client, kids["checker"].info.run_id) == set()
 
-    bare = start_run(make_workflow(unique("weights")), cfg, kind="run", run_dir=tmp_path / "r2")
+    bare = start_run(make_workflow(unique("weights")), RunRecord.of(cfg), kind="run", run_dir=tmp_path / "r2")
     bare.finish()
     assert f"tracking.log_weights: no complete checkpoint in {tmp_path / 'r2'}" in capsys.readouterr().err
     assert all(not artifact_paths(client, k.info.run_id)
@@ -270,10 +270,10 @@ def test_log_weights_stores_each_policy_of_the_checkpoint_it_is_given(make_workf
 
 
 def test_disabled_and_bad_uri(make_workflow, tmp_path):
-    off = start_run(make_workflow("w"), resolve_config(overrides=[NO_TRACKING]),
+    off = start_run(make_workflow("w"), RunRecord.of(resolve_config(overrides=[NO_TRACKING])),
                     kind="run", run_dir=tmp_path)
     assert isinstance(off, NullTracker) and off.run_id is None
     with pytest.raises(TrackingError) as err:
-        start_run(make_workflow("w"), resolve_config(overrides=["tracking.uri=htp://x:1"]),
+        start_run(make_workflow("w"), RunRecord.of(resolve_config(overrides=["tracking.uri=htp://x:1"])),
                   kind="run", run_dir=tmp_path)
     assert isinstance(err.value, UserError) and "unknown scheme `htp`" in str(err.value)

@@ -17,8 +17,8 @@ from masdsl.learner.logprobs import sequence_logprobs
 from masdsl.models.load import load_model
 from masdsl.plan.run_plan import RunPlanError, resolve_run
 from masdsl.training import checkpoint
-from masdsl.training.trainer import train
-from tests.support.toy import SHORT, dense_toy, records_without_timings, run_short, toy, toy_config
+
+from tests.support.toy import SHORT, dense_toy, records_without_timings, run_short, toy, toy_config, train_into
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
 
@@ -68,7 +68,7 @@ def test_async_is_deterministic(tiny_model_dir, tmp_path):
 def _train_reward(wf, model_dir, run_dir, *extra):
     """The mean train reward (both roles) of the first two and of the last two of 12 steps."""
     cfg = toy_config(wf, model_dir, *SHORT, "train.steps=12", "train.lr=0.002", "train.checkpoint_every=0", *extra)
-    h = train(resolve_run(wf, cfg), run_dir=run_dir).history
+    h = train_into(resolve_run(wf, cfg), run_dir).history
     mean = [(x["reward/namer/turn0/mean"] + x["reward/copier/turn0/mean"]) / 2 for x in h]
     print(run_dir.name, "train reward by step:", [round(m, 2) for m in mean])
     return sum(mean[:2]) / 2, sum(mean[-2:]) / 2
@@ -120,7 +120,7 @@ def test_resume_is_refused_with_how_to_continue(tiny_model_dir, tmp_path):
     wf = toy()
     plan = resolve_run(wf, toy_config(wf, tiny_model_dir, ASYNC))
     with pytest.raises(ConfigError) as err:
-        train(plan, run_dir=tmp_path / "r", resume=tmp_path / "r")
+        train_into(plan, tmp_path / "r", resume=tmp_path / "r")
     assert str(err.value) == RESUME_REFUSED and "train.async_rollout=0" in str(err.value)
 
 

@@ -10,9 +10,9 @@ import masdsl
 from masdsl.config import resolve_config
 from masdsl.plan.run_plan import resolve_run
 from masdsl.runtime.records import read_records
-from masdsl.training.trainer import train
+
 from tests.support.overrides import NO_TRACKING
-from tests.support.toy import TOY, TOY_DIR
+from tests.support.toy import TOY, TOY_DIR, train_into
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
 BASE = ("train.steps=1", "train.samples=4", "train.batch=5", "train.eval_every=0", "train.lr=0.01",
@@ -31,7 +31,7 @@ def toy(reward: str):
 
 def run(wf, model_dir, tmp_path, *extra):
     cfg = resolve_config(wf.train, overrides=[*BASE, *(f"policy.{p}.model={model_dir}" for p in wf.policies), *extra])
-    result = train(resolve_run(wf, cfg), run_dir=tmp_path / "run")
+    result = train_into(resolve_run(wf, cfg), tmp_path / "run")
     return result.history[-1], list(read_records(tmp_path / "run" / "records.jsonl"))
 
 

@@ -14,9 +14,9 @@ from masdsl.config import resolve_config
 from masdsl.envs.env_server import make_server
 from masdsl.lang.imports import import_file
 from masdsl.plan.run_plan import resolve_run
-from masdsl.training.trainer import train
+
 from tests.support.overrides import tiny_hf
-from tests.support.toy import TOY, TOY_DIR
+from tests.support.toy import TOY, TOY_DIR, train_into
 
 PENALTY = -2.0
 
@@ -60,7 +60,7 @@ def test_a_run_survives_its_env_server_dying_and_counts_the_lost_episodes(tiny_m
     overrides = [*tiny_hf(tiny_model_dir), "train.steps=2",
                  "train.samples=2", "train.batch=3", "train.eval_tasks=2", "train.eval_every=0"]
     try:
-        result = train(resolve_run(wf, resolve_config(wf.train, overrides=overrides)), run_dir=tmp_path / "run")
+        result = train_into(resolve_run(wf, resolve_config(wf.train, overrides=overrides)), tmp_path / "run")
     finally:
         server.server_close()
     assert [h["env_lost"] for h in result.history] == [0.0, 3.0]

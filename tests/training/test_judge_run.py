@@ -6,7 +6,6 @@ a row of the run's summary."""
 
 from __future__ import annotations
 
-import inspect
 import io
 import re
 import shutil
@@ -19,9 +18,8 @@ import masdsl
 from masdsl.config import resolve_config
 from masdsl.plan.run_plan import resolve_run
 from masdsl.runtime.records import read_records
-from masdsl.training.trainer import train
 from tests.support.overrides import NO_TRACKING
-from tests.support.toy import TOY, TOY_DIR
+from tests.support.toy import TOY, TOY_DIR, train_into
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
@@ -44,11 +42,9 @@ def judge_workflow(tmp_path: Path):
     return masdsl.loads(text, name="judged", base_dir=tmp_path)
 
 
-def run(wf, cfg, **kw):
-    """`train` of the plan (or, before the trainer took a plan, of the workflow and its config)."""
-    if "plan" in inspect.signature(train).parameters:
-        return train(resolve_run(wf, cfg), **kw)
-    return train(wf, cfg, **kw)
+def run(wf, cfg, run_dir, **kw):
+    """`train` of the plan into `run_dir`."""
+    return train_into(resolve_run(wf, cfg), run_dir, **kw)
 
 
 def first_number(reply: str) -> float | None:

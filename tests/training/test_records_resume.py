@@ -1,5 +1,5 @@
 """On `--resume`, the trainer drops the step records written after the checkpoint
-(`trainer._truncate_records`). A run killed while appending records leaves a torn last line;
+(`RunDir.truncate_records`). A run killed while appending records leaves a torn last line;
 a run killed while truncating must not lose the records the checkpoint covers."""
 
 from __future__ import annotations
@@ -25,21 +25,21 @@ def _record(step: int, i: int, pad: int = 0) -> str:
 
 def test_torn_last_line_is_dropped(tmp_path):
     from masdsl.runtime.records import read_records
-    from masdsl.training.trainer import _truncate_records
+    from masdsl.runtime.rundir import RunDir
 
     path = tmp_path / "records.jsonl"
     good = "".join(_record(s, i) for s in range(1, 4) for i in range(2))
     path.write_text(good + _record(4, 0)[:40])  # killed in the middle of appending step 4
-    _truncate_records(path, 2)  # resume from the checkpoint of step 2: it covers the rollouts of steps 1 and 2
+    RunDir(tmp_path).truncate_records(2)  # resume from the checkpoint of step 2: it covers the rollouts of steps 1 and 2
     assert [(r.step, r.episode) for r in read_records(path)] == [(1, 0), (1, 1), (2, 0), (2, 1)]
 
 
 CHILD = """
 import sys
 from pathlib import Path
-from masdsl.training.trainer import _truncate_records
+from masdsl.runtime.rundir import RunDir
 print("go", flush=True)
-_truncate_records(Path(sys.argv[1]), int(sys.argv[2]))
+RunDir(Path(sys.argv[1]).parent).truncate_records(int(sys.argv[2]))
 print("done", flush=True)
 """
 
@@ -48,19 +48,19 @@ print("done", flush=True)
 def test_kill_during_truncation_keeps_the_records(tmp_path, fraction):
     """SIGKILL while truncating a 25 MB records file: afterwards the file holds either all the
     old records or exactly those before the checkpoint, never fewer."""
-    from masdsl.training.trainer import _truncate_records
+    from masdsl.runtime.rundir import RunDir
 
     path = tmp_path / "records.jsonl"
     lines = [_record(s, i, pad=1600) for s in range(10) for i in range(160)]
     path.write_text("".join(lines))
     keep = [line for line in lines if json.loads(line)["step"] <= 8]
     # how long a whole truncation takes here, on a copy
-    probe = tmp_path / "probe.jsonl"
-    probe.write_text("".join(lines))
+    probe = RunDir(tmp_path / "probe")
+    probe.records_path.write_text("".join(lines))
     t0 = time.perf_counter()
-    _truncate_records(probe, 8)
+    probe.truncate_records(8)
     duration = time.perf_counter() - t0
-    assert probe.read_text() == "".join(keep)
+    assert probe.records_path.read_text() == "".join(keep)
 
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(path), "8"], stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "go"

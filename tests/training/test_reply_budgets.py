@@ -23,9 +23,9 @@ from masdsl.runtime.records import StepRecord, read_records
 from masdsl.tracking.lineage import params_of, route
 from masdsl.training.display import Progress, cut_warnings, role_budgets, step_line, summary_table
 from masdsl.training.metrics import eval_metrics, reply_counts, reply_shares, step_metrics
-from masdsl.training.trainer import train
+
 from tests.support.overrides import tiny_hf
-from tests.support.toy import TOY, TOY_DIR
+from tests.support.toy import TOY, TOY_DIR, train_into
 
 ROOT = Path(__file__).resolve().parents[2]
 CODER_TESTER = ROOT / "workflows" / "coder_tester.mas"
@@ -227,7 +227,7 @@ def test_a_training_run_counts_warns_and_takes_the_every_role_budget(tiny_model_
         "train.samples=2", "train.batch=2", "train.eval_tasks=2", "train.eval_every=0",
         "sample.*.max_tokens=2", "sample.copier.max_tokens=1"])
     buf = io.StringIO()
-    result = train(resolve_run(wf, cfg), run_dir=tmp_path / "run", console=Console(file=buf, width=400))
+    result = train_into(resolve_run(wf, cfg), tmp_path / "run", console=Console(file=buf, width=400))
     records = list(read_records(tmp_path / "run" / "records.jsonl"))
     budget = {"namer": 2, "copier": 1}
     assert all(len(r.response_ids) <= budget[r.role] for r in records)

@@ -16,9 +16,9 @@ import masdsl
 from masdsl.config import resolve_config
 from masdsl.errors import StepFailed
 from masdsl.plan.run_plan import resolve_run
-from masdsl.training.trainer import train
+
 from tests.support.overrides import tiny_hf
-from tests.support.toy import TOY, TOY_DIR
+from tests.support.toy import TOY, TOY_DIR, train_into
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
@@ -46,7 +46,7 @@ def boom_workflow(tmp_path: Path):
 def run(wf, model_dir, run_dir, *extra, console=None):
     overrides = [*tiny_hf(model_dir), "train.steps=2",
                  "train.samples=2", "train.batch=3", "train.eval_tasks=2", "train.eval_every=0", *extra]
-    return train(resolve_run(wf, resolve_config(wf.train, overrides=overrides)), run_dir=run_dir, console=console)
+    return train_into(resolve_run(wf, resolve_config(wf.train, overrides=overrides)), run_dir, console=console)
 
 
 def test_a_raising_reward_scores_0_and_is_counted(tiny_model_dir, tmp_path):

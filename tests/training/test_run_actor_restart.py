@@ -44,7 +44,7 @@ def test_engine_actor_killed_mid_rollout_run_equals_uninterrupted_run(local_ray,
     from masdsl.plan.run_plan import resolve_run
     from masdsl.runtime import actors
     from masdsl.training import session
-    from masdsl.training.trainer import train
+    from tests.support.toy import train_into
 
     wf = masdsl.load(str(DATA / "lengths.mas"))
     cfg = resolve_config(wf.train, None, ["runtime.ray=true", "runtime.engine=hf", f"policy.shared.model={tiny_model_dir}",
@@ -53,7 +53,7 @@ def test_engine_actor_killed_mid_rollout_run_equals_uninterrupted_run(local_ray,
     real_build = session.build_engines
     monkeypatch.setattr(session, "build_engines", lambda plan, p: built.append(real_build(plan, p)) or built[-1])
 
-    reference = train(resolve_run(wf, cfg), run_dir=tmp_path / "reference")
+    reference = train_into(resolve_run(wf, cfg), tmp_path / "reference")
     (engine,) = {id(e): e for e in built[0].values()}.values()
     assert isinstance(engine, actors.RemoteEngine) and engine.restarts == 0
 
@@ -88,7 +88,7 @@ def test_engine_actor_killed_mid_rollout_run_equals_uninterrupted_run(local_ray,
 
     monkeypatch.setattr(actors, "engine_from_folder", slow_first_armed_call)
     thread, killed = kill_first_logged(log, delay_s=0.5, timeout_s=300)  # inside the sleep, before it generates
-    run = train(resolve_run(wf, cfg), run_dir=tmp_path / "run", on_step=lambda step, m: step == 1 and armed.touch())
+    run = train_into(resolve_run(wf, cfg), tmp_path / "run", on_step=lambda step, m: step == 1 and armed.touch())
     thread.join(timeout=5)
     (engine,) = {id(e): e for e in built[1].values()}.values()
     assert killed, "no generate call was seen to kill"

@@ -13,8 +13,8 @@ import masdsl
 from masdsl.plan.run_plan import RunPlanError, resolve_run
 from masdsl.runtime.records import read_records
 from masdsl.training import checkpoint
-from masdsl.training.trainer import train
-from tests.support.toy import TOY, TOY_DIR, toy_config
+
+from tests.support.toy import TOY, TOY_DIR, toy_config, train_into
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
@@ -44,7 +44,7 @@ def test_the_plan_shows_and_refuses_schedules(tiny_model_dir):
     wf = two_policies(namer=", lr: 0.003", copier=", train_every: 2, frozen_until: 2")
     assert (wf.policies["a"].lr, wf.policies["b"].train_every, wf.policies["b"].frozen_until) == (0.003, 2, 2)
     plan = resolve_run(wf, config(wf, tiny_model_dir))
-    assert (plan.lr("a"), plan.lr("b")) == (0.003, 0.01)
+    assert (plan.lrs["a"], plan.lrs["b"]) == (0.003, 0.01)
     assert [s for s in range(1, 7) if plan.trains_at("b", s)] == [4, 6]
     lines = plan.lines()
     at = lines.index("training schedule per policy (steps 1..6):")
@@ -52,7 +52,7 @@ def test_the_plan_shows_and_refuses_schedules(tiny_model_dir):
                                     "  b: lr 0.01, updates at steps 4, 6 (2 of 6; train_every 2; frozen_until 2)"]
     over = resolve_run(wf, config(wf, tiny_model_dir, "policy.b.frozen_until=0", "policy.a.lr=0.5",
                                   "train.alternate=[a,b]", "train.alternate_every=2"))
-    assert over.lr("a") == 0.5 and [s for s in range(1, 7) if over.trains_at("b", s)] == [4]
+    assert over.lrs["a"] == 0.5 and [s for s in range(1, 7) if over.trains_at("b", s)] == [4]
     assert [s for s in range(1, 7) if over.trains_at("a", s)] == [1, 2, 5, 6]
     with pytest.raises(RunPlanError) as refused:
         resolve_run(wf, config(wf, tiny_model_dir, "policy.b.frozen_until=6", "train.alternate=[a,c]",
@@ -74,7 +74,7 @@ def _changed(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) ->
 def _run(wf, model_dir, run_dir: Path, *extra, **kw):
     """Train; keep each step's weights as its checkpoint had them (a run keeps only the last two)."""
     seen: dict[int, dict] = {}
-    result = train(resolve_run(wf, config(wf, model_dir, *extra)), run_dir=run_dir,
+    result = train_into(resolve_run(wf, config(wf, model_dir, *extra)), run_dir,
                    on_step=lambda step, _m: seen.__setitem__(step, _weights(run_dir, step)), **kw)
     return result, seen
 
@@ -101,7 +101,7 @@ def test_alternation_changes_exactly_the_scheduled_policy_each_step(tiny_model_d
             raise Stop
 
     with pytest.raises(Stop):
-        train(resolve_run(wf, config(wf, tiny_model_dir)), run_dir=tmp_path / "cut", on_step=stop_at_3)
+        train_into(resolve_run(wf, config(wf, tiny_model_dir)), tmp_path / "cut", on_step=stop_at_3)
     _, resumed = _run(wf, tiny_model_dir, tmp_path / "cut", resume=tmp_path / "cut")
     assert sorted(resumed) == [4, 5, 6]
     assert not _changed(seen[3]["a"], resumed[4]["a"]) and _changed(seen[3]["b"], resumed[4]["b"])  # still b's phase

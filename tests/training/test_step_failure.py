@@ -284,13 +284,13 @@ def test_failed_evaluation_saves_the_step_and_resume_evaluates_it_first(wf_dir, 
     import masdsl
     from masdsl.errors import StepFailed
     from masdsl.plan.run_plan import resolve_run
-    from masdsl.training.trainer import train
+    from tests.support.toy import train_into
 
     wf = masdsl.load(str(wf_dir / "wf.mas"))
     cfg = _config(wf, f"policy.shared.model={tiny_model_dir}", "runtime.engine=hf", "train.steps=2",
                   "runtime.env_retries=0")
     _faults(wf_dir, None)
-    ref = train(resolve_run(wf, cfg), run_dir=tmp_path / "ref")
+    ref = train_into(resolve_run(wf, cfg), tmp_path / "ref")
 
     def break_eval(step, metrics):  # after step 1 (no eval or checkpoint due): the eval tasks fail
         if step == 1:
@@ -298,7 +298,7 @@ def test_failed_evaluation_saves_the_step_and_resume_evaluates_it_first(wf_dir, 
 
     try:
         with pytest.raises(StepFailed) as info:
-            train(resolve_run(wf, cfg), run_dir=tmp_path / "run", on_step=break_eval)
+            train_into(resolve_run(wf, cfg), tmp_path / "run", on_step=break_eval)
     finally:
         _faults(wf_dir, None)
     msg = str(info.value)
@@ -309,7 +309,7 @@ def test_failed_evaluation_saves_the_step_and_resume_evaluates_it_first(wf_dir, 
     assert state["step"] == 2 and state["extra"] == {"unfinished": True} and [e["step"] for e in state["evals"]] == [0]
     assert not (tmp_path / "run" / "eval" / "step_000002.jsonl").exists()
 
-    done = train(resolve_run(wf, cfg), run_dir=tmp_path / "run", resume=tmp_path / "run")
+    done = train_into(resolve_run(wf, cfg), tmp_path / "run", resume=tmp_path / "run")
     assert done.steps == ref.steps == 2
     assert done.evals == ref.evals and [e["step"] for e in done.evals] == [0, 2]
     assert _records(tmp_path / "ref" / "eval" / "step_000002.jsonl") == _records(tmp_path / "run" / "eval" / "step_000002.jsonl")

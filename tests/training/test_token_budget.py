@@ -11,7 +11,7 @@ import masdsl
 from masdsl.config import ConfigError, resolve_config
 from masdsl.plan.run_plan import resolve_run
 from masdsl.training import checkpoint as ckpt
-from masdsl.training.trainer import train
+from tests.support.toy import train_into
 from tests.support.overrides import NO_TRACKING
 from tests.support.paths import TOY_DIR
 
@@ -24,7 +24,7 @@ BASE = ("train.steps=6", "train.samples=2", "train.batch=2", "train.eval_every=0
 def run(model_dir, folder, *extra, resume=None):
     wf = masdsl.load(TOY / "toy_digits.mas")
     cfg = resolve_config(wf.train, overrides=[*BASE, *(f"policy.{p}.model={model_dir}" for p in wf.policies), *extra])
-    return train(resolve_run(wf, cfg), run_dir=folder, resume=resume)
+    return train_into(resolve_run(wf, cfg), folder, resume=resume)
 
 
 def test_the_run_stops_at_the_step_that_spends_the_budget(tiny_model_dir, tmp_path):

@@ -14,8 +14,8 @@ from masdsl.errors import CheckpointError
 from masdsl.plan.run_plan import resolve_run
 from masdsl.plan.run_plan import resolve_rollout
 from masdsl.training import checkpoint
-from masdsl.training.trainer import train
-from tests.support.toy import dense_toy, records_without_timings, run_short, toy, toy_config
+
+from tests.support.toy import dense_toy, records_without_timings, run_short, toy, toy_config, train_into
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/learner/conftest.py
 
@@ -31,7 +31,7 @@ def test_toy_learns_from_chance_to_090(tiny_model_dir, tmp_path):
     wf = toy()
     cfg = toy_config(wf, tiny_model_dir, "train.seed=0")
     assert (cfg.train.samples, cfg.train.batch, cfg.train.steps) == (16, 20, 60)
-    result = train(resolve_run(wf, cfg), run_dir=tmp_path / "run")
+    result = train_into(resolve_run(wf, cfg), tmp_path / "run")
     curve = [(e["step"], e["success/eval"]) for e in result.evals]
     print("eval success by step:", curve)
     assert curve[0] == (0, 0.0) or curve[0][1] <= 0.2

@@ -91,7 +91,7 @@ def build_engine(kind: str, model: ModelRef, **kw: Any) -> Engine:
 def auto_kind() -> str:
     """What `runtime.engine=auto` is on this machine, decided here and nowhere else: `vllm` when it
     imports and has a platform (`vllm_available`, cached for the process), else `hf`. The engine
-    factory resolves a plan's placement with it (`engine_factory.resolved`); `auto_engine` asks it too."""
+    factory picks a plan's placement with it (`engine_factory.placement_of`); `auto_engine` asks it too."""
     return "vllm" if vllm_available()[0] else "hf"
 
 
