@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 from torch import nn
+from torch.autograd.function import FunctionCtx
 from torch.utils.checkpoint import checkpoint
 
 from masdsl.plan.logit_budget import LOGIT_CHUNK_ELEMENTS, logit_chunk_elements  # the memory model counts one chunk
@@ -99,20 +100,20 @@ class TokenLogProb(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: FunctionCtx, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         wide = at_least_float32(logits)
         lse = torch.logsumexp(wide, dim=-1)
         ctx.save_for_backward(wide, target, lse)
-        ctx.in_dtype = logits.dtype
+        ctx.in_dtype = logits.dtype  # type: ignore[attr-defined]  # torch types ctx without its attributes
         return wide.gather(-1, target.unsqueeze(-1)).squeeze(-1) - lse
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
-        wide, target, lse = ctx.saved_tensors
+    def backward(ctx: FunctionCtx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+        wide, target, lse = ctx.saved_tensors  # type: ignore[attr-defined]
         g = grad.unsqueeze(-1)
         out = torch.sub(wide, lse.unsqueeze(-1)).exp_().mul_(-g)  # d/dlogits of -logsumexp: -softmax
         out.scatter_add_(-1, target.unsqueeze(-1), g)  # and of the target's logit: one
-        return out.to(ctx.in_dtype), None
+        return out.to(ctx.in_dtype), None  # type: ignore[attr-defined]
 
 
 def at_least_float32(t: torch.Tensor) -> torch.Tensor:
