@@ -285,7 +285,7 @@ def child(args: argparse.Namespace) -> int:
     peak = (torch.cuda.max_memory_allocated() / (1 << 30) if args.device == "cuda" else peak_gb())
     update_s, old_logprobs_s = statistics.median(times), statistics.median(old_s)
     train_s = update_s - old_logprobs_s
-    flops = needed_flops(model, recs, bool(args.lora))
+    flops = needed_flops(model, [r for r, a in zip(recs, adv) if a != 0.0], bool(args.lora))  # the rows that run
     # the peak in the compute dtype on either device: an AMX CPU's bfloat16 peak is 5-7x its float32 one
     tflops = mm_peak_tflops(args.device, args.dtype, 8192 if args.device == "cuda" else 2048)
     responses = sum(len(r.response_ids) for r in recs)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 from torch import nn
 
-from masdsl.learner.logit_chunks import Chunks, at_least_float32, scoring
+from masdsl.learner.logit_chunks import Chunks, TokenLogProb, at_least_float32, scoring
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -231,11 +231,7 @@ def packed_logprobs(model: nn.Module, prompts: Sequence[Sequence[int]], group_of
     with scoring(model, target, chunks) as chunked:
         out = model(input_ids=pk.ids.to(device), attention_mask=attn, position_ids=pk.positions.to(device),
                     logits_to_keep=pk.keep, use_cache=False)
-    if chunked:
-        window = out.logits
-    else:
-        logits = at_least_float32(out.logits)
-        window = logits.gather(-1, target.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    window = out.logits if chunked else TokenLogProb.apply(out.logits, target)
     return window.reshape(-1)[pk.gather.to(device)], pk.mask.to(device)
 
 
