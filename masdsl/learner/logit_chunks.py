@@ -86,7 +86,7 @@ class TokenLogProb(torch.autograd.Function):
     """log softmax(logits)[target] per row, upcast to at least float32, with a backward of three
     in-place passes over the vocabulary (softmax, scaled, the target's one added) instead of
     autograd's chain through `logsumexp`, `gather` and the cast (each allocating a [rows, vocab]
-    tensor): the same values and gradients, a head chunk's forward and backward about 20 % faster
+    tensor): the same values and gradients, a head chunk's forward and backward 16-21 % faster
     on a CPU (medians 0.55-0.57 against 0.67-0.74 s for 220 tokens of Qwen2.5's head in bfloat16, the head
     matmuls included, 2 cores shared with a training run; docs/performance.md `## step breakdown`).
 
