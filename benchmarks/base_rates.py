@@ -28,7 +28,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from perf_doc import DOC, append_line, machine, update
-from stats import wilson
+
+from masdsl.stats import wilson
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_ACTION = -2.0  # the games' reward for no action, and for a tool program that failed or printed none

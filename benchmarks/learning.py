@@ -20,7 +20,7 @@ arm draws the same number of candidates per decision (K) on the same tasks per s
 number of steps, from the same starting weights (`--warm-start`: a folder made by
 `masdsl warm-start`, else `--model`). Success is the env's `solved()` at the end of an
 episode; the interval is Wilson's 95 % interval over the distinct eval boards (a board's success
-is its mean over the seeds; seeds add no trials: `benchmarks/stats.py`), beside the spread of the
+is its mean over the seeds; seeds add no trials: `masdsl/stats.py`), beside the spread of the
 seeds' rates and McNemar's exact p-value of before vs after on the same boards, per seed. Results go to `<out>/results.json` as each run ends (a killed benchmark keeps what it
 finished; `--resume` skips finished runs), the curves to docs/img/learning_curves.png and, with
 `--write-docs`, the table to docs/performance.md (`## learning`).
@@ -36,7 +36,8 @@ import time
 from pathlib import Path
 
 from perf_doc import DOC, machine, replace_section, update
-from stats import mcnemar, rate_over_tasks, wilson
+
+from masdsl.stats import mcnemar, rate_over_tasks, wilson
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

@@ -8,7 +8,7 @@ Each argument is a training run's folder (it holds `eval/step_N.jsonl`) or a swe
 held-out tasks (one greedy episode per task):
 
 - episode success: the rate with Wilson's 95 % interval over the distinct tasks, and McNemar's
-  exact test of before vs after on the same tasks (`benchmarks/stats.py`);
+  exact test of before vs after on the same tasks (`masdsl/stats.py`);
 - each role's `metric` lines (`skill/<role>/<name>`), at its first turn (before it has seen any
   other role's answer) and over all its turns, with the same interval and test on turn 0;
 - the tokens the run generated in training (the sum of its records' response lengths).
@@ -35,13 +35,12 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from stats import mcnemar, wilson
-
 import masdsl
 from masdsl.config import SandboxConfig
 from masdsl.lang.workflow import EvalContext
 from masdsl.runtime.inputs import load_split, make_env
 from masdsl.runtime.rundir import eval_files
+from masdsl.stats import mcnemar, wilson
 
 
 def run_folders(paths: list[str]) -> list[Path]:

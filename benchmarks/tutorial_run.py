@@ -6,7 +6,7 @@ Each seed runs the page's commands in a fresh folder (`masdsl.testing.tutorial.s
 same script `tests/benchmarks/test_tutorial.py` runs with a tiny model), with `train.seed=SEED` and MLflow
 off added to `masdsl run` and `masdsl eval`. It records, per seed, the run's eval success and
 reward before and after training on the same 16 held-out questions, each question's outcome
-(for Wilson's interval over questions and McNemar's exact test, `benchmarks/stats.py`), and the
+(for Wilson's interval over questions and McNemar's exact test, `masdsl/stats.py`), and the
 wall time of the run and of the whole page. docs/tutorial.md states these numbers, and
 tests/benchmarks/test_tutorial.py checks that the page and this file agree.
 """
@@ -21,23 +21,21 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterable
 
-from stats import mcnemar, wilson
-
+from masdsl.runtime.records import StepRecord
+from masdsl.runtime.rundir import RunDir
+from masdsl.stats import mcnemar, wilson
 from masdsl.testing.tutorial import script
+from masdsl.training.significance import SOLVED, task_outcomes
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results" / "tutorial.json"
 
 
-def outcomes(path: Path) -> dict[str, int]:
-    """task id -> 1 when its eval episode succeeded."""
-    out: dict[str, int] = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            r = json.loads(line)
-            out[r["task_id"]] = int(float(r.get("episode_success") or 0.0) >= 1.0 - 1e-9)
-    return out
+def outcomes(records: Iterable[StepRecord]) -> dict[str, int]:
+    """task id -> 1 when its eval episode succeeded (`masdsl.training.significance.task_outcomes`)."""
+    return {t: int(v >= SOLVED) for t, v in task_outcomes(records)["success"].items()}
 
 
 def run_seed(seed: int) -> dict:
@@ -52,8 +50,8 @@ def run_seed(seed: int) -> dict:
         runs = Path(tmp) / "quiz" / "runs" / "quiz"
         (run,) = [d for d in runs.iterdir() if (d / "checkpoints").is_dir()]  # `masdsl eval` adds a folder
         summary = json.loads((run / "summary.json").read_text())
-        files = sorted((run / "eval").glob("step_*.jsonl"))
-        before, after = outcomes(files[0]), outcomes(files[-1])
+        first, last = RunDir(run).first_and_last_evaluation() or ((), ())
+        before, after = outcomes(first), outcomes(last)
         n = len(before)
         return {"seed": seed, "run_s": summary["wall_s"], "page_s": round(page_s, 1), "steps": summary["steps"],
                 "tasks": n, "success_before": summary["eval_before"]["success/eval"],

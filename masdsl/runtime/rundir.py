@@ -130,6 +130,12 @@ class RunDir:
             for r in read_records(path):
                 yield r, f"eval at step {r.step}"
 
+    def first_and_last_evaluation(self) -> tuple[Iterator[StepRecord], Iterator[StepRecord]] | None:
+        """The records of a training run's first and last evaluation (before training and after
+        its last step), each read as it is consumed; None when it has fewer than two."""
+        files = eval_files(self.path)
+        return (read_records(files[0]), read_records(files[-1])) if len(files) >= 2 else None
+
     def write_summary(self, summary: dict[str, Any]) -> Path:
         out = self.path / SUMMARY
         out.write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")

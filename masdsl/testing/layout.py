@@ -24,7 +24,7 @@ PKG = ROOT / "masdsl"
 # Low to high: a module may import from its own layer and the layers before it, never after.
 LAYERS = (
     ("masdsl.errors", "masdsl.startup", "masdsl.config_schema", "masdsl.config_aliases", "masdsl.config_overrides",
-     "masdsl.config", "masdsl.config_file", "masdsl.version", "masdsl.models", "masdsl.precision"),
+     "masdsl.config", "masdsl.config_file", "masdsl.version", "masdsl.models", "masdsl.precision", "masdsl.stats"),
     ("masdsl.sandbox",),
     ("masdsl.envs",),
     ("masdsl.lang",),

@@ -30,6 +30,7 @@ from rich.text import Text
 
 from masdsl.plan.run_plan import RunPlan
 from masdsl.training.loglines import LogLines, eval_line, log_step_line, wrap_fields
+from masdsl.training.significance import success_rows
 from masdsl.training.skills import skill_rows
 
 if TYPE_CHECKING:  # the trainer imports this module
@@ -259,8 +260,10 @@ def summary_table(result: TrainResult) -> Table:
             b, a = before.get(key), after.get(key)
             fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
             table.add_row(f"{key} (before -> after)", f"{fmt(b)} -> {fmt(a)}")
-    for label, value in learning_rows(result.history) + role_rows(result.history, before, after) \
-            + skill_rows(before, after) + reply_rows(result.history, before, after):
+    sig = getattr(result, "significance", None)
+    skills = sig["skills"] if sig else {}
+    for label, value in success_rows(sig) + learning_rows(result.history) + role_rows(result.history, before, after) \
+            + skill_rows(before, after, skills) + reply_rows(result.history, before, after):
         table.add_row(label, value)
     table.add_row(*reward_error_row(result.history, getattr(result, "evals", None) or []))
     for row in judge_rows(result.history, getattr(result, "evals", None) or []):

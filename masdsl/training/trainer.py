@@ -43,6 +43,7 @@ from masdsl.training.export import export_final
 from masdsl.training.interrupt import check, deferred, interruptible
 from masdsl.training.recovery import Recovery, take_unfinished
 from masdsl.training.session import TrainSession, open_session, start_state
+from masdsl.training.significance import run_significance
 from masdsl.training.step import sample_batch, train_step
 from masdsl.training.viewpage import log_view
 
@@ -60,12 +61,15 @@ class TrainResult:
     mlflow_run_id: str | None = None
     ui_command: str = ""
     wall_s: float = 0.0
+    # the first and the last evaluation compared task by task: intervals and McNemar's test
+    # (`masdsl.training.significance`); None without two evaluations of the same tasks
+    significance: dict[str, Any] | None = None
 
     def summary(self) -> dict[str, Any]:
         """The run folder's `summary.json` (`masdsl run --json` prints it with `run_dir`)."""
         return {"workflow": self.workflow, "steps": self.steps, "eval_before": self.eval_before,
                 "eval_after": self.eval_after, "checkpoints": [str(p) for p in self.checkpoints],
-                "mlflow_run_id": self.mlflow_run_id, "wall_s": round(self.wall_s, 2)}
+                "mlflow_run_id": self.mlflow_run_id, "wall_s": round(self.wall_s, 2), "significance": self.significance}
 
 
 def seed_everything(seed: int) -> None:
@@ -132,6 +136,7 @@ def train(plan: RunPlan, run_dir: RunDir, *, resume: str | Path | None = None,
         workflow.name, run_dir.path, state.step, _strip(state.evals[0]), _strip(state.evals[-1]),
         [p for p in ckpt.list_complete(run_dir.path)], state.history, state.evals,
         getattr(tracker, "run_id", None), tracker.ui_command(), time.perf_counter() - t_start,
+        run_significance(run_dir),
     )
     run_dir.write_summary(result.summary())
     if console is not None:

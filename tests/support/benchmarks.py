@@ -13,7 +13,7 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 def benchmark_module(name: str) -> Iterator[ModuleType]:
     """Yield benchmarks/<name>.py as a module (for a fixture); the path is restored after."""
-    sys.path.insert(0, str(BENCH))  # scripts import their neighbours (`stats`, `step_memory`)
+    sys.path.insert(0, str(BENCH))  # scripts import their neighbours (`perf_doc`, `step_memory`)
     try:
         spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
         module = importlib.util.module_from_spec(spec)

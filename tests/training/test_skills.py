@@ -55,9 +55,21 @@ def test_metrics_are_measured_and_reported_but_never_rewarded(tiny_model_dir, tm
     assert step["skill/train/copier/right/turn0"] == step["skill/train/copier/right"]
     for ev in (result.eval_before, result.eval_after):
         assert 0.0 <= ev["skill/eval/copier/right"] <= 1.0 and "skill/eval/namer/right" not in ev
+    # the first and the last evaluation compared task by task (masdsl/training/significance.py):
+    # read from the run folder's eval/, agreeing with the evaluations' own rates
+    sig = result.significance
+    assert sig is not None and sig["success"]["tasks"] == 4 and set(sig["skills"]) == {"copier/right"}
+    assert sig["success"]["before"]["rate"] == pytest.approx(result.eval_before["success/eval"])
+    assert sig["success"]["after"]["rate"] == pytest.approx(result.eval_after["success/eval"])
+    assert sig["skills"]["copier/right"]["after"]["rate"] == pytest.approx(result.eval_after["skill/eval/copier/right"])
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["significance"] == json.loads(json.dumps(sig))
     out = io.StringIO()
     print_summary(Console(file=out, width=240), result)
-    assert "skill copier (eval, before -> after)" in out.getvalue() and "right " in out.getvalue()
+    text = out.getvalue()
+    assert "skill copier (eval, before -> after)" in text and "right " in text
+    row = next(line for line in text.splitlines() if "eval success per task (before -> after)" in line)
+    assert " over 4 tasks; McNemar " in row and " lost, " in row and " gained, p " in row
+    assert "(4 tasks; McNemar " in next(line for line in text.splitlines() if "skill copier" in line)
 
 
 def test_a_metric_that_is_text_is_refused_with_its_location(tmp_path):

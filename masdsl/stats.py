@@ -25,7 +25,9 @@ training, one seed) by their discordant tasks: b solved before only, c solved af
 "training changed nothing" each discordant task is a fair coin, and the two-sided p-value is
 `min(1, 2 * P(Binomial(b + c, 1/2) <= min(b, c)))`.
 
-Used by `benchmarks/learning.py`; plain Python (no masdsl, no numpy), so any script can import it.
+Used by the run's summary table (`masdsl/training/significance.py`) and the benchmarks
+(`benchmarks/learning.py`, `skill_table.py`, `tutorial_run.py`, `base_rates.py`); plain Python (no
+other masdsl module, no numpy or torch), so it sits on the ground floor and anything can import it.
 """
 
 from __future__ import annotations
