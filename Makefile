@@ -1,10 +1,16 @@
 # `make run` trains the flagship workflow; `make test` runs the test suite. Both set up first.
 VENV ?= .venv
-# The main job: Plan-Path 5x5 with the planning helper, the embedded 135M model warm-started on
-# the env's demonstrations (masdsl warm-start), then AT-GRPO (docs/performance.md `## main job`).
-# Another workflow: make run WORKFLOW=workflows/coder_tester.mas WARM_START=
-WORKFLOW ?= workflows/plan_path_helper.mas
-WARM_START ?= runs/warm/$(basename $(notdir $(WORKFLOW)))
+# The main job: the untrained Qwen2.5-Coder-0.5B (built in) learns a skill with AT-GRPO, with no
+# warm start and no helper that computes the answer: workflows/math_arith.mas under
+# configs/skill_cpu.yaml, 64 held-out problems evaluated before and after (docs/performance.md
+# `## main job`). The Plan-Path pipeline check (a planning helper, a supervised warm start first):
+#   make run WORKFLOW=workflows/plan_path_helper.mas
+# Any other workflow runs with its own defaults: make run WORKFLOW=workflows/coder_tester.mas
+WORKFLOW ?= workflows/math_arith.mas
+CONFIG ?= $(if $(filter workflows/math_arith.mas,$(WORKFLOW)),configs/skill_cpu.yaml)
+WARM_START ?= $(if $(filter workflows/plan_path_helper.mas,$(WORKFLOW)),runs/warm/plan_path_helper)
+# MLflow records the main job (skill_cpu.yaml turns it off for sweeps of many trials)
+RUN_ARGS = $(if $(CONFIG),--config $(CONFIG) tracking.enabled=true)
 
 .PHONY: setup run test typecheck check bench
 setup:
@@ -12,10 +18,10 @@ setup:
 
 run: setup
 ifeq ($(WARM_START),)
-	$(VENV)/bin/masdsl run $(WORKFLOW)
+	$(VENV)/bin/masdsl run $(WORKFLOW) $(RUN_ARGS)
 else
 	test -f $(WARM_START)/warm_start.json || $(VENV)/bin/masdsl warm-start $(WORKFLOW) --out $(WARM_START)
-	$(VENV)/bin/masdsl run $(WORKFLOW) policy.shared.model=$(WARM_START)
+	$(VENV)/bin/masdsl run $(WORKFLOW) $(RUN_ARGS) policy.shared.model=$(WARM_START)
 endif
 
 # Two pytest workers (pytest-xdist): the suite keeps both cores busy (measured 99% from start to
