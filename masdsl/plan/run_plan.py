@@ -21,7 +21,7 @@ train split the plan checks when the session hands it the split's size (`check_t
 >>> wf = masdsl.load("workflows/coder_tester.mas")
 >>> plan = resolve_run(wf, resolve_config(wf.train, overrides=["runtime.engine=hf", "sample.coder.max_tokens=64"]))
 >>> plan.samples["coder"].max_tokens, plan.max_model_len, plan.placement.lines()[0]
-(64, 2240, 'policy shared <- roles coder, tester (full weights, smollm2-135m-instruct)')
+(64, 2240, 'policy shared <- roles coder, tester (full weights, qwen2.5-coder-0.5b-instruct)')
 >>> resolve_run(wf, resolve_config(wf.train, overrides=["train.clip_eps=5", "runtime.engine=replay"]))
 Traceback (most recent call last):
 ...

@@ -43,7 +43,7 @@ SOLVED = 1.0 - 1e-9  # a per-task value at or above this counts as solved (McNem
 
 class Rate(TypedDict):
     rate: float  # the mean over the tasks of each task's value
-    ci: tuple[float, float]  # Wilson's 95 % interval, n = the number of tasks
+    ci: list[float]  # Wilson's 95 % interval [low, high], n = the number of tasks (a list, as JSON reads it back)
 
 
 class Comparison(TypedDict):
@@ -87,7 +87,7 @@ def compare(before: Mapping[str, float], after: Mapping[str, float]) -> Comparis
 
     def rate(values: Mapping[str, float]) -> Rate:
         total = sum(values.values())
-        return {"rate": total / n, "ci": wilson(total, n)}
+        return {"rate": total / n, "ci": list(wilson(total, n))}  # a list: what summary.json reads back
 
     test = mcnemar({t: int(v >= SOLVED) for t, v in before.items()}, {t: int(v >= SOLVED) for t, v in after.items()})
     return {"tasks": n, "before": rate(before), "after": rate(after), "mcnemar": test}

@@ -118,7 +118,7 @@ def test_a_run_warns_once_per_role():
 
 def test_every_role_budget_and_a_role_key_wins():
     wf = masdsl.load(CODER_TESTER)
-    assert role_budgets(resolve_rollout(wf, resolve_config(wf.train))) == {"coder": 192, "tester": 192}  # the file's
+    assert role_budgets(resolve_rollout(wf, resolve_config(wf.train))) == {"coder": 384, "tester": 192}  # the file's
     assert role_budgets(resolve_rollout(wf, resolve_config(wf.train, overrides=["sample.*.max_tokens=4096"]))) == {"coder": 4096, "tester": 4096}
     for order in (["sample.*.max_tokens=4096", "sample.coder.max_tokens=8"],
                   ["sample.coder.max_tokens=8", "sample.*.max_tokens=4096"]):

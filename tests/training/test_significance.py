@@ -39,7 +39,7 @@ def test_one_lost_six_gained_is_p_one_eighth():
     s = sig["success"]
     assert s["tasks"] == 10 and s["mcnemar"] == {"b": 1, "c": 6, "p": 0.125}
     assert (s["before"]["rate"], s["after"]["rate"]) == (0.1, 0.6)
-    assert s["before"]["ci"] == wilson(1, 10) and s["after"]["ci"] == wilson(6, 10)
+    assert s["before"]["ci"] == list(wilson(1, 10)) and s["after"]["ci"] == list(wilson(6, 10))
     # the tool's `right` at turn 0 only (its turn 1 is always right): 2 -> 10 of 10, none lost
     tool = sig["skills"]["tool/right"]
     assert tool["mcnemar"] == {"b": 0, "c": 8, "p": 2 / 2 ** 8}
@@ -54,7 +54,7 @@ def test_several_episodes_per_task_are_one_task():
     out = task_outcomes(recs)
     assert out == {"success": {"a": 0.5, "b": 1.0}, "skills": {"tool/right": {"a": 1.0, "b": 0.0}}}
     c = compare(out["success"], {"a": 1.0, "b": 1.0})
-    assert c is not None and c["tasks"] == 2 and c["before"]["ci"] == wilson(1.5, 2)
+    assert c is not None and c["tasks"] == 2 and c["before"]["ci"] == list(wilson(1.5, 2))
     assert c["mcnemar"] == {"b": 0, "c": 1, "p": 1.0}
 
 
