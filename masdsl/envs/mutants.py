@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import itertools
 from typing import Iterator, Sequence
 
 from masdsl.sandbox import Limits, run_tests
@@ -86,7 +87,7 @@ def mutants(source: str) -> Iterator[str]:
 
 @functools.lru_cache(maxsize=1024)
 def _wrong_solution(solution: str, tests: tuple[str, ...], limits: Limits | None) -> str | None:
-    for mutant in list(mutants(solution))[:MAX_TRIES]:
+    for mutant in itertools.islice(mutants(solution), MAX_TRIES):  # each one sandboxed run: stop at the first killed
         report = run_tests(mutant, list(tests), limits=limits)
         if report.results and not all(report.passed):
             return mutant

@@ -96,8 +96,10 @@ def catches(tests: object, solution: object, reference_tests: object, *, limits:
     if mine is None or hidden is None or not isinstance(solution, str) or not solution.strip():
         return 0.0
     wrong = wrong_solution(solution, [str(t) for t in hidden], limits=limits)
+    if wrong is None:
+        return 0.0
     right_report, wrong_report = test_report(solution, mine, limits=limits), test_report(wrong, mine, limits=limits)
-    if wrong is None or right_report is None or wrong_report is None:
+    if right_report is None or wrong_report is None:
         return 0.0
     caught = [r and not w for r, w in zip(right_report.passed, wrong_report.passed)]
     return sum(caught) / len(caught) if caught else 0.0
