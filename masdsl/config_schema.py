@@ -56,7 +56,7 @@ class TrainConfig:
     eval_tasks: int = 8
     eval_temperature: float = 0.0  # 0: greedy
     eval_samples: int = 1  # N episodes per eval task (distinct seeds): mean@N, pass@k; N > 1 wants eval_temperature > 0
-    eval_probe: str = "none"  # one of PROBES: evaluation prompts show `env.tool_output` removed or a wrong plan (masdsl.runtime.probes)
+    eval_probe: str = "none"  # one of PROBES: evaluation prompts show `env.tool_output` removed, a wrong plan or a wrong number (masdsl.runtime.probes)
     checkpoint_every: int = 0  # 0: only at the end
     seed: int = 0
     fail_on_reward_error: bool = False  # a reward (or team reward) that raises stops the run; false: it scores 0, counted in `reward_errors`
@@ -196,7 +196,7 @@ DTYPES = ("float32", "bfloat16", "float16", "float64", "auto")  # auto: masdsl.p
 ENGINES = ("auto", "vllm", "hf", "replay")
 LORA_SYNCS = ("auto", "adapter", "merged")
 ISOLATIONS = ("auto", "bwrap", "unshare", "none")
-PROBES = ("none", "no_tool_output", "wrong_plan")  # masdsl.runtime.probes implements each
+PROBES = ("none", "no_tool_output", "wrong_plan", "wrong_number")  # masdsl.runtime.probes implements each
 MINIMUMS = {
     ("train", "steps"): 1, ("train", "samples"): 1, ("train", "batch"): 1, ("train", "ppo_epochs"): 1,
     ("train", "eval_samples"): 1, ("runtime", "engine_replicas"): 1, ("runtime", "vllm_tensor_parallel_size"): 1,

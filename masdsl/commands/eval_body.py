@@ -54,8 +54,8 @@ def _evaluate(plan: RunPlan, tasks: list[dict], checkpoint: PlannedCheckpoint | 
         err.print(f"evaluating the trained policies of {checkpoint.path}", highlight=False, markup=False)
     tc = plan.train
     if tc.eval_probe != "none":  # the prompts differ from the plain evaluation's on purpose
-        err.print(f"probe {tc.eval_probe}: evaluation prompts show `env.tool_output` "
-                  f"{'removed' if tc.eval_probe == 'no_tool_output' else 'as a wrong plan'}",
+        shown = {"no_tool_output": "removed", "wrong_plan": "as a wrong plan", "wrong_number": "as a wrong number"}
+        err.print(f"probe {tc.eval_probe}: evaluation prompts show `env.tool_output` {shown[tc.eval_probe]}",
                   highlight=False, markup=False)
     err.print("loading models ...", highlight=False, markup=False)
     if not output.is_terminal(err.file):  # a log file: plain lines, a heartbeat while it runs (loglines.py)

@@ -93,3 +93,28 @@ class MathEnv:
     def success(self, state: MathState) -> bool:
         answer = state.answer_of(self.answer_role) or state.answer_of(None)
         return equivalent(answer, state.reference)
+
+    def wrong_number(self, state: MathState) -> str:  # `train.eval_probe=wrong_number` (masdsl.runtime.probes)
+        return wrong_number(state.reference)
+
+
+def wrong_number(reference: str) -> str:
+    """A number a program could have printed that is not `reference`: about 10 % off it (at least
+    1), so that a reader who copies it is wrong and one who checks the problem can tell. A
+    reference that is no plain number (a fraction, an expression) gets "0" unless it means zero,
+    then "1". Deterministic in the reference.
+
+    >>> wrong_number("42"), wrong_number("3"), wrong_number("-250"), wrong_number("0")
+    ('46', '4', '-275', '1')
+    >>> wrong_number("12.5"), wrong_number("1,200"), wrong_number("3/4"), wrong_number("0/5")
+    ('13.75', '1320', '0', '1')
+    """
+    text = reference.strip().replace(",", "")
+    try:
+        value = float(text)
+    except ValueError:
+        return "1" if equivalent("0", reference) else "0"
+    if value.is_integer() and "." not in text:
+        whole = int(value)
+        return str(whole + (1 if whole >= 0 else -1) * max(1, round(abs(whole) / 10)))
+    return f"{value * 1.1:.10g}" if value else "1"

@@ -16,13 +16,21 @@ def probe_problem(workflow: Workflow, probe: str) -> str | None:
     '`train.eval_probe=no_tool_output` changes `env.tool_output`, and env `code` has no such field'
     >>> probe_problem(masdsl.load("workflows/plan_path_helper.mas"), "wrong_plan") is None
     True
+    >>> print(probe_problem(masdsl.load("workflows/plan_path_helper.mas"), "wrong_number"))
+    `train.eval_probe=wrong_number` needs an env that writes a wrong number (`wrong_number(state)`, as math does); env `plan_path` does not
     """
     spec = workflow.registry.envs.get(workflow.env) if workflow.registry is not None else None
     if probe == "none" or spec is None:
         return None
     if "tool_output" not in spec.fields:
         return f"`train.eval_probe={probe}` changes `env.tool_output`, and env `{workflow.env}` has no such field"
-    if probe == "wrong_plan" and not callable(getattr(spec.factory, "wrong_plan", None)):
-        return (f"`train.eval_probe=wrong_plan` needs an env that writes a wrong plan (`wrong_plan(state)`, as "
-                f"plan_path does); env `{workflow.env}` does not")
+    writer = _WRITERS.get(probe)
+    if writer and not callable(getattr(spec.factory, writer[0], None)):
+        return (f"`train.eval_probe={probe}` needs an env that writes {writer[1]} (`{writer[0]}(state)`, as "
+                f"{writer[2]} does); env `{workflow.env}` does not")
     return None
+
+
+# probe -> (the env method that writes what the prompt shows, what it writes, an env that has it)
+_WRITERS = {"wrong_plan": ("wrong_plan", "a wrong plan", "plan_path"),
+            "wrong_number": ("wrong_number", "a wrong number", "math")}

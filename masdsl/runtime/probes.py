@@ -9,7 +9,10 @@ printed into its prompt. Two probes tell these apart, on the same eval tasks and
   `{% if env.tool_output %}` block then disappears): what the role does alone;
 - `wrong_plan`: `env.tool_output` is a wrong plan in every prompt, one the env writes
   (`wrong_plan(state)`; Plan-Path: legal moves that end as far from the goal as the board
-  allows, `masdsl.envs.plan_path_probe`): whether the role follows what it is shown.
+  allows, `masdsl.envs.plan_path_probe`): whether the role follows what it is shown;
+- `wrong_number`: `env.tool_output` is a wrong number in every prompt, one the env writes
+  (`wrong_number(state)`; math: about 10 % off the task's answer, `masdsl.envs.math.wrong_number`):
+  whether a reasoner states what a program printed or checks it.
 
 Only prompts change, and only in evaluation rollouts (`masdsl eval`, `masdsl.evaluate` and the
 evaluations inside `masdsl run`): the env's state, its guards, rewards and success, and the
@@ -39,10 +42,15 @@ def _wrong_plan(env: Env, state: Any, view: View) -> View:
     return {**view, "tool_output": env.wrong_plan(state)}  # type: ignore[attr-defined]  # masdsl.plan.probes: only such envs
 
 
+def _wrong_number(env: Env, state: Any, view: View) -> View:
+    return {**view, "tool_output": env.wrong_number(state)}  # type: ignore[attr-defined]  # masdsl.plan.probes: only such envs
+
+
 PROBE_FNS: dict[str, Callable[[Env, Any, View], View] | None] = {
     "none": None,
     "no_tool_output": _no_tool_output,
     "wrong_plan": _wrong_plan,
+    "wrong_number": _wrong_number,
 }
 if tuple(PROBE_FNS) != PROBES:  # the config's allowed values are the probes implemented here
     raise ImportError(f"masdsl.config.PROBES {PROBES} != the probes implemented {tuple(PROBE_FNS)}")

@@ -10,8 +10,10 @@ import pytest
 
 import masdsl
 from masdsl.config import ConfigError, resolve_config
+from masdsl.envs.math import wrong_number
 from masdsl.envs.plan_path import PlanPathEnv, make_maze, play, plan_path, shortest_path
 from masdsl.envs.plan_path_probe import wrong_path
+from masdsl.envs.rewards import equivalent
 from masdsl.runtime.inputs import load_split
 from masdsl.plan.run_plan import RunPlanError, resolve_rollout
 from masdsl.runtime.records import read_records
@@ -105,5 +107,36 @@ def test_a_probe_the_env_cannot_serve_is_refused_before_anything_starts():
     sokoban = masdsl.load(ROOT / "workflows" / "sokoban.mas")
     with pytest.raises(RunPlanError, match="needs an env that writes a wrong plan"):
         resolve_rollout(sokoban, resolve_config(sokoban.train, overrides=["train.eval_probe=wrong_plan"]))
-    with pytest.raises(ConfigError, match="`train.eval_probe` must be one of none, no_tool_output, wrong_plan"):
+    with pytest.raises(RunPlanError, match="needs an env that writes a wrong number"):
+        resolve_rollout(sokoban, resolve_config(sokoban.train, overrides=["train.eval_probe=wrong_number"]))
+    with pytest.raises(ConfigError, match="`train.eval_probe` must be one of none, no_tool_output, wrong_plan, wrong_number"):
         resolve_config(overrides=["train.eval_probe=wrong"])
+
+
+def test_wrong_number_shows_the_reasoner_a_wrong_number_and_scores_the_same(tmp_path):
+    """math_arith: the tool prints the right answer, the reasoner first boxes nothing useful; at
+    turn 1 the reasoner is shown the program's output. `wrong_number` prints the env's wrong
+    number there instead (`masdsl.envs.math.wrong_number`); the tool's rewards are unchanged."""
+    wf = masdsl.load(ROOT / "workflows" / "math_arith.mas")
+    tasks = load_split(wf, "eval")[:3]
+    replay = tmp_path / "replay.jsonl"
+    rows = [{"task_id": t["id"], "role": "tool", "turn": turn, "output": f"```python\nprint({t['answer']})\n```"}
+            for t in tasks for turn in (0, 1, 2)]
+    rows += [{"task_id": t["id"], "role": "reasoner", "turn": turn, "output": "\\boxed{-1}"} for t in tasks for turn in (0, 1, 2)]
+    replay.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    results = {}
+    for probe in ("none", "wrong_number"):
+        cfg = resolve_config(wf.train, overrides=["runtime.engine=replay", f"runtime.replay_file={replay}",
+                                                  f"runtime.runs_dir={tmp_path / probe}", NO_TRACKING,
+                                                  f"train.eval_probe={probe}"])
+        results[probe] = run_evaluation(resolve_rollout(wf, cfg), tasks)
+    shown = "A Python program printed:"
+    for probe, result in results.items():
+        turn1 = {r.task_id: r.prompt_text for r in read_records(result.records) if r.role == "reasoner" and r.turn == 1}
+        assert set(turn1) == {t["id"] for t in tasks}
+        for t in tasks:
+            number = t["answer"] if probe == "none" else wrong_number(t["answer"])
+            assert f"{shown} {number}\n" in turn1[t["id"]]
+            assert probe == "none" or not equivalent(number, t["answer"])
+    tool = {p: [r.reward for r in read_records(res.records) if r.role == "tool"] for p, res in results.items()}
+    assert tool["none"] == tool["wrong_number"] and min(tool["none"]) == 1.0
