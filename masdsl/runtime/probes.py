@@ -34,15 +34,15 @@ from masdsl.envs.base import Env
 View = Mapping[str, Any]
 
 
-def _no_tool_output(env: Env, state: Any, view: View) -> View:
+def _no_tool_output(env: Env, state: object, view: View) -> View:
     return {**view, "tool_output": ""}
 
 
-def _wrong_plan(env: Env, state: Any, view: View) -> View:
+def _wrong_plan(env: Env, state: object, view: View) -> View:
     return {**view, "tool_output": env.wrong_plan(state)}  # type: ignore[attr-defined]  # masdsl.plan.probes: only such envs
 
 
-def _wrong_number(env: Env, state: Any, view: View) -> View:
+def _wrong_number(env: Env, state: object, view: View) -> View:
     return {**view, "tool_output": env.wrong_number(state)}  # type: ignore[attr-defined]  # masdsl.plan.probes: only such envs
 
 
