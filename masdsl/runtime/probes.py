@@ -3,7 +3,7 @@ what a trained role relies on. Whether a probe can run on a workflow is the plan
 (`masdsl.plan.probes`); here the prompts change.
 
 A planner that reaches the goal may have learnt to plan, or only to repeat the plan a tool
-printed into its prompt. Two probes tell these apart, on the same eval tasks and weights:
+printed into its prompt. Three probes tell these apart, on the same eval tasks and weights:
 
 - `no_tool_output`: `env.tool_output` is empty in every prompt (a template's
   `{% if env.tool_output %}` block then disappears): what the role does alone;
