@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from masdsl.config_overrides import apply, expand_sweep, merge, parse_override, sweep_values  # noqa: F401 (the API)
 from masdsl.config_schema import (  # noqa: F401: the schema is masdsl.config's too
-    ALL_POLICIES, ALL_ROLES, CHOICES, ENGINES, GROUPINGS, ISOLATIONS, LOSSES, MASTER_WEIGHTS, MINIMUMS, PROBES,
+    ALL_POLICIES, ALL_ROLES, CHOICES, ENGINES, GROUPINGS, ISOLATIONS, LOSSES, MASTER_WEIGHTS, MINIMUMS, PROBE_TABLE, PROBES,
     NAMED_SECTIONS, OLD_LOGPROBS, SAMPLE_RANGES, Config, PolicyOverride, RuntimeConfig, SampleOverride,
     SandboxConfig, TrackingConfig, TrainConfig, train_problems)
 from masdsl.errors import ConfigError, did_you_mean  # noqa: F401 (ConfigError: masdsl.config.ConfigError as well)

@@ -9,7 +9,7 @@ config), and the allowed values `masdsl.config.resolve_config` checks. Every nam
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 
 @dataclass
@@ -196,7 +196,23 @@ DTYPES = ("float32", "bfloat16", "float16", "float64", "auto")  # auto: masdsl.p
 ENGINES = ("auto", "vllm", "hf", "replay")
 LORA_SYNCS = ("auto", "adapter", "merged")
 ISOLATIONS = ("auto", "bwrap", "unshare", "none")
-PROBES = ("none", "no_tool_output", "wrong_plan", "wrong_number")  # masdsl.runtime.probes implements each
+
+
+class Probe(NamedTuple):
+    """An eval probe (`train.eval_probe`): what evaluation prompts show as `env.tool_output`.
+    The one table the plan's check, the runtime's prompts and the CLI's status line read."""
+    shows: str  # said after "evaluation prompts show `env.tool_output` ..."
+    writer: str | None  # the env method `NAME(state)` that writes what is shown; None: nothing is
+    writes: str = ""  # what the writer writes, for the plan's refusal
+    example_env: str = ""  # an env that has the writer, for the same message
+
+
+PROBE_TABLE: dict[str, Probe] = {
+    "no_tool_output": Probe("removed", None),
+    "wrong_plan": Probe("as a wrong plan", "wrong_plan", "a wrong plan", "plan_path"),
+    "wrong_number": Probe("as a wrong number", "wrong_number", "a wrong number", "math"),
+}
+PROBES = ("none", *PROBE_TABLE)  # masdsl.runtime.probes applies each
 MINIMUMS = {
     ("train", "steps"): 1, ("train", "samples"): 1, ("train", "batch"): 1, ("train", "ppo_epochs"): 1,
     ("train", "eval_samples"): 1, ("runtime", "engine_replicas"): 1, ("runtime", "vllm_tensor_parallel_size"): 1,

@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from masdsl.commands import output
 from masdsl.commands.eval import Planned, table
+from masdsl.config import PROBE_TABLE
 from masdsl.plan.run_plan import RunPlan
 from masdsl.sandbox import isolation_summary, limits_from_config
 from masdsl.training.checkpoint_folder import PlannedCheckpoint
@@ -54,8 +55,7 @@ def _evaluate(plan: RunPlan, tasks: list[dict], checkpoint: PlannedCheckpoint | 
         err.print(f"evaluating the trained policies of {checkpoint.path}", highlight=False, markup=False)
     tc = plan.train
     if tc.eval_probe != "none":  # the prompts differ from the plain evaluation's on purpose
-        shown = {"no_tool_output": "removed", "wrong_plan": "as a wrong plan", "wrong_number": "as a wrong number"}
-        err.print(f"probe {tc.eval_probe}: evaluation prompts show `env.tool_output` {shown[tc.eval_probe]}",
+        err.print(f"probe {tc.eval_probe}: evaluation prompts show `env.tool_output` {PROBE_TABLE[tc.eval_probe].shows}",
                   highlight=False, markup=False)
     err.print("loading models ...", highlight=False, markup=False)
     if not output.is_terminal(err.file):  # a log file: plain lines, a heartbeat while it runs (loglines.py)

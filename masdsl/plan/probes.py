@@ -5,6 +5,7 @@ The probes themselves change evaluation prompts during rollouts (`masdsl.runtime
 
 from __future__ import annotations
 
+from masdsl.config import PROBE_TABLE
 from masdsl.lang.workflow import Workflow
 
 
@@ -24,13 +25,8 @@ def probe_problem(workflow: Workflow, probe: str) -> str | None:
         return None
     if "tool_output" not in spec.fields:
         return f"`train.eval_probe={probe}` changes `env.tool_output`, and env `{workflow.env}` has no such field"
-    writer = _WRITERS.get(probe)
-    if writer and not callable(getattr(spec.factory, writer[0], None)):
-        return (f"`train.eval_probe={probe}` needs an env that writes {writer[1]} (`{writer[0]}(state)`, as "
-                f"{writer[2]} does); env `{workflow.env}` does not")
+    p = PROBE_TABLE[probe]
+    if p.writer and not callable(getattr(spec.factory, p.writer, None)):
+        return (f"`train.eval_probe={probe}` needs an env that writes {p.writes} (`{p.writer}(state)`, as "
+                f"{p.example_env} does); env `{workflow.env}` does not")
     return None
-
-
-# probe -> (the env method that writes what the prompt shows, what it writes, an env that has it)
-_WRITERS = {"wrong_plan": ("wrong_plan", "a wrong plan", "plan_path"),
-            "wrong_number": ("wrong_number", "a wrong number", "math")}

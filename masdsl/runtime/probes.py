@@ -26,37 +26,18 @@ tool's own scoring are untouched, so a probe's numbers compare with the plain ev
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-from masdsl.config import PROBES
+from masdsl.config import PROBE_TABLE
 from masdsl.envs.base import Env
 
 View = Mapping[str, Any]
 
 
-def _no_tool_output(env: Env, state: object, view: View) -> View:
-    return {**view, "tool_output": ""}
-
-
-def _wrong_plan(env: Env, state: object, view: View) -> View:
-    return {**view, "tool_output": env.wrong_plan(state)}  # type: ignore[attr-defined]  # masdsl.plan.probes: only such envs
-
-
-def _wrong_number(env: Env, state: object, view: View) -> View:
-    return {**view, "tool_output": env.wrong_number(state)}  # type: ignore[attr-defined]  # masdsl.plan.probes: only such envs
-
-
-PROBE_FNS: dict[str, Callable[[Env, Any, View], View] | None] = {
-    "none": None,
-    "no_tool_output": _no_tool_output,
-    "wrong_plan": _wrong_plan,
-    "wrong_number": _wrong_number,
-}
-if tuple(PROBE_FNS) != PROBES:  # the config's allowed values are the probes implemented here
-    raise ImportError(f"masdsl.config.PROBES {PROBES} != the probes implemented {tuple(PROBE_FNS)}")
-
-
 def probed_view(probe: str, env: Env, state: Any, view: View) -> View:
     """The `env.NAME` values an evaluation prompt sees under `probe`."""
-    fn = PROBE_FNS[probe]
-    return view if fn is None else fn(env, state, view)
+    p = PROBE_TABLE.get(probe)  # "none": not in the table
+    if p is None:
+        return view
+    # an env the plan let through has the writer (masdsl.plan.probes)
+    return {**view, "tool_output": "" if p.writer is None else getattr(env, p.writer)(state)}

@@ -46,11 +46,15 @@ class Rate(TypedDict):
     ci: list[float]  # Wilson's 95 % interval [low, high], n = the number of tasks (a list, as JSON reads it back)
 
 
-class Comparison(TypedDict):
+class Comparison(TypedDict, total=False):
     tasks: int
     before: Rate
     after: Rate
     mcnemar: dict[str, float]  # b (lost), c (gained), p (exact, two-sided)
+    # Only where some task's value lies strictly between 0 and 1 (a share, or a mean over several
+    # episodes): the rates above are means, McNemar's pairs the tasks at 1; [before, after] counts
+    # of those, so the two read together.
+    solved: list[int]
 
 
 class TaskOutcomes(TypedDict):
@@ -89,8 +93,13 @@ def compare(before: Mapping[str, float], after: Mapping[str, float]) -> Comparis
         total = sum(values.values())
         return {"rate": total / n, "ci": list(wilson(total, n))}  # a list: what summary.json reads back
 
-    test = mcnemar({t: int(v >= SOLVED) for t, v in before.items()}, {t: int(v >= SOLVED) for t, v in after.items()})
-    return {"tasks": n, "before": rate(before), "after": rate(after), "mcnemar": test}
+    solved_before = {t: int(v >= SOLVED) for t, v in before.items()}
+    solved_after = {t: int(v >= SOLVED) for t, v in after.items()}
+    out: Comparison = {"tasks": n, "before": rate(before), "after": rate(after),
+                       "mcnemar": mcnemar(solved_before, solved_after)}
+    if any(1e-9 < v < SOLVED for v in [*before.values(), *after.values()]):
+        out["solved"] = [sum(solved_before.values()), sum(solved_after.values())]
+    return out
 
 
 def significance(before: TaskOutcomes, after: TaskOutcomes) -> dict[str, Any] | None:
@@ -130,9 +139,17 @@ def change_text(c: Comparison) -> str:
 
 
 def mcnemar_text(c: Comparison) -> str:
-    """`McNemar 1 lost, 49 gained, p 3.59e-14`."""
+    """`McNemar 1 lost, 49 gained, p 3.59e-14`; where the rates are means of shares, the test's
+    unit is said with it: the tasks whose value is 1, before -> after.
+
+    >>> share = compare({"a": 0.5, "b": 1.0, "c": 0.0}, {"a": 1.0, "b": 1.0, "c": 0.5})
+    >>> change_text(share), mcnemar_text(share)
+    ('50.0 % [12.5, 87.5] -> 83.3 % [31.0, 98.2]', 'McNemar on the tasks at 1 (1 -> 2 of 3): 0 lost, 1 gained, p 1')
+    """
     m = c["mcnemar"]
-    return f"McNemar {m['b']:.0f} lost, {m['c']:.0f} gained, p {m['p']:.3g}"
+    counts = c.get("solved")
+    unit = f" on the tasks at 1 ({counts[0]} -> {counts[1]} of {c['tasks']}):" if counts else ""
+    return f"McNemar{unit} {m['b']:.0f} lost, {m['c']:.0f} gained, p {m['p']:.3g}"
 
 
 def success_rows(sig: Mapping[str, Any] | None) -> list[tuple[str, str]]:

@@ -15,7 +15,7 @@ from masdsl.runtime.records import StepRecord
 from masdsl.runtime.rundir import RunDir
 from masdsl.stats import wilson
 from masdsl.training.display import print_summary
-from masdsl.training.significance import compare, run_significance, significance, task_outcomes
+from masdsl.training.significance import compare, mcnemar_text, run_significance, significance, task_outcomes
 from masdsl.training.trainer import TrainResult
 
 
@@ -56,6 +56,19 @@ def test_several_episodes_per_task_are_one_task():
     c = compare(out["success"], {"a": 1.0, "b": 1.0})
     assert c is not None and c["tasks"] == 2 and c["before"]["ci"] == list(wilson(1.5, 2))
     assert c["mcnemar"] == {"b": 0, "c": 1, "p": 1.0}
+
+
+def test_a_share_metric_says_which_tasks_mcnemar_counts():
+    # a share per task (coder_tester's `catches`: the fraction of asserts that tell the reference
+    # from the mutant): the rates are means, McNemar pairs the tasks at 1, and the text says so
+    before = {"a": 0.5, "b": 1.0, "c": 0.0, "d": 0.75}
+    after = {"a": 1.0, "b": 1.0, "c": 0.5, "d": 1.0}
+    c = compare(before, after)
+    assert c is not None and c["solved"] == [1, 3] and c["mcnemar"]["c"] == 2
+    assert mcnemar_text(c).startswith("McNemar on the tasks at 1 (1 -> 3 of 4): 0 lost, 2 gained")
+    # 0/1 values: the rate is the share of tasks at 1, nothing to add
+    binary = compare({"a": 0.0, "b": 1.0}, {"a": 1.0, "b": 1.0})
+    assert binary is not None and "solved" not in binary and mcnemar_text(binary).startswith("McNemar 0 lost, 1 gained")
 
 
 def test_different_tasks_or_no_tasks_are_not_compared():
