@@ -4,6 +4,7 @@ without CUDA and are ready to run on one."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import types
@@ -35,7 +36,8 @@ class FakeLLM:
     built: list[dict] = []
 
     def __init__(self, **kwargs):
-        FakeLLM.built.append(kwargs)
+        # what vLLM reads at construction to place its engine core (runtime.vllm_reproducible)
+        FakeLLM.built.append({**kwargs, "env_multiprocessing": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")})
         self.calls: list[tuple] = []
 
     def sleep(self, level=1):
@@ -59,10 +61,24 @@ def test_tensor_parallel_and_sleep_mode_reach_vllm(tiny_model_dir, monkeypatch):
     assert engine.llm.calls == [("sleep", 1), ("wake_up",)]
     engine.close()
     plain = _vllm(tiny_model_dir, engine_kwargs(resolve_config().runtime, 0), "test")
-    assert not {"tensor_parallel_size", "distributed_executor_backend", "enable_sleep_mode"} & set(FakeLLM.built[-1])
+    assert not {"tensor_parallel_size", "enable_sleep_mode"} & set(FakeLLM.built[-1])
     plain.sleep()  # built without sleep mode: nothing reaches vLLM
     assert plain.llm.calls == []
     plain.close()
+
+
+def test_the_reproducible_layout_reaches_vllm_and_can_be_turned_off(tiny_model_dir, monkeypatch):
+    # by default vLLM's engine core runs in this process (read from the environment while `LLM`
+    # is built, then removed again) and the forward in its worker process; `false`: vLLM's layout
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=FakeLLM))
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    FakeLLM.built.clear()
+    for overrides in ([], ["runtime.vllm_reproducible=false"]):
+        _vllm(tiny_model_dir, engine_kwargs(resolve_config(overrides=overrides).runtime, 0), "test").close()
+    reproducible, default_layout = FakeLLM.built
+    assert reproducible["env_multiprocessing"] == "0" and reproducible["distributed_executor_backend"] == "mp"
+    assert default_layout["env_multiprocessing"] is None and "distributed_executor_backend" not in default_layout
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in os.environ
 
 
 @pytest.mark.parametrize("overrides, message", [

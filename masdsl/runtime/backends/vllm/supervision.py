@@ -106,10 +106,23 @@ def stop_reaper(reaper: subprocess.Popen | None) -> None:
 def raise_if_engine_dies(llm: Any) -> Iterator[None]:
     """Turn a vLLM engine process that dies during the block into `StepFailed`, not a hang.
 
-    While the block runs, a watcher thread checks the client's `engine_dead` flag and, once
-    set, puts vLLM's own `EngineDeadError` on the output queue, which `generate` then raises.
+    With the engine core in a process of its own, a watcher thread checks the client's
+    `engine_dead` flag and, once set, puts vLLM's own `EngineDeadError` on the output queue, which
+    `generate` then raises. With the core in this process (`runtime.vllm_reproducible`) its
+    executor watches its worker processes itself and cancels the step when one dies
+    (`RuntimeError('cancelled')`); its `is_failed` flag tells that error from others.
     """
     core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    executor = getattr(getattr(core, "engine_core", None), "model_executor", None)
+    if executor is not None and hasattr(executor, "is_failed"):  # the core in this process
+        try:
+            yield
+        except Exception as exc:  # noqa: BLE001 - only a dead worker becomes StepFailed
+            if not executor.is_failed:
+                raise
+            raise StepFailed(f"the vLLM engine process died during generate ({type(exc).__name__}: its worker); "
+                             "it may have run out of memory", error=repr(exc)) from None
+        return
     flagged = getattr(getattr(core, "resources", None), "engine_dead", None)
     if core is None or flagged is None or not hasattr(core, "outputs_queue"):
         yield  # another vLLM layout: nothing to watch
