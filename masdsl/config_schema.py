@@ -84,9 +84,10 @@ class RuntimeConfig:
     engine_replicas: int = 1  # engines per full policy, requests balanced across them (runtime.ray=true)
     vllm_tensor_parallel_size: int = 1  # GPUs per vLLM engine
     vllm_sleep_mode: bool = False  # a vLLM engine on its learner's GPU sleeps (frees weights + KV cache) during the update
-    # vLLM's scheduler in the engine's own process, so a tick's requests are all queued before its
-    # first forward and seeded sampling repeats token for token (false: vLLM's default, the
-    # scheduler in a process of its own, batches that depend on timing; docs/performance.md ## main job)
+    # vLLM's scheduler in the process that owns the engine (the forward stays in vLLM's worker), so
+    # a tick's requests are all queued before its first forward and seeded sampling repeats token
+    # for token (false: vLLM's default, the scheduler in a process of its own, batches that depend
+    # on timing; docs/performance.md ### Why two runs of one seed parted)
     vllm_reproducible: bool = True
     # how a LoRA policy's engine samples: `adapter` (vllm: a LoRA request, base shared by adapters;
     # hf: the learner's PeftModel) or `merged` (an engine or copy without LoRA, fed base + adapter

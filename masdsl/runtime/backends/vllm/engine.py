@@ -90,7 +90,6 @@ def llm_kwargs(model_path: str, *, seed: int, gpu: bool, max_model_len: int | No
     process does not have. Sleep mode (`enable_sleep_mode`) lets `sleep()` free the GPU memory of
     the weights and KV cache during the learner's update (CUDA only).
 
-
     >>> kw = llm_kwargs("m", seed=1, gpu=True, max_model_len=64, enable_prefix_caching=True,
     ...                 gpu_memory_utilization=0.5, dtype=None, lora=None, extra={}, tensor_parallel_size=2,
     ...                 sleep_mode=True)
