@@ -108,9 +108,16 @@ def changes(old: Mapping[str, str], new: Mapping[str, str],
 
 
 def is_setting(part: str) -> bool:
-    """A part the command line overrides anyway (`train.<key>`, `sample.<role>.<key>`): what trained
-    weights are does not depend on it, so evaluating or exporting a checkpoint ignores it."""
-    return (part.startswith("train.") or (part.startswith("role.") and part.endswith((".sample", ".advantage")))
+    """A part the command line overrides anyway (`train.<key>`, `sample.<role>.<key>`), or the
+    `data eval` line (tasks the weights were only measured on, e.g. held-out templates against
+    new instances of the trained ones): what trained weights are does not depend on it, so
+    evaluating or exporting a checkpoint ignores it.
+
+    >>> is_setting("data.eval"), is_setting("data.train"), is_setting("role.tool.reward")
+    (True, False, False)
+    """
+    return (part.startswith("train.") or part == "data.eval"
+            or (part.startswith("role.") and part.endswith((".sample", ".advantage")))
             or (part.startswith("policy.") and part.endswith(".schedule")))
 
 

@@ -93,11 +93,13 @@ def test_resume_with_a_changed_train_block_names_the_override(trained, tmp_path,
 
 
 def test_eval_checkpoint_by_meaning(trained, tmp_path, capsys):
-    """A comment, a layout change and a changed train { } block (settings the command line
-    overrides anyway) evaluate the checkpoint; a changed reward is refused, naming it."""
+    """A comment, a layout change, a changed train { } block (settings the command line
+    overrides anyway) and another `data eval` line (what the weights are measured on) evaluate the
+    checkpoint; a changed reward or `data train` line is refused, naming it."""
     base = ["--checkpoint", str(trained[1]), NO_TRACKING, "runtime.engine=hf",
             f"runtime.runs_dir={tmp_path / 'runs'}", "--tasks", "1", "--json", "-q"]
-    settings = lambda t: commented(messy(t)).replace("eval_tasks: 10", "eval_tasks: 3")  # noqa: E731
+    settings = lambda t: (commented(messy(t)).replace("eval_tasks: 10", "eval_tasks: 3")  # noqa: E731
+                          .replace('toy_digits("eval", 10)', 'toy_digits("eval", 4)'))
     wf = workflow_copy(tmp_path / "ok", settings)
     capsys.readouterr()
     assert main(["eval", str(wf), *base]) == 0
@@ -106,6 +108,9 @@ def test_eval_checkpoint_by_meaning(trained, tmp_path, capsys):
     assert main(["eval", str(wf), *base]) == 2
     err = capsys.readouterr().err
     assert "role namer's reward changed `same(digit, task.target)` -> `len(output)`" in err and "Traceback" not in err
+    wf = workflow_copy(tmp_path / "trained_on_other", lambda t: t.replace('toy_digits("train", 20)', 'toy_digits("train", 12)'))
+    assert main(["eval", str(wf), *base]) == 2
+    assert "data train" in capsys.readouterr().err
 
 
 def test_a_checkpoint_of_an_earlier_version_compares_the_text(trained, tmp_path, capsys):
