@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/skill_table.py RUN_OR_SWEEP... [--workflow FILE] [--json OUT] [--plot PNG]
                                                [--regrade] [--answers OUT.jsonl]
+    .venv/bin/python benchmarks/skill_table.py --pair BEFORE.jsonl AFTER.jsonl --workflow FILE [...]
 
 Each argument is a training run's folder (it holds `eval/step_N.jsonl`) or a sweep folder (every
 `trials/*/` run in it). For each run, the first and the last evaluation are compared on the same
@@ -19,6 +20,10 @@ fields and the task, so a grader changed since the run applies to its rows (a su
 reads the env's state cannot be recomputed and keeps the stored value; the rows count both).
 `--answers OUT.jsonl` writes what a later regrade needs and nothing else: per eval episode, its
 task, the stored success and each reply's (role, turn, parsed fields), one compact line each.
+
+`--pair BEFORE AFTER` (repeatable) compares two evaluations of the same tasks that no training
+run holds together, e.g. the untrained policy and a checkpoint each evaluated by `masdsl eval` on
+new instances of the trained templates (the records of a `masdsl eval` run folder).
 
 Records written before `metric` lines existed carry no values; then the workflow's metric
 expressions (`--workflow`, default: the run's own `workflow.mas`) are evaluated again on each
@@ -189,12 +194,22 @@ def compare(run: Path, workflow_file: str | None, regrade: bool = False) -> dict
     files = eval_files(run)
     if len(files) < 2:
         raise SystemExit(f"{run}: needs an evaluation before and after training, found {len(files)}")
-    wf = masdsl.load(workflow_file or run / "workflow.mas")
+    row = compare_files(files[0], files[-1], workflow_file or run / "workflow.mas", regrade)
+    return {**row, "run": str(run), "steps": [files[0].stem, files[-1].stem], "train_tokens": train_tokens(run),
+            "adapter_change": adapter_change(run)}
+
+
+def compare_files(before_file: Path, after_file: Path, workflow_file: str | Path, regrade: bool = False) -> dict:
+    """Two evaluations' records of the same eval tasks, side by side (`--pair`: e.g. the untrained
+    policy and a checkpoint, each evaluated with `masdsl eval` on another `data eval` line)."""
+    wf = masdsl.load(workflow_file)
     tasks = {t["id"]: t for t in load_split(wf, "eval")}
     metrics = Metrics(wf, tasks)
-    before, after = evaluation(files[0], metrics, regrade), evaluation(files[-1], metrics, regrade)
-    row = {"run": str(run), "steps": [files[0].stem, files[-1].stem], "tasks": len(before["success"]),
-           "train_tokens": train_tokens(run), "adapter_change": adapter_change(run),
+    before, after = evaluation(before_file, metrics, regrade), evaluation(after_file, metrics, regrade)
+    if set(before["success"]) != set(after["success"]):
+        raise SystemExit(f"{before_file} and {after_file} evaluated different tasks: a paired test needs the same ones")
+    row = {"run": f"{before_file.parent.name}->{after_file.parent.name}", "steps": [str(before_file), str(after_file)],
+           "tasks": len(before["success"]), "train_tokens": 0, "adapter_change": {},
            "success": {"before": rate(before["success"]), "after": rate(after["success"]),
                        "mcnemar": mcnemar(before["success"], after["success"])},
            "grading": {"before": before["grading"], "after": after["grading"]} if regrade else "stored",
@@ -366,15 +381,23 @@ def markdown(rows: list[dict]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs", nargs="+")
+    ap.add_argument("runs", nargs="*")
+    ap.add_argument("--pair", nargs=2, metavar=("BEFORE", "AFTER"), action="append", default=[],
+                    help="two evaluations' records of the same tasks (eval/step_N.jsonl, or a `masdsl eval` run "
+                         "folder's records.jsonl); needs --workflow")
     ap.add_argument("--workflow", help="the .mas whose metric lines to evaluate again (default: the run's own)")
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--plot", help="draw each run's training curves into this image (.png)")
     ap.add_argument("--regrade", action="store_true", help="evaluate the workflow's success line again on each episode")
     ap.add_argument("--answers", help="write each eval episode's parsed fields here (JSONL), for a later regrade")
     args = ap.parse_args()
+    if args.pair and not args.workflow:
+        ap.error("--pair needs --workflow: the .mas whose eval split and metric lines the records are of")
+    if not args.runs and not args.pair:
+        ap.error("name a run or sweep folder, or --pair BEFORE AFTER")
     runs = run_folders(args.runs)
     rows = [compare(run, args.workflow, args.regrade) for run in runs]
+    rows += [compare_files(Path(b), Path(a), args.workflow, args.regrade) for b, a in args.pair]
     if args.answers:
         with open(args.answers, "w") as out:
             for run in runs:

@@ -173,3 +173,22 @@ def test_regrade_applies_todays_success_line_to_stored_episodes(skill_table, tmp
     lines = skill_table.answers(run / "eval" / "step_000008.jsonl")
     assert [line["replies"][0]["fields"]["answer"] for line in lines] == given
     assert {line["success"] for line in lines} == {1.0}
+
+
+def test_a_pair_of_evaluations_outside_a_run(skill_table, tmp_path):
+    """`--pair`: two evaluations of the same tasks (e.g. `masdsl eval` run folders) side by side;
+    evaluations of different tasks are refused, not paired."""
+    tasks = [f"arith/eval/{i}" for i in range(3)]
+    before, after = tmp_path / "base" / "records.jsonl", tmp_path / "trained" / "records.jsonl"
+    for path, right in ((before, 1), (after, 3)):
+        path.parent.mkdir()
+        path.write_text("".join(record(t, "tool", 0, float(i < right), {"correct": float(i < right)}) + "\n"
+                                for i, t in enumerate(tasks)))
+    row = skill_table.compare_files(before, after, ROOT / "workflows" / "math_arith.mas")
+    assert row["tasks"] == 3 and row["success"]["before"]["rate"] == pytest.approx(1 / 3)
+    assert (row["success"]["mcnemar"]["b"], row["success"]["mcnemar"]["c"]) == (0, 2)
+    assert row["skills"]["tool/correct"]["turn0"]["after"]["rate"] == 1.0
+    assert "| base->trained | 3 |" in skill_table.markdown([row])
+    after.write_text(record(tasks[0], "tool", 0, 1.0) + "\n")
+    with pytest.raises(SystemExit, match="different tasks"):
+        skill_table.compare_files(before, after, ROOT / "workflows" / "math_arith.mas")
