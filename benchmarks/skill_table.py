@@ -208,7 +208,7 @@ def compare_files(before_file: Path, after_file: Path, workflow_file: str | Path
     before, after = evaluation(before_file, metrics, regrade), evaluation(after_file, metrics, regrade)
     if set(before["success"]) != set(after["success"]):
         raise SystemExit(f"{before_file} and {after_file} evaluated different tasks: a paired test needs the same ones")
-    row = {"run": f"{before_file.parent.name}->{after_file.parent.name}", "steps": [str(before_file), str(after_file)],
+    row = {"run": pair_name(before_file, after_file), "steps": [str(before_file), str(after_file)],
            "tasks": len(before["success"]), "train_tokens": 0, "adapter_change": {},
            "success": {"before": rate(before["success"]), "after": rate(after["success"]),
                        "mcnemar": mcnemar(before["success"], after["success"])},
@@ -224,6 +224,19 @@ def compare_files(before_file: Path, after_file: Path, workflow_file: str | Path
     row["given"] = {key: {"before": rate(before["given"].get(key, [])), "after": rate(after["given"].get(key, []))}
                     for key in sorted(set(before["given"]) | set(after["given"]))}
     return row
+
+
+def pair_name(before: Path, after: Path) -> str:
+    """The first folder in which two evaluations' paths differ, for the table.
+
+    >>> pair_name(Path("evals/base/math_gsm/20261206-2045/records.jsonl"),
+    ...           Path("evals/tool_binary/math_gsm_tool_binary/20261206-2051/records.jsonl"))
+    'base->tool_binary'
+    """
+    for x, y in zip(before.parts, after.parts):
+        if x != y:
+            return f"{x}->{y}"
+    return f"{before}->{after}"
 
 
 def arm_of(run: Path) -> tuple[str, int | None]:
