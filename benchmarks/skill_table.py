@@ -418,6 +418,10 @@ def main() -> int:
                 for path in (files[0], files[-1]):
                     for line in answers(path):
                         out.write(json.dumps({"run": run.name, **line}) + "\n")
+            evaluations = dict.fromkeys(p for pair in args.pair for p in pair)  # a shared "before" once
+            for path in evaluations:
+                for line in answers(Path(path)):
+                    out.write(json.dumps({**line, "eval": path}) + "\n")
     if args.json:
         Path(args.json).write_text(json.dumps({"runs": rows, "arms": arms(rows)}, indent=1))
     if args.plot:
