@@ -23,7 +23,8 @@ task, the stored success and each reply's (role, turn, parsed fields), one compa
 
 `--pair BEFORE AFTER` (repeatable) compares two evaluations of the same tasks that no training
 run holds together, e.g. the untrained policy and a checkpoint each evaluated by `masdsl eval` on
-new instances of the trained templates (the records of a `masdsl eval` run folder).
+new instances of the trained templates (the records of a `masdsl eval` run folder); `--answers`
+keeps each such evaluation once, under its path.
 
 Records written before `metric` lines existed carry no values; then the workflow's metric
 expressions (`--workflow`, default: the run's own `workflow.mas`) are evaluated again on each
