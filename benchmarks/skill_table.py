@@ -287,7 +287,8 @@ def arms_markdown(summary: list[dict]) -> str:
     lines = []
     for a in summary:
         per_seed = a["after_per_seed"]
-        lines.append(f"| {a['arm']} | {', '.join(str(s) for s in a['seeds'])} | "
+        seeds = ", ".join("?" if s is None else str(s) for s in a["seeds"])  # a run outside a sweep names none
+        lines.append(f"| {a['arm']} | {seeds} | "
                      f"{', '.join(f'{t:,}' for t in a['train_tokens'])} | {pct(a['before'])} | {pct(a['after'])} | "
                      f"{', '.join(f'{100 * x:.1f}' for x in per_seed)} | {100 * (max(per_seed) - min(per_seed)):.1f} |")
     return head + "\n".join(lines)
@@ -409,6 +410,9 @@ def main() -> int:
         ap.error("--pair needs --workflow: the .mas whose eval split and metric lines the records are of")
     if not args.runs and not args.pair:
         ap.error("name a run or sweep folder, or --pair BEFORE AFTER")
+    missing = [f for pair in args.pair for f in pair if not Path(f).is_file()]
+    if missing:
+        ap.error(f"--pair: no records file {', '.join(missing)} (an evaluation's eval/step_NNNNNN.jsonl, or a `masdsl eval` run's records.jsonl)")
     runs = run_folders(args.runs)
     rows = [compare(run, args.workflow, args.regrade) for run in runs]
     rows += [compare_files(Path(b), Path(a), args.workflow, args.regrade) for b, a in args.pair]

@@ -107,7 +107,7 @@ def test_masdsl_check_points_at_the_bad_argument(tmp_path):
          None)]
 
 
-@pytest.mark.parametrize("name", ["math_gsm.mas", "math_gsm_single.mas"])
+@pytest.mark.parametrize("name", ["math_gsm.mas", "math_gsm_single.mas", "math_gsm_tool_rloo.mas"])
 def test_the_gsm_workflows_pass_check(name):
     path = ROOT / "workflows" / name
     report = analyze(path.read_text(), str(path), base_dir=str(path.parent))
@@ -131,6 +131,25 @@ def test_the_single_agent_reads_its_program_and_is_scored_by_the_library(tmp_pat
     assert f"It printed: {right}" in answer_turns[tasks[0]["id"]].prompt_text
     assert f"It printed: {wrong}" in answer_turns[tasks[1]["id"]].prompt_text
     assert [answer_turns[t["id"]].reward_local for t in tasks] == [1.0, pytest.approx(0.01)]  # the library's scores
+
+
+def test_the_rloo_arm_pays_the_tool_right_wrong_and_failed_programs_apart(tmp_path, rows):
+    """math_gsm_tool_rloo's tool reward through a real rollout and sandbox: 1 for a right printed
+    answer, 0 for a wrong number, -0.2 for a program that fails; `advantage rloo` on the tool."""
+    tasks = rows["eval"][:3]
+    right, wrong = tasks[0]["answer"], str(int(float(tasks[1]["answer"])) + 3)
+    programs = {tasks[0]["id"]: f"print({right})", tasks[1]["id"]: f"print({wrong})", tasks[2]["id"]: "1 / 0"}
+    replay = tmp_path / "replay.jsonl"
+    replay.write_text("".join(
+        json.dumps({"task_id": t, "role": role, "turn": turn, "output": out}) + "\n"
+        for t, code in programs.items() for turn in range(3)
+        for role, out in (("tool", f"```python\n{code}\n```"), ("reasoner", "\\boxed{1}"))))
+    path = ROOT / "workflows" / "math_gsm_tool_rloo.mas"
+    ro = masdsl.rollout(str(path), ["runtime.engine=replay", f"runtime.replay_file={replay}", NO_TRACKING], tasks=3)
+    first_tool = {r.task_id: r.reward_local for r in ro.records if r.role == "tool" and r.turn == 0}
+    assert [first_tool[t["id"]] for t in tasks] == [1.0, 0.0, pytest.approx(-0.2)]
+    report = analyze(path.read_text(), str(path), base_dir=str(path.parent))
+    assert report.workflow.roles["tool"].advantage == "rloo"
 
 
 def test_without_the_package_the_check_and_the_run_say_how_to_install_it(monkeypatch, tmp_path):
