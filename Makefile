@@ -2,14 +2,14 @@
 VENV ?= .venv
 # The main job: the untrained Qwen2.5-Coder-0.5B (built in) learns a skill with AT-GRPO, with no
 # warm start and no helper that computes the answer: workflows/math_arith.mas under
-# configs/skill_cpu.yaml, 64 held-out problems evaluated before and after (docs/performance.md
+# configs/skill_cpu_quick.yaml (5 steps), 64 held-out problems evaluated before and after (docs/performance.md
 # `## main job`). The Plan-Path pipeline check (a planning helper, a supervised warm start first):
 #   make run WORKFLOW=workflows/plan_path_helper.mas
 # Any other workflow runs with its own defaults: make run WORKFLOW=workflows/coder_tester.mas
 WORKFLOW ?= workflows/math_arith.mas
-CONFIG ?= $(if $(filter workflows/math_arith.mas,$(WORKFLOW)),configs/skill_cpu.yaml)
+CONFIG ?= $(if $(filter workflows/math_arith.mas,$(WORKFLOW)),configs/skill_cpu_quick.yaml)
 WARM_START ?= $(if $(filter workflows/plan_path_helper.mas,$(WORKFLOW)),runs/warm/plan_path_helper)
-# MLflow records the main job (skill_cpu.yaml turns it off for sweeps of many trials)
+# MLflow records the main job (the skill configs turn it off for sweeps of many trials)
 RUN_ARGS = $(if $(CONFIG),--config $(CONFIG) tracking.enabled=true)
 
 .PHONY: setup run test typecheck check bench
