@@ -50,7 +50,7 @@ def vllm_engine_session(tiny_model_dir):
     before = torch.get_num_threads()
     torch.set_num_threads(2)  # more than one, so that a build that resets them to one shows
     engine = VLLMEngine(tiny_model_dir, seed=0, max_model_len=512, lora={"max_lora_rank": 8})
-    engine.torch_threads_around_build = (2, torch.get_num_threads())  # read by test_vllm.py
+    engine.torch_threads_after_build = torch.get_num_threads()  # read by test_vllm.py
     torch.set_num_threads(before)
     yield engine
     engine.close()

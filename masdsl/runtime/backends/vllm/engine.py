@@ -137,8 +137,8 @@ def kept_torch_threads() -> Iterator[None]:
     workers are up (`set_torch_threads_for_runtime`: a process that only schedules gains nothing
     from them). With `reproducible` that process is masdsl's, which is also the learner: its
     update then ran on one of this machine's two cores (docs/performance.md `### One torch thread
-    after the engine started`). Sampling is not slowed by giving them back: the forward runs in
-    vLLM's worker process, and this process computes nothing while it waits for it.
+    after the engine started`). Giving them back did not slow sampling beyond the runs' spread
+    (the forward runs in vLLM's worker process; `benchmarks/vllm_batch.py --torch-threads 2 1`).
 
     >>> import torch
     >>> n = torch.get_num_threads()
@@ -153,8 +153,7 @@ def kept_torch_threads() -> Iterator[None]:
     try:
         yield
     finally:
-        if torch.get_num_threads() != threads:
-            torch.set_num_threads(threads)
+        torch.set_num_threads(threads)
 
 
 class VLLMEngine(LocalEngine):
