@@ -294,6 +294,20 @@ def arms_markdown(summary: list[dict]) -> str:
     return head + "\n".join(lines)
 
 
+def curve_label(run: Path, runs: list[Path]) -> str:
+    """The run's folder name, or with its sweep's name where two sweeps' trials share one (every
+    sweep of one arm names its trial `base,seed=0`).
+
+    >>> runs = [Path("a/trials/base,seed=0"), Path("b/trials/base,seed=0"), Path("runs/c")]
+    >>> [curve_label(r, runs) for r in runs]
+    ['a/base,seed=0', 'b/base,seed=0', 'c']
+    """
+    if sum(r.name == run.name for r in runs) < 2:
+        return run.name
+    sweep = run.parent.parent if run.parent.name == "trials" else run.parent
+    return f"{sweep.name}/{run.name}"
+
+
 def curves(runs: list[Path], out: Path) -> None:
     """One panel per training metric worth watching (each role's skill metrics at turn 0, the
     non-flat share per role, the train success) and the held-out success at each evaluation;
@@ -308,7 +322,7 @@ def curves(runs: list[Path], out: Path) -> None:
     for run in runs:
         newest = latest(run)
         if newest is not None:
-            states[run.name] = json.loads((newest / "state.json").read_text())
+            states[curve_label(run, runs)] = json.loads((newest / "state.json").read_text())
     keys = sorted({k for st in states.values() for h in st["history"] for k in h
                    if (k.startswith("skill/train/") and k.endswith("/turn0")) or k.startswith("nonflat/")})
     keys += ["success/train", "success/eval"]

@@ -192,3 +192,11 @@ def test_a_pair_of_evaluations_outside_a_run(skill_table, tmp_path):
     after.write_text(record(tasks[0], "tool", 0, 1.0) + "\n")
     with pytest.raises(SystemExit, match="different tasks"):
         skill_table.compare_files(before, after, ROOT / "workflows" / "math_arith.mas")
+
+
+def test_curves_of_two_sweeps_trials_named_alike_keep_both_lines(skill_table):
+    # every one-arm sweep names its trial `base,seed=0`: keyed by folder name, the second sweep's
+    # curves replaced the first's in the image
+    runs = [Path("w/single/trials/base,seed=0"), Path("w/per_role/trials/base,seed=0"), Path("runs/solo")]
+    labels = [skill_table.curve_label(r, runs) for r in runs]
+    assert labels == ["single/base,seed=0", "per_role/base,seed=0", "solo"]
