@@ -333,15 +333,17 @@ def curves(runs: list[Path], out: Path) -> None:
         for name, st in states.items():
             points = ([(e["step"], e["success/eval"]) for e in st["evals"]] if key == "success/eval" else
                       [(h["step"], h[key]) for h in st["history"] if key in h])
-            if points:
-                ax.plot(*zip(*points), marker="o", label=name)
+            if points:  # one colour per run in every panel: matplotlib's cycle restarts per panel
+                ax.plot(*zip(*points), marker="o", label=name, color=f"C{list(states).index(name) % 10}")
         ax.set_title(key.replace("skill/train/", "train ").replace("/turn0", ", turn 0"), fontsize=9)
         ax.set_xlabel("step", fontsize=8)
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(keys):]:
         ax.axis("off")
-    axes.flat[0].legend(fontsize=7)
+    from matplotlib.lines import Line2D
+    fig.legend([Line2D([], [], color=f"C{i % 10}", marker="o") for i in range(len(states))], list(states),
+               loc="lower right", fontsize=8)  # every run, also those missing from the first panel
     fig.tight_layout()
     fig.savefig(out, dpi=110)
 
