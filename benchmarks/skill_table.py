@@ -330,11 +330,11 @@ def curves(runs: list[Path], out: Path) -> None:
     fig, axes = plt.subplots((len(keys) + cols - 1) // cols, cols, figsize=(4.2 * cols, 3.0 * ((len(keys) + cols - 1) // cols)),
                              squeeze=False)
     for ax, key in zip(axes.flat, keys):
-        for name, st in states.items():
+        for i, st in enumerate(states.values()):
             points = ([(e["step"], e["success/eval"]) for e in st["evals"]] if key == "success/eval" else
                       [(h["step"], h[key]) for h in st["history"] if key in h])
             if points:  # one colour per run in every panel: matplotlib's cycle restarts per panel
-                ax.plot(*zip(*points), marker="o", label=name, color=f"C{list(states).index(name) % 10}")
+                ax.plot(*zip(*points), marker="o", color=f"C{i % 10}")
         ax.set_title(key.replace("skill/train/", "train ").replace("/turn0", ", turn 0"), fontsize=9)
         ax.set_xlabel("step", fontsize=8)
         ax.set_ylim(-0.02, 1.02)
