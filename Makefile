@@ -1,13 +1,16 @@
 # `make run` trains the flagship workflow; `make test` runs the test suite. Both set up first.
 VENV ?= .venv
 # The main job: the untrained Qwen2.5-Coder-0.5B (built in) learns a skill with AT-GRPO, with no
-# warm start and no helper that computes the answer: workflows/math_arith.mas under
-# configs/skill_cpu_quick.yaml (5 steps), 64 held-out problems evaluated before and after (docs/performance.md
-# `## main job`). The Plan-Path pipeline check (a planning helper, a supervised warm start first):
+# warm start and no helper that computes the answer: workflows/math_arith_check.mas (the tool writes
+# a program, the reasoner reads what it printed and answers) under configs/first_run.yaml (8 steps),
+# 64 held-out problems evaluated before and after (docs/performance.md `## main job`). The side-by-side
+# math workflow with its own recipe (5 steps, about 32 min): make run WORKFLOW=workflows/math_arith.mas
+# The Plan-Path pipeline check (a planning helper, a supervised warm start first):
 #   make run WORKFLOW=workflows/plan_path_helper.mas
 # Any other workflow runs with its own defaults: make run WORKFLOW=workflows/coder_tester.mas
-WORKFLOW ?= workflows/math_arith.mas
-CONFIG ?= $(if $(filter workflows/math_arith.mas,$(WORKFLOW)),configs/skill_cpu_quick.yaml)
+WORKFLOW ?= workflows/math_arith_check.mas
+SKILL_CONFIGS = workflows/math_arith_check.mas=configs/first_run.yaml workflows/math_arith.mas=configs/skill_cpu_quick.yaml
+CONFIG ?= $(patsubst $(WORKFLOW)=%,%,$(filter $(WORKFLOW)=%,$(SKILL_CONFIGS)))
 WARM_START ?= $(if $(filter workflows/plan_path_helper.mas,$(WORKFLOW)),runs/warm/plan_path_helper)
 # MLflow records the main job (the skill configs turn it off for sweeps of many trials)
 RUN_ARGS = $(if $(CONFIG),--config $(CONFIG) tracking.enabled=true)
