@@ -142,35 +142,53 @@ def evaluation(path: Path, metrics: Metrics, regrade: bool = False) -> dict:
                 grading["changed"] += int(again != stored)
                 success[task] = again
         fields: dict[str, dict] = {}
-        at: dict[tuple[str, int], dict[str, float | None]] = {}  # (role, turn) -> its metric values
+        acted: list[Activation] = []
         for r in recs:
             tokens += len(r["response_ids"])
             fields = {**fields, r["role"]: {**r["fields"], "output": r["response_text"]}}
-            at[(r["role"], r["turn"])] = values = metrics.of(r, fields)
+            values = metrics.of(r, fields)
+            acted.append((r["role"], (r["turn"], r.get("node", "")), values))
             for name, value in values.items():
                 if value is None:
                     continue
                 every[f"{r['role']}/{name}"].append(value)
                 if r["turn"] == 0:
                     first[f"{r['role']}/{name}"][task] = value
-        for key, value in given_other(at):
+        for key, value in given_other(acted):
             given[key].append(value)
     return {"success": success, "first": first, "every": every, "given": given, "tokens": tokens, "grading": grading}
 
 
-def given_other(at: dict[tuple[str, int], dict[str, float | None]]) -> list[tuple[str, float]]:
-    """A role's `correct` at turn t >= 1, keyed by whether another role's `correct` at turn t-1
-    (the answer it was shown) was right: does it adopt a right answer, does it resist a wrong one.
+Activation = tuple[str, tuple[int, str], dict[str, "float | None"]]  # role, (turn, node), its metric values
 
-    >>> given_other({("tool", 0): {"correct": 1.0}, ("reasoner", 0): {"correct": 0.0}, ("reasoner", 1): {"correct": 1.0}})
+
+def given_other(acted: list[Activation]) -> list[tuple[str, float]]:
+    """A role's `correct`, keyed by whether the answer it was shown was right: each other role's
+    newest `correct` from an earlier activation. Roles of one parallel group act on the same state,
+    so they see each other's answers only at the next turn; in a chain `tool -> reasoner` the
+    reasoner sees the tool's answer of its own turn.
+
+    >>> side_by_side = [("tool", (0, "tool&reasoner"), {"correct": 1.0}), ("reasoner", (0, "tool&reasoner"), {"correct": 0.0}),
+    ...                 ("reasoner", (1, "tool&reasoner"), {"correct": 1.0})]
+    >>> given_other(side_by_side)
     [('reasoner/correct, shown a right tool answer', 1.0)]
+    >>> given_other([("tool", (0, "tool"), {"correct": 0.0}), ("reasoner", (0, "reasoner"), {"correct": 0.0})])
+    [('reasoner/correct, shown a wrong tool answer', 0.0)]
     """
     out = []
-    for (role, turn), values in at.items():
-        for (other, t), seen in at.items():
-            if other != role and t == turn - 1 and values.get("correct") is not None and seen.get("correct") is not None:
-                shown = "right" if seen["correct"] >= 1 else "wrong"
-                out.append((f"{role}/correct, shown a {shown} {other} answer", float(values["correct"])))
+    shown: dict[str, float] = {}    # role -> its `correct` in an activation already over
+    current: dict[str, float] = {}  # the same, for the activation under way
+    activation = None
+    for role, key, values in acted:
+        if key != activation:
+            shown.update(current)
+            current, activation = {}, key
+        mine = values.get("correct")
+        if mine is not None:
+            for other, seen in shown.items():
+                if other != role:
+                    out.append((f"{role}/correct, shown a {'right' if seen >= 1 else 'wrong'} {other} answer", float(mine)))
+            current[role] = mine
     return out
 
 

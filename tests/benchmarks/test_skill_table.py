@@ -134,6 +134,29 @@ def test_a_roles_answer_is_split_by_the_answer_it_was_shown(skill_table, tmp_pat
     assert (wrong["before"]["rate"], wrong["after"]["rate"]) == (0.0, 0.0)
 
 
+def test_in_a_chain_the_second_role_was_shown_the_first_ones_answer_of_its_own_turn(skill_table, tmp_path):
+    """`start -> tool -> reasoner` (math_arith_check): the reasoner at turn 0 read the tool's turn-0
+    output, so its answer is split by that one; in a parallel group it would wait a turn."""
+    run = tmp_path / "run"
+    (run / "eval").mkdir(parents=True)
+    shutil.copy(ROOT / "workflows" / "math_arith_check.mas", run / "workflow.mas")
+
+    def episode(task, tool_right, reasoner_right):
+        rows = [record(task, "tool", 0, reasoner_right, {"answers": 1.0, "correct": tool_right}),
+                record(task, "reasoner", 0, reasoner_right, {"correct": reasoner_right})]
+        return [json.dumps({**json.loads(row), "node": json.loads(row)["role"]}) for row in rows]
+
+    before = episode("a", 1.0, 0.0) + episode("b", 0.0, 0.0) + episode("c", 1.0, 1.0)
+    after = episode("a", 1.0, 1.0) + episode("b", 0.0, 0.0) + episode("c", 1.0, 1.0)
+    (run / "eval" / "step_000000.jsonl").write_text("\n".join(before) + "\n")
+    (run / "eval" / "step_000008.jsonl").write_text("\n".join(after) + "\n")
+    given = skill_table.compare(run, None)["given"]
+    right, wrong = given["reasoner/correct, shown a right tool answer"], given["reasoner/correct, shown a wrong tool answer"]
+    assert (right["before"]["rate"], right["after"]["rate"], right["after"]["n"]) == (0.5, 1.0, 2)
+    assert (wrong["before"]["n"], wrong["after"]["rate"]) == (1, 0.0)
+    assert not any(key.startswith("tool/") for key in given)  # the tool wrote first: it was shown nothing
+
+
 def test_a_lora_policys_change_is_the_norm_of_what_its_adapter_adds(skill_table, tmp_path):
     import torch
     from safetensors.torch import save_file
