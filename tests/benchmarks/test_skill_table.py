@@ -112,23 +112,27 @@ def test_the_modules_examples(skill_table):
     assert result.attempted >= 2 and result.failed == 0
 
 
+def shown_rows(skill_table, tmp_path, workflow: str, before: list[str], after: list[str]) -> dict:
+    """The `given` rows of a run whose two evaluations hold `before` and `after`."""
+    run = tmp_path / "run"
+    (run / "eval").mkdir(parents=True)
+    shutil.copy(ROOT / "workflows" / workflow, run / "workflow.mas")
+    (run / "eval" / "step_000000.jsonl").write_text("\n".join(before) + "\n")
+    (run / "eval" / "step_000004.jsonl").write_text("\n".join(after) + "\n")
+    return skill_table.compare(run, None)["given"]
+
+
 def test_a_roles_answer_is_split_by_the_answer_it_was_shown(skill_table, tmp_path):
     """The reasoner at turn 1 saw the tool's turn-0 answer: its correctness is reported apart for
     a right and a wrong answer shown (adopting vs resisting), before and after."""
-    run = tmp_path / "run"
-    (run / "eval").mkdir(parents=True)
-    shutil.copy(ROOT / "workflows" / "math_arith.mas", run / "workflow.mas")
 
     def episode(task, tool_right, reasoner_turn1):
         return [record(task, "tool", 0, 0.0, {"answers": 1.0, "correct": tool_right}),
                 record(task, "reasoner", 0, 0.0, {"correct": 0.0}),
                 record(task, "reasoner", 1, reasoner_turn1, {"correct": reasoner_turn1})]
 
-    before = episode("a", 1.0, 0.0) + episode("b", 0.0, 0.0)
-    after = episode("a", 1.0, 1.0) + episode("b", 0.0, 0.0)
-    (run / "eval" / "step_000000.jsonl").write_text("\n".join(before) + "\n")
-    (run / "eval" / "step_000004.jsonl").write_text("\n".join(after) + "\n")
-    given = skill_table.compare(run, None)["given"]
+    given = shown_rows(skill_table, tmp_path, "math_arith.mas", episode("a", 1.0, 0.0) + episode("b", 0.0, 0.0),
+                       episode("a", 1.0, 1.0) + episode("b", 0.0, 0.0))
     right, wrong = given["reasoner/correct, shown a right tool answer"], given["reasoner/correct, shown a wrong tool answer"]
     assert (right["before"]["rate"], right["after"]["rate"], right["after"]["n"]) == (0.0, 1.0, 1)
     assert (wrong["before"]["rate"], wrong["after"]["rate"]) == (0.0, 0.0)
@@ -137,20 +141,15 @@ def test_a_roles_answer_is_split_by_the_answer_it_was_shown(skill_table, tmp_pat
 def test_in_a_chain_the_second_role_was_shown_the_first_ones_answer_of_its_own_turn(skill_table, tmp_path):
     """`start -> tool -> reasoner` (math_arith_check): the reasoner at turn 0 read the tool's turn-0
     output, so its answer is split by that one; in a parallel group it would wait a turn."""
-    run = tmp_path / "run"
-    (run / "eval").mkdir(parents=True)
-    shutil.copy(ROOT / "workflows" / "math_arith_check.mas", run / "workflow.mas")
 
     def episode(task, tool_right, reasoner_right):
         rows = [record(task, "tool", 0, reasoner_right, {"answers": 1.0, "correct": tool_right}),
                 record(task, "reasoner", 0, reasoner_right, {"correct": reasoner_right})]
         return [json.dumps({**json.loads(row), "node": json.loads(row)["role"]}) for row in rows]
 
-    before = episode("a", 1.0, 0.0) + episode("b", 0.0, 0.0) + episode("c", 1.0, 1.0)
-    after = episode("a", 1.0, 1.0) + episode("b", 0.0, 0.0) + episode("c", 1.0, 1.0)
-    (run / "eval" / "step_000000.jsonl").write_text("\n".join(before) + "\n")
-    (run / "eval" / "step_000008.jsonl").write_text("\n".join(after) + "\n")
-    given = skill_table.compare(run, None)["given"]
+    given = shown_rows(skill_table, tmp_path, "math_arith_check.mas",
+                       episode("a", 1.0, 0.0) + episode("b", 0.0, 0.0) + episode("c", 1.0, 1.0),
+                       episode("a", 1.0, 1.0) + episode("b", 0.0, 0.0) + episode("c", 1.0, 1.0))
     right, wrong = given["reasoner/correct, shown a right tool answer"], given["reasoner/correct, shown a wrong tool answer"]
     assert (right["before"]["rate"], right["after"]["rate"], right["after"]["n"]) == (0.5, 1.0, 2)
     assert (wrong["before"]["n"], wrong["after"]["rate"]) == (1, 0.0)
