@@ -20,9 +20,10 @@ def skill_table():
     yield from benchmark_module("skill_table")
 
 
-def record(task: str, role: str, turn: int, success: float, metrics: dict | None = None, fields: dict | None = None) -> str:
-    return json.dumps({"task_id": task, "role": role, "turn": turn, "episode_success": success, "response_ids": [1, 2, 3],
-                       "response_text": "", "fields": fields or {}, "metrics": metrics or {}})
+def record(task: str, role: str, turn: int, success: float, metrics: dict | None = None, fields: dict | None = None,
+           node: str = "") -> str:
+    return json.dumps({"task_id": task, "role": role, "turn": turn, "node": node, "episode_success": success,
+                       "response_ids": [1, 2, 3], "response_text": "", "fields": fields or {}, "metrics": metrics or {}})
 
 
 def test_a_run_before_and_after_per_role(skill_table, tmp_path):
@@ -143,9 +144,8 @@ def test_in_a_chain_the_second_role_was_shown_the_first_ones_answer_of_its_own_t
     output, so its answer is split by that one; in a parallel group it would wait a turn."""
 
     def episode(task, tool_right, reasoner_right):
-        rows = [record(task, "tool", 0, reasoner_right, {"answers": 1.0, "correct": tool_right}),
-                record(task, "reasoner", 0, reasoner_right, {"correct": reasoner_right})]
-        return [json.dumps({**json.loads(row), "node": json.loads(row)["role"]}) for row in rows]
+        return [record(task, "tool", 0, reasoner_right, {"answers": 1.0, "correct": tool_right}, node="tool"),
+                record(task, "reasoner", 0, reasoner_right, {"correct": reasoner_right}, node="reasoner")]
 
     given = shown_rows(skill_table, tmp_path, "math_arith_check.mas",
                        episode("a", 1.0, 0.0) + episode("b", 0.0, 0.0) + episode("c", 1.0, 1.0),
