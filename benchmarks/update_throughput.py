@@ -3,7 +3,7 @@ product's peak measured in the same process (issue 29, item 3's update anchor).
 
     .venv/bin/python benchmarks/update_throughput.py [--model qwen2.5-coder-0.5b-instruct]
         [--random-weights] [--device cpu|cuda] [--dtype float32|bfloat16] [--lora 16]
-        [--prompts 4] [--k 4] [--prompt-tokens 300] [--response-tokens 128]
+        [--lora-input-cast autocast|always] [--prompts 4] [--k 4] [--prompt-tokens 300] [--response-tokens 128]
         [--micro-batch-tokens 4096] [--repeats 3] [--logits chunked|whole|ROWSxPOSITIONS] [--out benchmarks/results/update_throughput.json]
 
 `--model` is a built-in name or a model folder; `--random-weights` builds the model from the
@@ -84,6 +84,7 @@ def load(args: argparse.Namespace):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from masdsl.lang.workflow import LoraSettings
+    from masdsl.learner.policies import cast_inputs_outside_autocast
     from masdsl.models.load import contiguous_head_input, load_model, resolve_model
 
     weights = args.dtype if args.lora else "float32"  # a LoRA base is frozen in the compute dtype (load_policies)
@@ -105,6 +106,8 @@ def load(args: argparse.Namespace):
                                adapter_name="p")
         for n, p in model.named_parameters():
             p.requires_grad_("lora_" in n)
+        if args.lora_input_cast == "autocast" and args.path == "masdsl":  # as load_policies sets the trainer's; the plain loop keeps peft's
+            cast_inputs_outside_autocast(model)
     return model, tok, str(folder)
 
 
@@ -306,6 +309,9 @@ def main() -> int:
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--lora", type=int, default=16, help="LoRA rank; 0: train every weight")
+    ap.add_argument("--lora-input-cast", default="autocast", choices=["autocast", "always"],
+                    help="LoRA layers cast their input to the adapter's dtype outside autocast only (masdsl's "
+                         "setting, `cast_inputs_outside_autocast`) or always (peft's own, masdsl's until 2026-12-07)")
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--prompt-tokens", type=int, default=300)
@@ -348,7 +354,7 @@ def main() -> int:
         run["exit"] = done.returncode
         print(json.dumps(run), flush=True)
         runs.append(run)
-    setting = {k: getattr(args, k) for k in ("model", "random_weights", "device", "dtype", "lora", "logits", "prompts", "k",
+    setting = {k: getattr(args, k) for k in ("model", "random_weights", "device", "dtype", "lora", "lora_input_cast", "logits", "prompts", "k",
                                              "prompt_tokens", "response_tokens", "micro_batch_tokens", "repeats",
                                              "mini_batch", "records", "step", "grouping", "set", "warmup", "live_groups", "alternate")}
     setting["model"] = Path(args.model).name

@@ -130,10 +130,43 @@ def load_policies(plan: RunPlan) -> dict[str, Policy]:
     for model, _ in peft_bases.values():  # the shared base never trains; adapters train one at a time
         for n, p in model.named_parameters():
             p.requires_grad_("lora_" in n)
+        cast_inputs_outside_autocast(model)
     shared_locks: dict[int, Any] = {}
     for p in policies.values():  # adapters of one PeftModel switch under one lock
         p.lock = shared_locks.setdefault(id(p.model), p.lock)
     return policies
+
+
+class _OutsideAutocast:
+    """True unless autocast is on in the calling thread (autocast's state is per thread)."""
+
+    def __bool__(self) -> bool:
+        return not (torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda"))
+
+
+def cast_inputs_outside_autocast(model: torch.nn.Module) -> int:
+    """Let `model`'s LoRA layers skip casting their input to the adapter's dtype under autocast;
+    returns how many layers it set.
+
+    peft casts each LoRA layer's input to the adapter's float32 (over a bfloat16 base) before the
+    adapter's two small matmuls; under autocast those matmuls cast it straight back to bfloat16,
+    so the cast is two passes over the activations (and two more in the backward) that change no
+    value: 5 % of a 0.5B LoRA update on a CPU (docs/performance.md `### The update taken apart`).
+    Outside autocast the cast is what lets a float32 adapter take a bfloat16 input, so an engine
+    sampling from the same modules (an hf engine, perhaps in another thread) keeps it.
+
+    >>> from peft import LoraConfig, get_peft_model
+    >>> net = torch.nn.Sequential(torch.nn.Linear(4, 4)).to(torch.bfloat16)
+    >>> peft_net = get_peft_model(net, LoraConfig(r=2, target_modules=["0"]))
+    >>> cast_inputs_outside_autocast(peft_net)
+    1
+    >>> peft_net(torch.ones(1, 4, dtype=torch.bfloat16)).dtype  # float32 adapter, no autocast: cast
+    torch.bfloat16
+    """
+    layers = [m for m in model.modules() if hasattr(m, "cast_input_dtype_enabled")]
+    for m in layers:  # read as a truth value by peft's `_cast_input_dtype`
+        setattr(m, "cast_input_dtype_enabled", _OutsideAutocast())
+    return len(layers)
 
 
 def master_dtype(plan: RunPlan) -> str:
