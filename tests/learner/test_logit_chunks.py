@@ -169,3 +169,20 @@ def test_under_the_models_own_gradient_checkpointing(models):
     assert torch.allclose(chunked * mask, full * mask, atol=1e-5, rtol=0)
     for n, g in grads.items():
         assert torch.allclose(g, full_grads[n], atol=1e-5, rtol=1e-4), n
+
+
+@pytest.mark.parametrize("slice_elements", [1, 16, 1 << 18])  # a column, uneven slices, the whole vocabulary
+def test_token_log_prob_over_vocabulary_slices_equals_the_upcast_chain(slice_elements):
+    from masdsl.learner.logit_chunks import TokenLogProb
+
+    torch.manual_seed(0)
+    logits = (torch.randn(2, 7, 50) * 4).to(torch.bfloat16).requires_grad_()
+    target = torch.randint(0, 50, (2, 7))
+    weights = torch.randn(2, 7)
+    chain = torch.log_softmax(logits.float(), dim=-1).gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    (chain_grad,) = torch.autograd.grad((chain * weights).sum(), logits)
+    sliced = TokenLogProb.apply(logits, target, slice_elements)
+    (sliced_grad,) = torch.autograd.grad((sliced * weights).sum(), logits)
+    assert sliced.dtype == torch.float32 and sliced_grad.dtype == torch.bfloat16
+    torch.testing.assert_close(sliced, chain, rtol=0, atol=2e-6)
+    torch.testing.assert_close(sliced_grad, chain_grad, rtol=1e-2, atol=1e-5)  # bfloat16: one rounding
