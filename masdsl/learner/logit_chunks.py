@@ -82,20 +82,20 @@ class Chunks:
         return max(1, min(rows, tokens // positions)), positions
 
 
-# Elements of one slice of a chunk's logits (1 MB in float32): the log-softmax's passes over the
-# vocabulary run slice by slice, so their float32 temporaries stay in a core's cache instead of
-# each pass writing a fresh [tokens, vocab] tensor to memory (benchmarks/head_logprob.py: a
-# 220-token chunk of Qwen2.5's head in bfloat16, forward and backward, 0.30 -> 0.24 s; 2^16 and
-# 2^20-2^22 were slower).
+# Elements of one slice of a chunk's logits on a CPU (1 MB in float32): the log-softmax's passes
+# over the vocabulary run slice by slice, so their float32 temporaries stay in a core's cache
+# instead of each pass writing a fresh [tokens, vocab] tensor to memory (benchmarks/head_logprob.py:
+# a 220-token chunk of Qwen2.5's head in bfloat16, forward and backward, 0.30 -> 0.23 s; 2^16 and
+# 2^20-2^22 were slower). A GPU takes the chunk as one slice: there each slice is kernel launches.
 VOCAB_SLICE_ELEMENTS = 1 << 18
 
 
 class TokenLogProb(torch.autograd.Function):
     """log softmax(logits)[target] per row, in at least float32, without a [rows, vocab] float32
-    tensor: the log-sum-exp and the backward's softmax are taken over slices of the vocabulary
-    (`VOCAB_SLICE_ELEMENTS`), each upcast on its own, and the backward writes the gradient in the
-    logits' dtype slice by slice (softmax times the gradient, the target's one added in float32
-    before the one rounding). The same values as autograd's chain through the upcast, `logsumexp`
+    tensor on a CPU: the log-sum-exp and the backward's softmax are taken over slices of the
+    vocabulary (`VOCAB_SLICE_ELEMENTS`; a GPU's chunk is one slice), each upcast on its own, and
+    the backward writes the gradient in the logits' dtype slice by slice (softmax times the
+    gradient, the target's one added in float32 before the one rounding). The same values as autograd's chain through the upcast, `logsumexp`
     and `gather` up to float32 rounding (the log-sum-exp sums the slices in another order), and
     for a chunk of Qwen2.5's head about a fifth faster on a CPU (docs/performance.md
     `### The update taken apart`).
@@ -115,7 +115,9 @@ class TokenLogProb(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: FunctionCtx, logits: torch.Tensor, target: torch.Tensor,
-                slice_elements: int = VOCAB_SLICE_ELEMENTS) -> torch.Tensor:
+                slice_elements: int | None = None) -> torch.Tensor:
+        if slice_elements is None:  # the device's: slices on a CPU, the whole chunk elsewhere
+            slice_elements = VOCAB_SLICE_ELEMENTS if logits.device.type == "cpu" else logits.numel()
         wide = torch.promote_types(logits.dtype, torch.float32)
         vocab = logits.shape[-1]
         width = max(1, slice_elements // max(1, logits.numel() // max(vocab, 1)))  # columns a slice

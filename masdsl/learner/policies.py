@@ -151,7 +151,7 @@ def cast_inputs_outside_autocast(model: torch.nn.Module) -> int:
     peft casts each LoRA layer's input to the adapter's float32 (over a bfloat16 base) before the
     adapter's two small matmuls; under autocast those matmuls cast it straight back to bfloat16,
     so the cast is two passes over the activations (and two more in the backward) that change no
-    value: 5 % of a 0.5B LoRA update on a CPU (docs/performance.md `### The update taken apart`).
+    value: 6-9 % of a 0.5B LoRA update on a CPU (docs/performance.md `### The update taken apart`).
     Outside autocast the cast is what lets a float32 adapter take a bfloat16 input, so an engine
     sampling from the same modules (an hf engine, perhaps in another thread) keeps it.
 
