@@ -41,6 +41,9 @@ class TrainConfig:
     dynamic_sampling_rounds: int = 3  # ... but at most this many rollouts of `batch` tasks per step
     alternate: list[str] = field(default_factory=list)  # policies trained in turn, `alternate_every` steps each
     alternate_every: int = 0  # steps per turn of `alternate` (PettingLLMs' phase_alternate_steps); 0: off
+    # roles that act and are scored but whose samples never reach an update: one role of a shared
+    # policy held still while the others train it (the rows leave the token mean too)
+    frozen_roles: list[str] = field(default_factory=list)
     # role -> share in (0, 1]: dynamic sampling also draws until the step holds that role's quota of
     # non-flat groups, ceil(share x the role's groups in the step's first rollout); {}: off
     dynamic_sampling_roles: dict[str, float] = field(default_factory=dict)

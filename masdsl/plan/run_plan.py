@@ -241,8 +241,9 @@ def run_problems(workflow: Workflow, cfg: Config, specs: Mapping[str, PolicySpec
 
 
 def role_problems(workflow: Workflow, cfg: Config) -> list[str]:
-    """What the `train` section says about roles: `train.dynamic_sampling_roles` names roles of the
-    workflow, and a role's own K (`samples` in its `sample { }`) needs a tree-sampling grouping.
+    """What the `train` section says about roles: `train.dynamic_sampling_roles` and
+    `train.frozen_roles` name roles of the workflow (and the latter leaves one to train), and a
+    role's own K (`samples` in its `sample { }`) needs a tree-sampling grouping.
 
     >>> import masdsl
     >>> from masdsl.config import resolve_config
@@ -251,13 +252,21 @@ def role_problems(workflow: Workflow, cfg: Config) -> list[str]:
     ['`train.dynamic_sampling_roles`: the workflow has no role `codr` (did you mean `coder`?); roles: coder, tester']
     >>> role_problems(wf, resolve_config(overrides=["sample.coder.samples=8", "train.grouping=trajectory"]))[0][:56]
     '`sample.coder.samples=8`: a role of its own K needs tree'
+    >>> role_problems(wf, resolve_config(overrides=["train.frozen_roles=[tester]"]))
+    []
+    >>> role_problems(wf, resolve_config(overrides=["train.frozen_roles=[coder,tester]"]))
+    ['`train.frozen_roles` holds every role (coder, tester): `masdsl run` would train nothing; use `masdsl eval`']
     """
     out = []
-    for role in cfg.train.dynamic_sampling_roles or {}:
-        if role not in workflow.roles:
-            hint = did_you_mean(role, workflow.roles)
-            out.append(f"`train.dynamic_sampling_roles`: the workflow has no role `{role}`" + (f" ({hint})" if hint else "")
-                       + f"; roles: {', '.join(workflow.roles)}")
+    for key in ("dynamic_sampling_roles", "frozen_roles"):
+        for role in getattr(cfg.train, key) or ():
+            if role not in workflow.roles:
+                hint = did_you_mean(role, workflow.roles)
+                out.append(f"`train.{key}`: the workflow has no role `{role}`" + (f" ({hint})" if hint else "")
+                           + f"; roles: {', '.join(workflow.roles)}")
+    if workflow.roles and set(workflow.roles) <= set(cfg.train.frozen_roles or ()):
+        out.append(f"`train.frozen_roles` holds every role ({', '.join(workflow.roles)}): `masdsl run` would train "
+                   "nothing; use `masdsl eval`")
     if cfg.train.grouping == "trajectory":  # K there is episodes per task, one for every role
         for role in workflow.roles:
             k = role_sample(workflow, cfg, role).get("samples")

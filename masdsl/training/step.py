@@ -42,6 +42,7 @@ from masdsl.runtime.backends.base import Engine
 from masdsl.runtime.episodes import merge_rollouts
 from masdsl.runtime.executor import Hooks, Rollout, rollout
 from masdsl.runtime.judge import judge_metrics
+from masdsl.runtime.records import StepRecord
 from masdsl.training.checkpoint import TrainState
 from masdsl.training.metrics import role_metrics, step_metrics
 from masdsl.training.session import TrainSession
@@ -68,7 +69,7 @@ def train_step(session: TrainSession, state: TrainState, draw: Draw, ahead: Ahea
     # update each policy on its own roles' samples
     show.status(f"step {step + 1}/{tc.steps}: update")
     t0 = time.perf_counter()
-    keep = kept_rows(kept, len(records))
+    keep = kept_rows(kept, len(records), records, frozen_roles=tc.frozen_roles)
     if ahead is not None and step + 1 < tc.steps:  # the next step's rollout samples during this update
         ahead.start(step + 1, cursor, weights_step=step)
     with session.engines_asleep():  # runtime.vllm_sleep_mode: the learner gets the engines' GPU memory
@@ -165,16 +166,21 @@ def _task_key(task: Mapping[str, Any]) -> Any:
     return task.get("id", id(task)) if isinstance(task, Mapping) else id(task)
 
 
-def kept_rows(kept: Sequence[Group], n: int) -> list[bool]:
-    """Which of `n` records belong to a kept group.
+def kept_rows(kept: Sequence[Group], n: int, records: Sequence[StepRecord] = (),
+              frozen_roles: Sequence[str] = ()) -> list[bool]:
+    """Which of `n` records belong to a kept group, less those of `frozen_roles`
+    (`train.frozen_roles`: they act and are scored, and never reach an update).
 
     >>> kept_rows([Group(("t",), ((0, 2),), (1.0,))], 4)
     [True, False, True, False]
+    >>> from types import SimpleNamespace as R
+    >>> kept_rows([Group(("t",), ((0, 1),), (1.0,))], 2, [R(role="a"), R(role="b")], frozen_roles=["b"])
+    [True, False]
     """
     keep = [False] * n
     for g in kept:
         for i in g.indices:
-            keep[i] = True
+            keep[i] = records[i].role not in frozen_roles if frozen_roles else True
     return keep
 
 

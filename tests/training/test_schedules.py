@@ -128,3 +128,26 @@ def test_a_policy_lr_reaches_its_optimizer_and_mlflow_params(tiny_model_dir, tmp
     cfg = config(wf, tiny_model_dir, "train.alternate=[a,b]", "train.alternate_every=3", "policy.b.lr=0.02")
     params = lineage.params_of(flatten(cfg))  # the parent run's params
     assert (params["train.alternate"], params["train.alternate_every"], params["policy.b.lr"]) == ("['a', 'b']", "3", "0.02")
+
+
+def test_a_frozen_role_acts_but_its_rows_never_reach_an_update(tiny_model_dir, tmp_path):
+    """`train.frozen_roles=[copier]`: the copier still acts and is scored every step, and the
+    policy that only it uses (`b`) never changes while `a` (the namer's) changes at every step;
+    a name that is not a role, or every role, is refused before the run."""
+    from safetensors.torch import load_file
+
+    wf = two_policies()
+    _, seen = _run(wf, tiny_model_dir, tmp_path / "frozen", "train.steps=2", "train.frozen_roles=[copier]")
+    initial = load_file(str(Path(tiny_model_dir) / "model.safetensors"))
+    previous = {"a": initial, "b": initial}
+    for step in (1, 2):
+        changed = {p for p in ("a", "b") if _changed({k: previous[p][k] for k in seen[step][p]}, seen[step][p])}
+        assert changed == {"a"}, (step, changed)
+        previous = seen[step]
+    records = read_records(tmp_path / "frozen" / "records.jsonl")
+    copier = [r for r in records if r.role == "copier"]
+    assert len(copier) >= 2 * 3 and len({r.reward for r in copier}) > 1  # it acted, with rewards that differ
+    with pytest.raises(RunPlanError) as refused:
+        resolve_run(wf, config(wf, tiny_model_dir, "train.frozen_roles=[copir]"))
+    assert refused.value.problems == ("`train.frozen_roles`: the workflow has no role `copir` (did you mean "
+                                      "`copier`?); roles: namer, copier",)
