@@ -4,7 +4,7 @@ product's peak measured in the same process (issue 29, item 3's update anchor).
     .venv/bin/python benchmarks/update_throughput.py [--model qwen2.5-coder-0.5b-instruct]
         [--random-weights] [--device cpu|cuda] [--dtype float32|bfloat16] [--lora 16]
         [--lora-input-cast autocast|always] [--prompts 4] [--k 4] [--prompt-tokens 300] [--response-tokens 128]
-        [--micro-batch-tokens 4096] [--repeats 3] [--logits chunked|whole|ROWSxPOSITIONS] [--out benchmarks/results/update_throughput.json]
+        [--micro-batch-tokens 4096] [--repeats 3] [--logits chunked|fused|whole|ROWSxPOSITIONS] [--out benchmarks/results/update_throughput.json]
 
 `--model` is a built-in name or a model folder; `--random-weights` builds the model from the
 folder's config.json with random weights (the same shapes, so the same time and memory), which
@@ -242,9 +242,11 @@ def child(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     if args.logits == "whole":
         LOGITS.set(WHOLE)
-    elif args.logits != "chunked":  # ROWSxPOSITIONS: chunks of that shape
+    elif args.logits == "fused":  # the fused head where it applies (`LinearTokenLogProb`)
+        LOGITS.set(Chunks(fused=True))
+    elif args.logits != "chunked":  # ROWSxPOSITIONS: chunks of that shape, the head as a module
         rows_, positions = (int(x) for x in args.logits.split("x"))
-        LOGITS.set(Chunks(rows=rows_, positions=positions))
+        LOGITS.set(Chunks(rows=rows_, positions=positions, fused=False))
     model, tok, folder = load(args)
     recs, adv = (replayed(args.records, args.step, args.grouping, args.live_groups) if args.records
                  else rows(tok, args.prompts, args.k, args.prompt_tokens, args.response_tokens))
@@ -321,8 +323,8 @@ def main() -> int:
                     help="rows per optimizer step on both paths (the recipe's 16; 0: all rows in one step)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--logits", default="chunked",
-                    help="masdsl's log-prob path: chunked (the default chunk size), ROWSxPOSITIONS (chunks "
-                         "of that shape) or whole (the full logits)")
+                    help="masdsl's log-prob path: chunked (the default chunk size, the head as a module), fused "
+                         "(the fused head where it applies), ROWSxPOSITIONS (chunks of that shape) or whole (the full logits)")
     ap.add_argument("--records", help="replay a real rollout: a run folder's records.jsonl (with --step)")
     ap.add_argument("--step", type=int, default=1, help="which step's records --records replays")
     ap.add_argument("--live-groups", type=int, default=0,

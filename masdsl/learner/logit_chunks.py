@@ -20,6 +20,13 @@ would be. The hooks act only in the thread that opened `scoring` (an hf engine m
 the same module in another thread). The head is called as a module, so a LoRA adapter on it and
 tied embeddings work unchanged.
 
+With `Chunks(fused=True)`, on a CPU, a head that is a plain `nn.Linear` outside a process group (no
+LoRA adapter on it; tied embeddings included) is fused further: `LinearTokenLogProb` takes its matmul over slices of the
+vocabulary, each slice's logits reduced to the log-sum-exp and the target's logit while they
+are in cache, and the backward recomputes each slice, so no chunk's [tokens, vocab] logits are
+ever written to memory and the whole micro-batch is one chunk. Other heads, and every head by
+default, run as a module.
+
 Models whose forward changes the logits after the head (Gemma 2 and 3: final logit
 softcapping; Cohere: `logit_scale`; Granite: `logits_scaling`) and any model type not in
 `CHUNKED_MODEL_TYPES` (each checked to return `lm_head(hidden)` as its logits) keep the
@@ -71,6 +78,9 @@ class Chunks:
     rows: int = 0
     positions: int = 0
     whole: bool = False
+    # where `fuses` allows: the head's matmul inside `LinearTokenLogProb`. Off by default: on the
+    # replayed 0.5B update it was no faster (docs/performance.md `### The head fused with its log-softmax`)
+    fused: bool = False
 
     def sizes(self, vocab: int, rows: int, positions: int, elements: int = LOGIT_CHUNK_ELEMENTS) -> tuple[int, int]:
         """(rows, positions) of a chunk holding about `elements` logits (the device's, see `_chunked`)."""
@@ -143,6 +153,111 @@ class TokenLogProb(torch.autograd.Function):
         return out, None, None
 
 
+# Logits of one slice of the fused head (`LinearTokenLogProb`) on a CPU: the micro-batch's tokens
+# times the slice's vocabulary columns (1 MB in float32), so that a slice's logits stay in a core's
+# cache between the matmul that writes them and the passes that reduce them.
+FUSED_SLICE_ELEMENTS = 1 << 18
+
+
+class LinearTokenLogProb(torch.autograd.Function):
+    """log softmax(hidden @ weight.T + bias)[target] per row, without the logits: the head's matmul
+    runs over slices of the vocabulary, each slice reduced (a running log-sum-exp, the target's
+    logit) before the next is computed; the backward recomputes each slice and adds its share of
+    the input's (and, where they train, the weight's and bias's) gradient. The logits of a slice
+    are computed in `compute_dtype` (the autocast dtype of the caller, or the hidden states'),
+    rounded as the module's own call rounds them, then reduced in at least float32. The same values
+    as `TokenLogProb` on the module's logits up to float32 rounding; the input's gradient sums one
+    rounded product per slice where the module's backward rounds one product.
+
+    >>> torch.manual_seed(0) is not None
+    True
+    >>> h = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    >>> w = torch.randn(7, 3, dtype=torch.float64, requires_grad=True)
+    >>> b = torch.randn(7, dtype=torch.float64, requires_grad=True)
+    >>> t = torch.tensor([0, 6, 2, 2])
+    >>> ref = torch.log_softmax(h @ w.t() + b, -1).gather(-1, t[:, None]).squeeze(-1)
+    >>> torch.allclose(LinearTokenLogProb.apply(h, w, b, t, torch.float64, 8), ref)  # slices of 2 columns
+    True
+    >>> torch.autograd.gradcheck(lambda h, w, b: LinearTokenLogProb.apply(h, w, b, t, torch.float64, 8), (h, w, b))
+    True
+    """
+
+    @staticmethod
+    def forward(ctx: FunctionCtx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                target: torch.Tensor, compute_dtype: torch.dtype, slice_elements: int = FUSED_SLICE_ELEMENTS
+                ) -> torch.Tensor:
+        wide = torch.promote_types(compute_dtype, torch.float32)
+        rows, vocab = hidden.shape[0], weight.shape[0]
+        width = max(1, slice_elements // max(1, rows))
+        h = hidden.to(compute_dtype)
+        top = torch.full((rows,), float("-inf"), dtype=wide, device=hidden.device)
+        total = torch.zeros(rows, dtype=wide, device=hidden.device)
+        picked = torch.zeros(rows, dtype=wide, device=hidden.device)
+        with torch.autocast(hidden.device.type, enabled=False):  # the dtypes here are chosen, not cast
+            for a in range(0, vocab, width):
+                z = _slice_logits(h, weight, bias, a, width).to(wide)
+                new_top = torch.maximum(top, z.amax(-1))
+                total.mul_((top - new_top).exp_()).add_(z.sub(new_top.unsqueeze(-1)).exp_().sum(-1))
+                top = new_top
+                inside = (target >= a) & (target < a + z.shape[1])
+                column = (target - a).clamp_(0, z.shape[1] - 1).unsqueeze(-1)
+                picked = torch.where(inside, z.gather(-1, column).squeeze(-1), picked)
+        lse = top + total.log()
+        ctx.save_for_backward(hidden, weight, bias, target, lse)  # type: ignore[arg-type]  # None saves as None
+        ctx.compute_dtype, ctx.width = compute_dtype, width  # type: ignore[attr-defined]
+        return picked - lse
+
+    @staticmethod
+    def backward(ctx: FunctionCtx, grad: torch.Tensor  # type: ignore[override]
+                 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, None, None, None]:
+        hidden, weight, bias, target, lse = ctx.saved_tensors  # type: ignore[attr-defined]
+        compute_dtype, width = ctx.compute_dtype, ctx.width  # type: ignore[attr-defined]
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]  # type: ignore[attr-defined]
+        g = grad.to(lse.dtype)
+        h = hidden.to(compute_dtype)
+        grad_h = torch.zeros(hidden.shape, dtype=lse.dtype, device=hidden.device) if need_h else None
+        grad_w = torch.zeros_like(weight) if need_w else None
+        grad_b = torch.zeros_like(bias) if need_b else None
+        with torch.autocast(hidden.device.type, enabled=False):
+            for a in range(0, weight.shape[0], width):
+                z = _slice_logits(h, weight, bias, a, width).to(lse.dtype)
+                d = z.sub_(lse.unsqueeze(-1)).exp_().mul_(-g.unsqueeze(-1))  # d/dz of -logsumexp: -softmax
+                rows = ((target >= a) & (target < a + d.shape[1])).nonzero().squeeze(-1)
+                d.index_put_((rows, target[rows] - a), g[rows], accumulate=True)  # the target's logit: one
+                low = d.to(compute_dtype)
+                block = weight[a:a + width].to(compute_dtype)
+                if grad_h is not None:
+                    grad_h += low @ block
+                if grad_w is not None:
+                    grad_w[a:a + width] = (low.t() @ h).to(weight.dtype)
+                if grad_b is not None:
+                    grad_b[a:a + width] = d.sum(0).to(bias.dtype)
+        return (grad_h.to(hidden.dtype) if grad_h is not None else None), grad_w, grad_b, None, None, None
+
+
+def _slice_logits(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, start: int, width: int
+                  ) -> torch.Tensor:
+    """The logits of vocabulary columns [start, start + width), in `h`'s dtype."""
+    block = weight[start:start + width].to(h.dtype)
+    z = h @ block.t()
+    return z if bias is None else z + bias[start:start + width].to(h.dtype)
+
+
+def fuses(head: nn.Module, hidden: torch.Tensor) -> bool:
+    """Whether `LinearTokenLogProb` can stand in for calling `head`: a plain `nn.Linear` (a LoRA
+    adapter or another wrapper on it runs as a module) on a CPU (measured there: docs/performance.md
+    `### The head fused with its log-softmax`), outside a process group (FSDP may reshard
+    a weight that a saved tensor would still point at).
+
+    >>> fuses(torch.nn.Linear(2, 3), torch.zeros(1, 2))
+    True
+    >>> fuses(torch.nn.Sequential(torch.nn.Linear(2, 3)), torch.zeros(1, 2))
+    False
+    """
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    return type(head) is nn.Linear and hidden.device.type == "cpu" and not distributed
+
+
 def at_least_float32(t: torch.Tensor) -> torch.Tensor:
     """`t` upcast from half precision; float32 and float64 unchanged (a float64 run stays float64).
 
@@ -180,10 +295,13 @@ def supports_chunks(model: object) -> bool:
 
 
 @contextlib.contextmanager
-def scoring(model: PreTrainedModel, targets: torch.Tensor, chunks: Chunks | None = None) -> Iterator[bool]:
+def scoring(model: PreTrainedModel, targets: torch.Tensor, chunks: Chunks | None = None,
+            needed: torch.Tensor | None = None) -> Iterator[bool]:
     """While open, `model(...)`'s logits are the log-probs of `targets` [B, L] at the first L kept
     positions, computed chunk by chunk; yields False (and changes nothing) where the model or
-    `chunks` asks for the full-logits path."""
+    `chunks` asks for the full-logits path. `needed` (bool [B, L]): the positions whose log-probs
+    are read; the fused head computes only those (the others are 0, with no gradient), the module
+    path all of them."""
     chunks = LOGITS.get() if chunks is None else chunks
     if chunks.whole or not supports_chunks(model):
         yield False
@@ -196,7 +314,7 @@ def scoring(model: PreTrainedModel, targets: torch.Tensor, chunks: Chunks | None
         if threading.get_ident() != me or state["inner"]:
             return None
         hidden = args[0]
-        state["logp"] = _chunked(module, hidden[:, : targets.shape[1]], targets, chunks, state)
+        state["logp"] = _chunked(module, hidden[:, : targets.shape[1]], targets, chunks, state, needed)
         return (hidden[:, :0], *args[1:])  # the head's own call: no positions, no logits
 
     def after(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor | None:
@@ -213,17 +331,27 @@ def scoring(model: PreTrainedModel, targets: torch.Tensor, chunks: Chunks | None
             h.remove()
 
 
-def _chunked(head: nn.Linear, hidden: torch.Tensor, targets: torch.Tensor, chunks: Chunks, state: dict) -> torch.Tensor:
-    """log pi(targets) [B, L] from `hidden` [B, L, H], one chunk of rows x positions at a time."""
+def _chunked(head: nn.Linear, hidden: torch.Tensor, targets: torch.Tensor, chunks: Chunks, state: dict,
+             needed: torch.Tensor | None = None) -> torch.Tensor:
+    """log pi(targets) [B, L] from `hidden` [B, L, H], one chunk of rows x positions at a time, or
+    with the fused head the `needed` positions at once."""
     def piece(h: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         state["inner"] = True  # the head's hooks pass this call (and its recomputation) through
-        try:
-            logits = head(h)
+        try:  # as a 2D input: a 3D slice of a larger tensor took a CPU's bfloat16 linear 10x longer
+            logits = head(h.reshape(-1, h.shape[-1])).view(*h.shape[:-1], -1)
         finally:
             state["inner"] = False
         return TokenLogProb.apply(logits, tgt)
 
     n, length = targets.shape
+    if chunks.fused and fuses(head, hidden):  # no logits in memory: the micro-batch is one chunk
+        compute = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else hidden.dtype
+        flat_hidden, flat_targets = hidden.reshape(n * length, -1), targets.reshape(-1)
+        if needed is None:
+            return LinearTokenLogProb.apply(flat_hidden, head.weight, head.bias, flat_targets, compute).view(n, length)
+        where = needed.reshape(-1).nonzero().squeeze(-1)  # padding between packed rows skips the head
+        picked = LinearTokenLogProb.apply(flat_hidden[where], head.weight, head.bias, flat_targets[where], compute)
+        return picked.new_zeros(n * length).index_put((where,), picked).view(n, length)
     vocab = getattr(head, "out_features", None) or head.weight.shape[0]
     rows, positions = chunks.sizes(vocab, n, length, logit_chunk_elements(hidden.device.type))
     grad = torch.is_grad_enabled()

@@ -61,7 +61,7 @@ def sequence_logprobs(model: nn.Module, prompts: Sequence[Sequence[int]], respon
     device = next(model.parameters()).device
     t = rmask.shape[1]
     target = ids[:, -t:].to(device)  # position P-1+j predicts response token j
-    with scoring(model, target, chunks) as chunked:
+    with scoring(model, target, chunks, needed=rmask.to(device) > 0) as chunked:
         out = model(input_ids=ids.to(device), attention_mask=att.to(device), position_ids=pos.to(device),
                     logits_to_keep=t + 1, use_cache=False)
     if chunked:
@@ -107,7 +107,7 @@ def shared_prefix_logprobs(model: nn.Module, prompts: Sequence[Sequence[int]], g
         att = torch.cat([att_p.to(device)[idx], rmask[:, :-1].long() if t > 1 else torch.ones_like(resp)], dim=1)
         pos = att_p.sum(-1).to(device)[idx].unsqueeze(1) + torch.arange(n, device=device).unsqueeze(0)
         target = resp[:, 1:] if t > 1 else resp[:, :1]  # t == 1: scored at weight 0
-        with scoring(model, target, chunks) as chunked:
+        with scoring(model, target, chunks, needed=rmask[:, 1:] > 0 if t > 1 else None) as chunked:
             out2 = model(input_ids=resp[:, :n], attention_mask=att, position_ids=pos, past_key_values=cache,
                          use_cache=True)
         if chunked:
@@ -228,7 +228,9 @@ def packed_logprobs(model: nn.Module, prompts: Sequence[Sequence[int]], group_of
     else:
         attn = allowed
     target = pk.targets.to(device)
-    with scoring(model, target, chunks) as chunked:
+    needed = torch.zeros(target.numel(), dtype=torch.bool)
+    needed[pk.gather[pk.mask > 0]] = True  # the window's left padding between groups is never read
+    with scoring(model, target, chunks, needed=needed.view(target.shape).to(device)) as chunked:
         out = model(input_ids=pk.ids.to(device), attention_mask=attn, position_ids=pk.positions.to(device),
                     logits_to_keep=pk.keep, use_cache=False)
     window = out.logits if chunked else TokenLogProb.apply(out.logits, target)

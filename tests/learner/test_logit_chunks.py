@@ -1,7 +1,8 @@
 """Chunked response log-probs (`masdsl.learner.logit_chunks`) equal the full-logits ones, values
 and gradients, on the plain and the shared-prefix paths, with chunks that split rows and
 positions unevenly; on an untied and a tied tiny model and a peft LoRA model (adapter on the LM
-head too). And the LM head really never sees a whole micro-batch."""
+head too). And the LM head really never sees a whole micro-batch; and the fused head
+(`LinearTokenLogProb`: a plain linear head on a CPU) never writes a logits tensor at all."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import torch
 from masdsl.learner.logit_chunks import WHOLE, Chunks, scoring, supports_chunks
 from masdsl.learner.logprobs import sequence_logprobs, shared_prefix_logprobs
 
-CHUNKS = Chunks(rows=3, positions=2)  # 8 or 9 rows -> 3+3+2(+1); 5 or 6 positions -> 2+2+1(+1)
+CHUNKS = Chunks(rows=3, positions=2, fused=False)  # 8 or 9 rows -> 3+3+2(+1); 5 or 6 positions -> 2+2+1(+1)
+FUSED = Chunks(fused=True)  # the fused head where `fuses` allows (the untied and tied models here)
 
 
 @pytest.fixture(scope="module")
@@ -56,14 +58,15 @@ def scored(model, path: str, chunks, pad: int):
     return lp.detach(), mask, grads
 
 
+@pytest.mark.parametrize("chunks", [CHUNKS, FUSED], ids=["module", "fused"])
 @pytest.mark.parametrize("kind", ["untied", "tied", "lora"])
 @pytest.mark.parametrize("path", ["plain", "shared"])
-def test_chunked_equals_full_logits_values_and_gradients(models, kind, path):
+def test_chunked_equals_full_logits_values_and_gradients(models, kind, path, chunks):
     by_kind, pad = models
     model = by_kind[kind]
     assert supports_chunks(model)
     full, mask, full_grads = scored(model, path, WHOLE, pad)
-    chunked, mask2, grads = scored(model, path, CHUNKS, pad)
+    chunked, mask2, grads = scored(model, path, chunks, pad)
     assert torch.equal(mask, mask2) and chunked.shape == full.shape
     assert torch.allclose(chunked * mask, full * mask, atol=1e-5, rtol=0)
     assert grads.keys() == full_grads.keys() and len(grads) > 0
@@ -79,8 +82,8 @@ def test_the_head_never_sees_a_whole_micro_batch(models):
     by_kind, pad = models
     model = by_kind["untied"]
     head = model.get_output_embeddings()
-    seen: list[tuple[int, int]] = []
-    handle = head.register_forward_hook(lambda m, a, out: seen.append(tuple(a[0].shape[:2])))
+    seen: list[tuple[int, ...]] = []  # the leading shape of each call's input: (rows, positions) or (tokens,)
+    handle = head.register_forward_hook(lambda m, a, out: seen.append(tuple(a[0].shape[:-1])))
     try:
         lp, mask, _ = scored(model, "plain", CHUNKS, pad)
         chunk_calls = list(seen)
@@ -90,15 +93,15 @@ def test_the_head_never_sees_a_whole_micro_batch(models):
         handle.remove()
     rows, positions = lp.shape
     assert (rows, 0) in chunk_calls  # the model's own call of the head: no positions
-    pieces = [s for s in chunk_calls if s[1] > 0]
-    assert max(r for r, _ in pieces) == 3 and max(p for _, p in pieces) == 2
+    pieces = [s[0] for s in chunk_calls if len(s) == 1]  # a chunk reaches the head as [tokens, hidden]
+    assert len(pieces) == len(chunk_calls) - 1 and max(pieces) == 3 * 2
     last = (rows - (rows - 1) // 3 * 3) * (positions - (positions - 1) // 2 * 2)  # the last chunk's tokens
     # the forward, then the backward's recomputation of every chunk but the last (which keeps its logits)
-    assert sum(r * p for r, p in pieces) == 2 * rows * positions - last
+    assert sum(pieces) == 2 * rows * positions - last
     assert seen == [(rows, positions + 1)]  # logits_to_keep: the whole micro-batch at once
 
 
-@pytest.mark.parametrize("chunks", [CHUNKS, Chunks(rows=64, positions=64)], ids=["many", "one"])
+@pytest.mark.parametrize("chunks", [CHUNKS, Chunks(rows=64, positions=64, fused=False)], ids=["many", "one"])
 def test_the_backward_keeps_at_most_one_chunk_of_logits(models, chunks):
     """Of the tensors autograd saves for the backward outside the chunks' own checkpoints, those of
     vocabulary width (logits) hold at most one chunk: the last, which is not recomputed. With a
@@ -186,3 +189,51 @@ def test_token_log_prob_over_vocabulary_slices_equals_the_upcast_chain(slice_ele
     assert sliced.dtype == torch.float32 and sliced_grad.dtype == torch.bfloat16
     torch.testing.assert_close(sliced, chain, rtol=0, atol=2e-6)
     torch.testing.assert_close(sliced_grad, chain_grad, rtol=1e-2, atol=1e-5)  # bfloat16: one rounding
+
+
+@pytest.mark.parametrize("kind", ["untied", "tied"])
+def test_the_fused_head_keeps_no_logits_and_calls_the_head_only_empty(models, kind):
+    """With a plain linear head on a CPU the default path writes no [.., vocab] tensor for the
+    backward, and the head module runs only the model's own call (no positions)."""
+    by_kind, pad = models
+    model = by_kind[kind]
+    head = model.get_output_embeddings()
+    vocab = head.out_features
+    seen: list[tuple[int, ...]] = []
+    kept: list[tuple[int, ...]] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.shape and t.shape[-1] == vocab and t.dim() >= 2 and t.shape != head.weight.shape[::-1]:
+            kept.append(tuple(t.shape))
+        return t
+
+    handle = head.register_forward_hook(lambda m, a, out: seen.append(tuple(a[0].shape[:2])))
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            lp, _, grads = scored(model, "plain", FUSED, pad)
+    finally:
+        handle.remove()
+    assert seen == [(lp.shape[0], 0)] and kept == []
+    assert "lm_head.weight" in grads or kind == "tied"  # the head's weight trains (tied: through the embedding)
+
+
+@pytest.mark.parametrize("slice_elements", [1, 37, 1 << 18])  # a column, uneven slices, the whole vocabulary
+def test_the_fused_head_in_bfloat16_matches_the_module_path(slice_elements):
+    """In bfloat16 (as a CPU update runs the 0.5B) the fused head's log-probs equal the module's
+    logits through `TokenLogProb` up to float32 rounding (each slice's logits are rounded to
+    bfloat16 as the module's are); the gradients to bfloat16 rounding."""
+    from masdsl.learner.logit_chunks import LinearTokenLogProb, TokenLogProb
+
+    torch.manual_seed(0)
+    hidden = torch.randn(9, 16).to(torch.bfloat16).requires_grad_()
+    weight = (torch.randn(50, 16) * 0.5).to(torch.bfloat16).requires_grad_()
+    target = torch.randint(0, 50, (9,))
+    weights = torch.randn(9)
+    module = TokenLogProb.apply(hidden @ weight.t(), target)
+    module_grads = torch.autograd.grad((module * weights).sum(), (hidden, weight))
+    fused = LinearTokenLogProb.apply(hidden, weight, None, target, torch.bfloat16, slice_elements)
+    fused_grads = torch.autograd.grad((fused * weights).sum(), (hidden, weight))
+    assert fused.dtype == torch.float32 and [g.dtype for g in fused_grads] == [torch.bfloat16] * 2
+    torch.testing.assert_close(fused, module, rtol=0, atol=2e-6)
+    for got, want in zip(fused_grads, module_grads):
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-3)
