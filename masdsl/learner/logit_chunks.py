@@ -155,7 +155,9 @@ class TokenLogProb(torch.autograd.Function):
 
 # Logits of one slice of the fused head (`LinearTokenLogProb`) on a CPU: the micro-batch's tokens
 # times the slice's vocabulary columns (1 MB in float32), so that a slice's logits stay in a core's
-# cache between the matmul that writes them and the passes that reduce them.
+# cache between the matmul that writes them and the passes that reduce them. Not tuned: at 1,024
+# tokens 512 columns (2 MB) were faster than this (256), at 220 tokens wider slices were
+# (benchmarks/head_logprob.py; docs/performance.md `### The head fused with its log-softmax`).
 FUSED_SLICE_ELEMENTS = 1 << 18
 
 
