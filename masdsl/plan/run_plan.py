@@ -252,8 +252,6 @@ def role_problems(workflow: Workflow, cfg: Config) -> list[str]:
     ['`train.dynamic_sampling_roles`: the workflow has no role `codr` (did you mean `coder`?); roles: coder, tester']
     >>> role_problems(wf, resolve_config(overrides=["sample.coder.samples=8", "train.grouping=trajectory"]))[0][:56]
     '`sample.coder.samples=8`: a role of its own K needs tree'
-    >>> role_problems(wf, resolve_config(overrides=["train.frozen_roles=[tester]"]))
-    []
     >>> role_problems(wf, resolve_config(overrides=["train.frozen_roles=[coder,tester]"]))
     ['`train.frozen_roles` holds every role (coder, tester): `masdsl run` would train nothing; use `masdsl eval`']
     """
@@ -265,8 +263,7 @@ def role_problems(workflow: Workflow, cfg: Config) -> list[str]:
                 out.append(f"`train.{key}`: the workflow has no role `{role}`" + (f" ({hint})" if hint else "")
                            + f"; roles: {', '.join(workflow.roles)}")
     if workflow.roles and set(workflow.roles) <= set(cfg.train.frozen_roles or ()):
-        out.append(f"`train.frozen_roles` holds every role ({', '.join(workflow.roles)}): `masdsl run` would train "
-                   "nothing; use `masdsl eval`")
+        out.append(f"`train.frozen_roles` holds every role ({', '.join(workflow.roles)}): `masdsl run` would train nothing; use `masdsl eval`")
     if cfg.train.grouping == "trajectory":  # K there is episodes per task, one for every role
         for role in workflow.roles:
             k = role_sample(workflow, cfg, role).get("samples")
