@@ -321,13 +321,17 @@ def judge_rows(history: Metrics, evals: Metrics) -> list[tuple[str, str]]:
 
 def role_rows(history: Metrics, before: Mapping[str, float], after: Mapping[str, float]) -> list[tuple[str, str]]:
     """What each role could learn and what moved: the share of its groups that carried a
-    gradient (`nonflat/<role>`) and its eval reward per turn, before -> after. A role whose
-    groups were all flat received no gradient at all, whatever its reward did.
+    gradient (`nonflat/<role>`), the share whose K replies were one and the same reply
+    (`same_reply/<role>`, first -> last step: a policy that stopped exploring there), and its eval
+    reward per turn, before -> after. A role whose groups were all flat received no gradient at
+    all, whatever its reward did.
 
     >>> role_rows([{"nonflat/tool": 0.0, "nonflat/planner": 0.5}, {"nonflat/tool": 0.0, "nonflat/planner": 1.0}],
     ...           {"eval_reward/tool/turn0": 5.8, "eval_reward/planner/turn0": 3.2},
     ...           {"eval_reward/tool/turn0": 5.8, "eval_reward/planner/turn0": 5.8})
     [('role planner', 'non-flat groups 75 %; eval reward turn 0 3.200 -> 5.800'), ('role tool', 'no gradient (every group flat); eval reward turn 0 5.800 -> 5.800')]
+    >>> role_rows([{"nonflat/tester": 0.75, "same_reply/tester": 0.125}, {"nonflat/tester": 0.25, "same_reply/tester": 0.5}], {}, {})
+    [('role tester', 'non-flat groups 50 %; groups of one repeated reply 12 % -> 50 % (first -> last step)')]
     """
     roles = sorted({k.split("/", 1)[1] for h in history for k in h if k.startswith("nonflat/")})
     rows = []
@@ -335,6 +339,9 @@ def role_rows(history: Metrics, before: Mapping[str, float], after: Mapping[str,
         shares = [h[f"nonflat/{role}"] for h in history if f"nonflat/{role}" in h]
         share = sum(shares) / len(shares) if shares else 0.0
         text = "no gradient (every group flat)" if share == 0 else f"non-flat groups {100 * share:.0f} %"
+        same = [h[f"same_reply/{role}"] for h in history if f"same_reply/{role}" in h]
+        if same:
+            text += f"; groups of one repeated reply {100 * same[0]:.0f} % -> {100 * same[-1]:.0f} % (first -> last step)"
         turns = sorted({k for k in {**before, **after} if k.startswith(f"eval_reward/{role}/turn")})
         for key in turns:
             b, a = before.get(key), after.get(key)

@@ -155,16 +155,19 @@ def role_metrics(records: Sequence[StepRecord], episodes: Sequence[Any], groups:
       not all 0 (the groups it learns from; in `turn` and `trajectory` grouping a group may hold
       several roles and counts for each);
     - `adv_abs/<role>`: the mean |advantage| over all the role's candidates (flat groups' 0 included);
+    - `same_reply/<role>`: the share of the role's groups of two or more candidates whose replies are
+      token for token the same: a flat group because the policy samples one reply (its distribution
+      collapsed on that prompt), not because different replies scored alike;
     - `skill/train/<role>/<name>[/turn<t>]`: the role's `metric` lines over every sampled candidate.
 
     >>> from types import SimpleNamespace as R
     >>> from masdsl.learner.grouping import Group
-    >>> recs = [R(role="a"), R(role="a"), R(role="a"), R(role="a"), R(role="b"), R(role="b")]
+    >>> recs = [R(role=r, response_ids=ids) for r, ids in [("a", [1]), ("a", [2]), ("a", [3]), ("a", [3]), ("b", [4]), ("b", [5])]]
     >>> groups = [Group(("t0", "a", 0), ((0,), (1,)), (1.0, 0.0)), Group(("t1", "a", 0), ((2,), (3,)), (1.0, 1.0)),
     ...           Group(("t0", "b", 0), ((4,), (5,)), (0.0, 1.0))]
     >>> eps = [R(success=1.0, turns={"a": 1, "b": 1}), R(success=0.0, turns={"a": 1})]
     >>> role_metrics(recs, eps, groups, [0.7, -0.7, 0.0, 0.0, -0.7, 0.7])
-    {'success/train/a': 0.5, 'success/train/b': 1.0, 'nonflat/a': 0.5, 'nonflat/b': 1.0, 'adv_abs/a': 0.35, 'adv_abs/b': 0.7}
+    {'success/train/a': 0.5, 'success/train/b': 1.0, 'nonflat/a': 0.5, 'nonflat/b': 1.0, 'same_reply/a': 0.5, 'same_reply/b': 0.0, 'adv_abs/a': 0.35, 'adv_abs/b': 0.7}
     """
     roles = list(dict.fromkeys(r.role for r in records))
     out = {}
@@ -173,12 +176,18 @@ def role_metrics(records: Sequence[StepRecord], episodes: Sequence[Any], groups:
         if took:
             out[f"success/train/{role}"] = mean(took)
     counts: dict[str, list[int]] = {}
+    same: dict[str, list[int]] = {}
     for g in groups:
         learns = any(advantages[i] != 0.0 for i in g.indices)
+        replies = {tuple(records[i].response_ids) for i in g.indices}
         for role in dict.fromkeys(records[i].role for i in g.indices):
             c = counts.setdefault(role, [0, 0])
             c[0], c[1] = c[0] + 1, c[1] + learns
+            if len(g.indices) > 1:
+                s = same.setdefault(role, [0, 0])
+                s[0], s[1] = s[0] + 1, s[1] + (len(replies) == 1)
     out.update({f"nonflat/{role}": k / n for role, (n, k) in counts.items()})
+    out.update({f"same_reply/{role}": k / n for role, (n, k) in same.items()})
     for role in roles:
         out[f"adv_abs/{role}"] = mean([abs(a) for r, a in zip(records, advantages) if r.role == role])
     out.update(skill_shares(skill_counts(records), "train"))  # every sampled candidate
