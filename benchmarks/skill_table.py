@@ -26,9 +26,9 @@ run holds together, e.g. the untrained policy and a checkpoint each evaluated by
 new instances of the trained templates (the records of a `masdsl eval` run folder); `--answers`
 keeps each such evaluation once, under its path.
 
-Records written before `metric` lines existed carry no values; then the workflow's metric
-expressions (`--workflow`, default: the run's own `workflow.mas`) are evaluated again on each
-record's parsed fields and the task. That covers metrics that read fields, `task` and
+A metric line that a record carries no value for (the record was written before the line
+existed, e.g. `kills` on coder_tester's older runs) is evaluated again from the workflow
+(`--workflow`, default: the run's own `workflow.mas`) on the record's parsed fields and the task. That covers metrics that read fields, `task` and
 functions (as `math_arith.mas`'s do), not ones that read the env's state: those are reported
 as missing.
 """
@@ -85,11 +85,11 @@ class Metrics:
         self.limits = make_env(workflow, SandboxConfig()).limits
 
     def of(self, record: dict, fields: dict[str, dict]) -> dict[str, float | None]:
-        if record.get("metrics"):
-            return record["metrics"]
+        out: dict[str, float | None] = dict(record.get("metrics") or {})
         role = self.workflow.roles.get(record["role"])
-        out: dict[str, float | None] = {}
         for name, expr in (role.metrics if role else ()):
+            if name in out:
+                continue
             ctx = EvalContext(task=self.tasks[record["task_id"]], fields=fields, turn=record["turn"],
                               role=record["role"], limits=self.limits)
             try:

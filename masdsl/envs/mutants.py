@@ -1,5 +1,5 @@
-"""A wrong solution to test a tester with: the first mutant of the reference solution that its
-task's own tests reject (mutation testing's "killed mutant").
+"""Wrong solutions to test a tester with: the mutants of the reference solution that its task's own
+tests reject (mutation testing's "killed mutants"); `wrong_solution` is the first of them.
 
 A unit tester is good when its asserts hold for a correct function *and* fail for a wrong one. The
 first half is `pass_rate(task.solution, tests)`; the second needs a wrong function that is close
@@ -30,6 +30,7 @@ _COMPARE = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, 
             ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
 _BOOLEAN = {ast.And: ast.Or, ast.Or: ast.And}
 MAX_TRIES = 24  # mutants run against the hidden tests before giving up (each is one sandboxed run)
+KILL_MUTANTS = 4  # the wrong solutions `killed_mutants` gives by default (a tester's mutation score)
 
 
 def _sites(tree: ast.AST) -> list[tuple[ast.AST, int]]:
@@ -86,12 +87,26 @@ def mutants(source: str) -> Iterator[str]:
 
 
 @functools.lru_cache(maxsize=1024)
-def _wrong_solution(solution: str, tests: tuple[str, ...], limits: Limits | None) -> str | None:
-    for mutant in itertools.islice(mutants(solution), MAX_TRIES):  # each one sandboxed run: stop at the first killed
+def _killed(solution: str, tests: tuple[str, ...], limits: Limits | None, n: int) -> tuple[str, ...]:
+    found: list[str] = []
+    for mutant in itertools.islice(mutants(solution), MAX_TRIES):  # each one sandboxed run: stop at the n-th killed
         report = run_tests(mutant, list(tests), limits=limits)
         if report.results and not all(report.passed):
-            return mutant
-    return None
+            found.append(mutant)
+            if len(found) == n:
+                break
+    return tuple(found)
+
+
+def killed_mutants(solution: str, tests: Sequence[str], *, n: int = KILL_MUTANTS,
+                   limits: Limits | None = None) -> tuple[str, ...]:
+    """The first `n` mutants of `solution`, in source order, that fail at least one of `tests`
+    (the task's hidden tests), among the first `MAX_TRIES`: fewer when fewer are killed. Cached.
+
+    >>> [m.splitlines()[-1] for m in killed_mutants("def inc(x):\\n    return x + 1", ["assert inc(1) == 2"])]
+    ['    return x - 1', '    return x + 2', '    return None']
+    """
+    return _killed(solution, tuple(str(t) for t in tests), limits, n)
 
 
 def wrong_solution(solution: str, tests: Sequence[str], *, limits: Limits | None = None) -> str | None:
@@ -104,4 +119,5 @@ def wrong_solution(solution: str, tests: Sequence[str], *, limits: Limits | None
     >>> wrong_solution("def f():\\n    return None", ["assert f() is None"]) is None
     True
     """
-    return _wrong_solution(solution, tuple(str(t) for t in tests), limits)
+    first = _killed(solution, tuple(str(t) for t in tests), limits, 1)
+    return first[0] if first else None

@@ -25,11 +25,11 @@ import math
 import re
 from typing import Sequence
 
-from masdsl.envs.mutants import wrong_solution
+from masdsl.envs.mutants import killed_mutants, wrong_solution
 from masdsl.envs.parsers import asserts
 from masdsl.envs.registry import function
 from masdsl.errors import UserError
-from masdsl.sandbox import Limits, equal, run_python, run_tests
+from masdsl.sandbox import Limits, equal, run_python, run_tests, run_tests_many
 
 
 def _tests(tests: object) -> list | None:
@@ -103,6 +103,37 @@ def catches(tests: object, solution: object, reference_tests: object, *, limits:
         return 0.0
     caught = [r and not w for r, w in zip(right_report.passed, wrong_report.passed)]
     return sum(caught) / len(caught) if caught else 0.0
+
+
+@function("kills", returns="number")
+def kills(tests: object, solution: object, reference_tests: object, *, limits: Limits | None = None) -> float:
+    """A tester's mutation score: the share of the reference's wrong twins (`killed_mutants`: its
+    first `KILL_MUTANTS` one-edit mutants that the hidden `reference_tests` reject) that `tests`
+    reject, counting only the asserts that hold for `solution` (one that fails on the right
+    solution would reject every solution). Where `catches` is a share of the asserts, and so rises
+    when a tester writes fewer of them, this is a share of the bugs: more good asserts never lower
+    it. 0.0 when there are no tests, no assert holds for `solution`, or no mutant is killed.
+
+    >>> right = "def inc(x):\\n    return x + 1"
+    >>> kills(["assert inc(1) == 2"], right, ["assert inc(1) == 2"])  # rejects x - 1, x + 2, return None
+    1.0
+    >>> kills(["assert inc(0) > 0", "assert inc(1) == 3"], right, ["assert inc(1) == 2"])  # x + 2 still passes
+    0.6666666666666666
+    >>> kills(["assert inc(1) == 3"], right, ["assert inc(1) == 2"])  # holds for no right solution
+    0.0
+    """
+    mine, hidden = _tests(tests), _tests(reference_tests)
+    if mine is None or hidden is None or not isinstance(solution, str) or not solution.strip():
+        return 0.0
+    wrong = killed_mutants(solution, [str(t) for t in hidden], limits=limits)
+    right_report = test_report(solution, mine, limits=limits)
+    if not wrong or right_report is None:
+        return 0.0
+    good = [t for t, ok in zip(mine, right_report.passed) if ok]
+    if not good:
+        return 0.0
+    reports = run_tests_many([(w, good) for w in wrong], limits=limits)
+    return sum(not all(r.passed) for r in reports) / len(wrong)
 
 
 def _clean(value: object) -> str | None:

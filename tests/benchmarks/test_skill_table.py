@@ -59,6 +59,19 @@ def test_records_without_metrics_get_the_workflows_metric_lines_again(skill_tabl
     assert metrics.of(rec, {"tool": {"code": "print('n/a')"}}) == {"answers": 0.0, "correct": 0.0}
 
 
+def test_a_metric_line_newer_than_the_records_is_evaluated_beside_the_stored_ones(skill_table):
+    import masdsl
+    from masdsl.runtime.inputs import load_split
+
+    wf = masdsl.load(ROOT / "workflows" / "math_arith.mas")
+    tasks = {t["id"]: t for t in load_split(wf, "eval")}
+    task = next(iter(tasks.values()))
+    metrics = skill_table.Metrics(wf, tasks)
+    # the record kept `answers` (a stored 0.5 no line could give) but was written before `correct` existed
+    rec = {"task_id": task["id"], "role": "tool", "turn": 0, "metrics": {"answers": 0.5}}
+    assert metrics.of(rec, {"tool": {"code": f"print({task['answer']})"}}) == {"answers": 0.5, "correct": 1.0}
+
+
 def eval_run(folder: Path, before: list[float], after: list[float]) -> Path:
     """A run folder whose evaluations before and after hold one tool record per task."""
     (folder / "eval").mkdir(parents=True)
