@@ -264,8 +264,12 @@ def arm_of(run: Path) -> tuple[str, int | None]:
 
     >>> arm_of(Path("trials/train.grouping=at,seed=1")), arm_of(Path("runs/single"))
     (('train.grouping=at', 1), ('single', None))
+    >>> arm_of(Path("base,seed=0->base,seed=1"))  # a `--pair` of two seeds' evaluations
+    ('base,seed=0->base,seed=1', None)
     """
     parts = run.name.split(",")
+    if "->" in run.name or not all(x.split("=", 1)[1].isdigit() for x in parts if x.startswith("seed=")):
+        return run.name, None
     seeds = [int(x.split("=", 1)[1]) for x in parts if x.startswith("seed=")]
     arm = ",".join(x for x in parts if not x.startswith("seed=")) or run.name
     return arm, (seeds[0] if seeds else None)
