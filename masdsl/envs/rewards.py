@@ -127,13 +127,12 @@ def kills(tests: object, solution: object, reference_tests: object, *, limits: L
         return 0.0
     wrong = killed_mutants(solution, [str(t) for t in hidden], limits=limits)
     right_report = test_report(solution, mine, limits=limits)
-    if not wrong or right_report is None:
+    if not wrong or right_report is None or not any(right_report.passed):
         return 0.0
-    good = [t for t, ok in zip(mine, right_report.passed) if ok]
-    if not good:
-        return 0.0
-    reports = run_tests_many([(w, good) for w in wrong], limits=limits)
-    return sum(not all(r.passed) for r in reports) / len(wrong)
+    # every assert against every twin, as `catches` runs them (the first twin's run is its cached one)
+    reports = run_tests_many([(w, mine) for w in wrong], limits=limits)
+    rejected = [any(r and not w for r, w in zip(right_report.passed, report.passed)) for report in reports]
+    return sum(rejected) / len(wrong)
 
 
 def _clean(value: object) -> str | None:
