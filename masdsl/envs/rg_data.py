@@ -83,6 +83,8 @@ def problems(name: object, split: object = "train", n: object = 256, templates: 
     """What is wrong with a call's arguments, as (parameter, message, hint); [] when nothing is.
     `masdsl check` reports each at its argument; a run raises the first as a `DataError`."""
     datasets = _datasets()
+    if isinstance(name, list):  # a mix: each generator's rows as alone, interleaved
+        return _mix_problems(name, split, n, templates, seed, config, datasets)
     if not isinstance(name, str) or name not in datasets:
         hint = did_you_mean(str(name), datasets) or (
             f"its {len(datasets)} generators are the keys of `reasoning_gym.factory.DATASETS`, "
@@ -142,16 +144,24 @@ def _trained(name: str, templated: bool) -> Callable[[dict], bool]:
 
 
 @data_source("reasoning_gym", fields=("id", "question", "answer", "entry", "template"), check=problems)
-def reasoning_gym(name: str, split: str = "train", n: int = 256, templates: str | None = None, seed: int = 0,
-                  **config: object) -> list[dict]:
+def reasoning_gym(name: str | list[str], split: str = "train", n: int = 256, templates: str | None = None,
+                  seed: int = 0, **config: object) -> list[dict]:
     """`n` problems of reasoning-gym's generator `name` (settings: its config's fields, e.g.
     `min_terms=2`). A generator with templates (`gsm_symbolic`) trains on one set of them and
     evaluates on the others (`templates="held_out"`) or on new instances of the trained ones
-    (`templates="trained"`); one without evaluates on new instances. Score with `rg_score`."""
+    (`templates="trained"`); one without evaluates on new instances. Score with `rg_score`.
+
+    `name` may be a list of generators, a mix: their rows in turn (`n` shared as evenly as it
+    divides), each generator's drawn as it would be alone, with the generator's name before each
+    row's template. A problem type never trained on is one the train call does not list; an eval
+    mix of such types says so with `templates="held_out"` (its members without templates then
+    give any new instance: none of their questions is trained on)."""
     found = problems(name, split, n, templates, seed, **config)
     if found:
         _, message, hint = found[0]
         raise DataError(f"reasoning_gym(...): {message}" + (f" ({hint})" if hint else ""))
+    if isinstance(name, list):
+        return _mix(name, split, n, templates, seed)
     templated = template_of(next(_stream(name, "train", seed, config))) is not None
     if split == "train":
         return _rows(name, split, n, _trained(name, templated), frozenset(), seed, config, "train")
@@ -159,6 +169,45 @@ def reasoning_gym(name: str, split: str = "train", n: int = 256, templates: str 
         return _rows(name, split, n, lambda e: held_out(name, template_of(e) or ""), frozenset(), seed, config, "eval")
     skip = _train_questions(name, seed, config, templated)
     return _rows(name, split, n, _trained(name, templated), skip, seed, config, "eval_trained" if templated else "eval")
+
+
+def _mix_problems(names: list, split: object, n: object, templates: object, seed: object, config: dict[str, Any],
+                  datasets: dict[str, Any]) -> list[Problem]:
+    if not names or not all(isinstance(x, str) for x in names):
+        return [("name", "a mix of generators is a non-empty list of their names", 'e.g. ["gcd", "lcm"]')]
+    if len(set(names)) != len(names):
+        return [("name", "a generator is listed twice in the mix", None)]
+    if config:
+        return [(next(iter(config)), "settings apply to one generator, not to a mix", "give the mix without settings")]
+    if templates == "held_out" and split == "train":
+        return [("templates", "train rows come only from the trained problem types", 'leave `templates` out')]
+    if isinstance(n, int) and not isinstance(n, bool) and n < len(names):
+        return [("n", f"n ({n}) is smaller than the mix's {len(names)} generators", None)]
+    for member in names:  # `templates` concerns only the members that have templates
+        templated = member in datasets and template_of(next(_stream(member, "train", 0, {}))) is not None
+        found = problems(member, split, n, templates if templated else None, seed)
+        if found:
+            key, message, hint = found[0]
+            return [(key, f"{message} (in the mix, `{member}`)", hint)]
+    return []
+
+
+def _mix(names: list[str], split: str, n: int, templates: str | None, seed: int) -> list[dict]:
+    """Each generator's share of `n` rows, interleaved so that any first rows (an evaluation's
+    `eval_tasks`) hold the generators evenly. Drawn as `reasoning_gym(member, ...)` would, except
+    under `templates="held_out"`: the members are problem types never trained on, so a member
+    without templates gives new instances without skipping its own train questions (a generator
+    with few distinct questions, `prime_factorization`, repeats them all)."""
+    shares = [n // len(names) + (i < n % len(names)) for i in range(len(names))]
+    columns = []
+    for member, share in zip(names, shares):
+        templated = template_of(next(_stream(member, "train", seed, {}))) is not None
+        if templated or templates != "held_out":
+            rows = reasoning_gym(member, split, n=share, templates=templates if templated else None, seed=seed)
+        else:
+            rows = _rows(member, split, share, lambda e: True, frozenset(), seed, {}, split)
+        columns.append([dict(r, template=f"{member}/{r['template']}" if r["template"] else member) for r in rows])
+    return [column[i] for i in range(max(shares)) for column in columns if i < len(column)]
 
 
 @lru_cache(maxsize=None)
@@ -172,8 +221,14 @@ def _scorer(name: str) -> Callable[[str | None, dict], float]:
 def rg_score(answer: object, entry: object) -> float:
     """reasoning-gym's own score of `answer` for a task's `entry` (`task.entry` of a
     `reasoning_gym(...)` row): its generator's `score_answer`, from 0 to 1 (`gsm_symbolic`: 1 for
-    the right number, 0.01 for another number, 0 for none). An empty answer scores 0."""
+    the right number, 0.01 for another number, 0 for none). An empty answer scores 0, and so does
+    one that the library's scorer cannot read (`prime_factorization`'s raises on "[2, 2, 191]"):
+    a model's malformed answer is a zero, never a failed rollout."""
     if not isinstance(entry, dict) or "source_dataset" not in entry.get("metadata", {}):
         raise ValueError("rg_score reads a reasoning_gym(...) row's `task.entry`, not " + type(entry).__name__)
     text = None if answer is None or answer == "" else str(answer)
-    return float(_scorer(entry["metadata"]["source_dataset"])(text, entry))
+    score = _scorer(entry["metadata"]["source_dataset"])
+    try:
+        return float(score(text, entry))
+    except Exception:  # the library's scorer parses the answer its own way; what it cannot parse is wrong
+        return 0.0

@@ -14,6 +14,7 @@ import masdsl
 from masdsl.lang import analyze
 from masdsl.envs.rg_data import NEEDS, held_out, reasoning_gym, rg_score, template_of
 from masdsl.errors import DataError
+from masdsl.runtime.inputs import load_split
 from tests.support.overrides import NO_TRACKING
 from tests.support.paths import ROOT
 
@@ -77,7 +78,54 @@ def test_a_generator_without_templates_evaluates_on_new_instances():
     assert all(rg_score(r["answer"], r["entry"]) == 1.0 for r in evals)
 
 
+def test_a_mix_interleaves_its_generators_each_drawn_as_alone():
+    mix = reasoning_gym(["gcd", GSM, "lcm"], "eval", n=7)
+    assert [r["id"] for r in mix] == ["rg/gcd/eval/0", f"rg/{GSM}/eval/0", "rg/lcm/eval/0", "rg/gcd/eval/1",
+                                      f"rg/{GSM}/eval/1", "rg/lcm/eval/1", "rg/gcd/eval/2"]
+    assert [r["question"] for r in mix[::3]] == [r["question"] for r in reasoning_gym("gcd", "eval", n=3)]
+    gsm_alone = reasoning_gym(GSM, "eval", n=2)  # a member with templates keeps its held-out ones
+    assert [r["question"] for r in mix[1::3]] == [r["question"] for r in gsm_alone]
+    assert [r["template"] for r in mix[1::3]] == [f"{GSM}/{r['template']}" for r in gsm_alone]
+    assert {r["template"] for r in mix[::3]} == {"gcd"}
+    assert all(rg_score(r["answer"], r["entry"]) == 1.0 for r in mix)  # each scored by its own generator
+
+
+def test_an_answer_the_librarys_scorer_cannot_read_scores_zero():
+    entry = reasoning_gym("prime_factorization", "train", n=1)[0]["entry"]
+    with pytest.raises(ValueError):  # the library's own scorer raises on a Python list
+        rg_library.get_score_answer_fn("prime_factorization")("[2, 2, 191]", entry)
+    assert rg_score("[2, 2, 191]", entry) == 0.0
+    assert rg_score(entry["answer"], entry) == 1.0
+
+
+def test_a_mix_of_held_out_problem_types_does_not_skip_their_train_questions():
+    # prime_factorization has few distinct questions: alone, every eval one repeats a train one
+    with pytest.raises(DataError, match="only 0 eval rows"):
+        reasoning_gym("prime_factorization", "eval", n=4)
+    held = reasoning_gym(["prime_factorization", GSM], "eval", n=4, templates="held_out")
+    assert [r["template"].split("/")[0] for r in held] == ["prime_factorization", GSM] * 2
+    assert all(held_out(GSM, template_of(r["entry"])) for r in held[1::2])  # a member with templates: held-out ones
+
+
+def test_the_problem_types_workflow_trains_and_evaluates_on_disjoint_generators():
+    path = ROOT / "workflows" / "math_rg_check_binary.mas"
+    report = analyze(path.read_text(), str(path), base_dir=str(path.parent))
+    assert not report.errors and not report.warnings, [str(d) for d in report.errors]
+    train, evals = (load_split(report.workflow, split) for split in ("train", "eval"))
+    trained = {r["entry"]["metadata"]["source_dataset"] for r in train}
+    held = {r["entry"]["metadata"]["source_dataset"] for r in evals[:64]}
+    assert len(trained) == 17 and len(held) == 9 and not trained & held
+    assert all(held_out("reasoning_gym", name) for name in held)  # chosen by the hash, not by hand
+    assert not any(held_out("reasoning_gym", name) for name in trained)
+
+
 @pytest.mark.parametrize("args, kwargs, message", [
+    ((["gcd", "gcdd"],), {}, "no generator 'gcdd' (in the mix, `gcdd`)"),
+    ((["gcd", "gcd"],), {}, "a generator is listed twice in the mix"),
+    (([],), {}, "a mix of generators is a non-empty list"),
+    ((["gcd", "lcm"], "eval"), {"min_value": 2}, "settings apply to one generator, not to a mix"),
+    ((["gcd", "lcm"], "eval"), {"n": 1}, "n (1) is smaller than the mix's 2 generators"),
+    ((["gcd", "lcm"], "train"), {"templates": "held_out"}, "train rows come only from the trained problem types"),
     (("gms_symbolic",), {}, "no generator 'gms_symbolic' (did you mean `gsm_symbolic`?)"),
     ((GSM, "eval"), {"templates": "heldout"}, "did you mean `held_out`?"),
     ((GSM, "train"), {"templates": "held_out"}, "train rows come only from the trained templates"),
