@@ -432,6 +432,48 @@ def markdown(rows: list[dict]) -> str:
     return head + "\n".join(lines)
 
 
+def kind_of(task_id: str) -> str:
+    """A task's kind: its id without the last part (`rg/lcm/eval/3` -> `lcm/eval` under
+    `reasoning_gym(...)`: its generator, the problem type).
+
+    >>> kind_of("rg/lcm/eval/3"), kind_of("HumanEval/12"), kind_of("plain")
+    ('rg/lcm/eval', 'HumanEval', 'plain')
+    """
+    return task_id.rsplit("/", 1)[0]
+
+
+def by_kind(row: dict) -> dict[str, dict[str, list[int]]]:
+    """Per kind of task (`kind_of`): [right before, right after, tasks] for episode success and
+    each skill line at turn 0, from one row's per-task values; what a gain is made of."""
+    out: dict[str, dict[str, list[int]]] = defaultdict(dict)
+    lines = {"episode success": row["success"]}
+    lines.update({f"{key}, turn 0": v["turn0"] for key, v in row["skills"].items()})
+    for what, v in lines.items():
+        before, after = v["before"].get("per_task", {}), v["after"].get("per_task", {})
+        for task in sorted(set(before) & set(after)):
+            counts = out[kind_of(task)].setdefault(what, [0, 0, 0])
+            counts[0] += int(before[task] >= 1)
+            counts[1] += int(after[task] >= 1)
+            counts[2] += 1
+    return dict(out)
+
+
+def kinds_markdown(rows: list[dict]) -> str:
+    """Each row's per-kind counts, a table per row (right before -> after, of tasks)."""
+    tables = []
+    for row in rows:
+        kinds = row.get("by_kind", {})
+        if len(kinds) < 2:
+            continue
+        whats = list(next(iter(kinds.values())))
+        head = f"| {Path(row['run']).name}: kind | " + " | ".join(whats) + " |\n|---|" + "--:|" * len(whats) + "\n"
+        body = "\n".join(f"| {kind} | " + " | ".join(
+            f"{c[0]} -> {c[1]} of {c[2]}" if (c := counts.get(w)) else "" for w in whats) + " |"
+            for kind, counts in sorted(kinds.items()))
+        tables.append(head + body)
+    return "\n\n".join(tables)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="*")
@@ -454,6 +496,8 @@ def main() -> int:
     runs = run_folders(args.runs)
     rows = [compare(run, args.workflow, args.regrade) for run in runs]
     rows += [compare_files(Path(b), Path(a), args.workflow, args.regrade) for b, a in args.pair]
+    for row in rows:
+        row["by_kind"] = by_kind(row)
     if args.answers:
         with open(args.answers, "w") as out:
             for run in runs:
@@ -471,6 +515,9 @@ def main() -> int:
         curves(runs, Path(args.plot))
     print(arms_markdown(arms(rows)) + "\n")
     print(markdown(rows))
+    kinds = kinds_markdown(rows)
+    if kinds:
+        print("\n" + kinds)
     return 0
 
 

@@ -235,3 +235,18 @@ def test_curves_of_two_sweeps_trials_named_alike_keep_both_lines(skill_table):
     runs = [Path("w/single/trials/base,seed=0"), Path("w/per_role/trials/base,seed=0"), Path("runs/solo")]
     labels = [skill_table.curve_label(r, runs) for r in runs]
     assert labels == ["single/base,seed=0", "per_role/base,seed=0", "solo"]
+
+
+def test_a_gain_taken_apart_by_kind_of_task(skill_table):
+    tasks = ["rg/lcm/eval/0", "rg/lcm/eval/1", "rg/products/eval/0", "rg/products/eval/1"]
+
+    def per_task(values):
+        return {"per_task": dict(zip(tasks, values))}
+
+    row = {"run": "rg_check", "success": {"before": per_task([1, 0, 0, 0]), "after": per_task([1, 0, 1, 1])},
+           "skills": {"tool/correct": {"turn0": {"before": per_task([1, 0, 0, 0]), "after": per_task([0, 0, 1, 1])}}}}
+    kinds = skill_table.by_kind(row)
+    assert kinds == {"rg/lcm/eval": {"episode success": [1, 1, 2], "tool/correct, turn 0": [1, 0, 2]},
+                     "rg/products/eval": {"episode success": [0, 2, 2], "tool/correct, turn 0": [0, 2, 2]}}
+    table = skill_table.kinds_markdown([{**row, "by_kind": kinds}])
+    assert "| rg/products/eval | 0 -> 2 of 2 | 0 -> 2 of 2 |" in table and "| rg/lcm/eval | 1 -> 1 of 2 | 1 -> 0 of 2 |" in table
