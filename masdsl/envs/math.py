@@ -26,7 +26,11 @@ from masdsl.envs.registry import env
 from masdsl.envs.rewards import equivalent
 from masdsl.sandbox import Limits, limits_from_config, run_python
 
-TOOL_OUTPUT_CHARS = 2000
+# What a prompt shows of a program's output: its head and its tail (the answer is on the last line).
+# A model's program can print anything up to the sandbox's output limit; a digit is a token to
+# Qwen's tokenizer, so 2,000 characters of digits once made a reasoner's prompt longer than
+# `runtime.max_prompt_tokens` and stopped a training run.
+TOOL_OUTPUT_HEAD, TOOL_OUTPUT_TAIL = 300, 700
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,19 @@ class MathState:
         return ""
 
 
+def clipped(text: str, head: int = TOOL_OUTPUT_HEAD, tail: int = TOOL_OUTPUT_TAIL) -> str:
+    """`text` whole when short, else its first `head` and last `tail` characters around a note.
+
+    >>> clipped("0123456789", head=2, tail=3)
+    '01\\n[... 5 characters not shown ...]\\n789'
+    >>> clipped("short")
+    'short'
+    """
+    if len(text) <= head + tail:
+        return text
+    return f"{text[:head]}\n[... {len(text) - head - tail} characters not shown ...]\n{text[-tail:]}"
+
+
 def tool_output(code: str, limits: Limits | None = None) -> str:
     """What a tool program printed, clipped; when it failed, a note and the tail of its stderr.
 
@@ -53,7 +70,7 @@ def tool_output(code: str, limits: Limits | None = None) -> str:
     'ValueError: bad'
     """
     result = run_python(code, limits=limits)
-    text = result.stdout.strip()[:TOOL_OUTPUT_CHARS]
+    text = clipped(result.stdout.strip())
     if result.ok:
         return text
     why = "timed out" if result.timed_out else "ran out of memory" if result.memory_error else \

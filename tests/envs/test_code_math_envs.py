@@ -131,6 +131,17 @@ def test_math_tool_failures_are_reported_not_raised():
     assert "exited with status 1" in s.tool_output
 
 
+def test_a_program_that_prints_pages_is_shown_by_its_head_and_tail():
+    # 5,000 digits are 5,000 Qwen tokens: shown whole they once made a reasoner's prompt too long
+    env = MathEnv()
+    s = env.reset({"id": "q", "question": "?", "answer": "42"})
+    s = env.apply(s, "tool", {"code": "print('7' * 5000)\nprint(42)", "ok": True})
+    shown = env.view(s)["tool_output"]
+    assert len(shown) < 1100 and shown.startswith("7" * 300) and shown.endswith("\n42")
+    assert "[... 4003 characters not shown ...]" in shown
+    assert run_answer("print('7' * 5000)\nprint(42)") == "42"  # the answer line read in full, as before
+
+
 def test_math_success_on_bundled_answers():
     env = MathEnv()
     for row in math_small("eval")[:5]:
