@@ -26,6 +26,11 @@ run holds together, e.g. the untrained policy and a checkpoint each evaluated by
 new instances of the trained templates (the records of a `masdsl eval` run folder); `--answers`
 keeps each such evaluation once, under its path.
 
+Each row is also taken apart by kind of task (`by_kind`, the task id without its last part: per
+generator for a `reasoning_gym([...])` mix): right before -> after, of the kind's tasks, for
+episode success and each skill line at turn 0; printed after the main table when a row has more
+than one kind, and stored in `--json` under `by_kind`.
+
 A metric line that a record carries no value for (the record was written before the line
 existed, e.g. `kills` on coder_tester's older runs) is evaluated again from the workflow
 (`--workflow`, default: the run's own `workflow.mas`) on the record's parsed fields and the task. That covers metrics that read fields, `task` and
